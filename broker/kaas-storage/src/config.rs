@@ -1,0 +1,132 @@
+//! Per-partition log configuration, with Kafka's names and defaults.
+
+use std::collections::BTreeMap;
+
+use crate::{Error, Result};
+
+/// How record timestamps are set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimestampType {
+    /// The producer's timestamps are kept.
+    #[default]
+    CreateTime,
+    /// The broker stamps each batch with its append time.
+    LogAppendTime,
+}
+
+/// Log configuration (Kafka topic configs of the same names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: roll when the active segment would exceed this.
+    pub segment_bytes: u64,
+    /// `segment.ms`: roll when the active segment's first append is this old.
+    pub segment_ms: i64,
+    /// `retention.ms`: delete segments whose newest timestamp is older (-1 = forever).
+    pub retention_ms: i64,
+    /// `retention.bytes`: delete the oldest segments while the log is larger (-1 = unlimited).
+    pub retention_bytes: i64,
+    /// `max.message.bytes`: largest batch accepted.
+    pub max_message_bytes: usize,
+    /// `message.timestamp.type`.
+    pub timestamp_type: TimestampType,
+    /// `index.interval.bytes`: bytes between sparse index entries.
+    pub index_interval_bytes: usize,
+    /// `message.timestamp.before.max.ms`: how far in the past a CreateTime timestamp may be.
+    pub message_timestamp_before_max_ms: i64,
+    /// `message.timestamp.after.max.ms`: how far in the future a CreateTime timestamp may be.
+    pub message_timestamp_after_max_ms: i64,
+    /// `producer.id.expiration.ms` (a broker config in Kafka): idle producer state is dropped.
+    pub producer_id_expiration_ms: i64,
+}
+
+/// Largest segment: sparse index positions are 32-bit.
+const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            max_message_bytes: 1_048_588,
+            timestamp_type: TimestampType::CreateTime,
+            index_interval_bytes: 4096,
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: i64::MAX,
+            producer_id_expiration_ms: 24 * 3600 * 1000,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Applies Kafka topic configs over `self`. Names this engine does not use (for example
+    /// `cleanup.policy`) are ignored; a bad value for a name it uses is an error.
+    pub fn with_topic_configs(mut self, configs: &BTreeMap<String, String>) -> Result<Self> {
+        for (key, value) in configs {
+            let bad = || Error::InvalidConfig {
+                key: key.clone(),
+                value: value.clone(),
+            };
+            let int = || value.trim().parse::<i64>().map_err(|_| bad());
+            match key.as_str() {
+                "segment.bytes" => {
+                    self.segment_bytes = u64::try_from(int()?)
+                        .ok()
+                        .filter(|v| *v >= 14)
+                        .ok_or_else(bad)?
+                }
+                "segment.ms" => self.segment_ms = int()?.max(1),
+                "retention.ms" => self.retention_ms = int()?,
+                "retention.bytes" => self.retention_bytes = int()?,
+                "max.message.bytes" => {
+                    self.max_message_bytes = usize::try_from(int()?).map_err(|_| bad())?
+                }
+                "index.interval.bytes" => {
+                    self.index_interval_bytes = usize::try_from(int()?).map_err(|_| bad())?
+                }
+                "message.timestamp.before.max.ms" => self.message_timestamp_before_max_ms = int()?,
+                "message.timestamp.after.max.ms" => self.message_timestamp_after_max_ms = int()?,
+                "message.timestamp.type" => {
+                    self.timestamp_type = match value.as_str() {
+                        "CreateTime" => TimestampType::CreateTime,
+                        "LogAppendTime" => TimestampType::LogAppendTime,
+                        _ => return Err(bad()),
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(self)
+    }
+
+    pub(crate) fn effective_segment_bytes(&self) -> u64 {
+        self.segment_bytes.clamp(1, MAX_SEGMENT_BYTES)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_configs_override_defaults() {
+        let configs = BTreeMap::from([
+            ("retention.ms".to_owned(), "-1".to_owned()),
+            (
+                "message.timestamp.type".to_owned(),
+                "LogAppendTime".to_owned(),
+            ),
+            ("cleanup.policy".to_owned(), "delete".to_owned()),
+        ]);
+        let c = LogConfig::default().with_topic_configs(&configs).unwrap();
+        assert_eq!(c.retention_ms, -1);
+        assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
+        let bad = BTreeMap::from([("segment.bytes".to_owned(), "lots".to_owned())]);
+        assert!(matches!(
+            LogConfig::default().with_topic_configs(&bad),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+}

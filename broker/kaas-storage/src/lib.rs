@@ -1,0 +1,35 @@
+//! kaas-storage: the storage engine for one writer per partition on a shared volume.
+//!
+//! A partition is a chain of segment files named `<leaderEpoch>-<baseOffset>.log` (with sparse
+//! `.index` / `.timeindex` siblings), plus `manifest.json` and `producer-state.snapshot`. Only
+//! the leader holds descriptors ([`Partition::take_over`] opens them, [`Partition::relinquish`]
+//! and [`Partition::abandon`] close them). Appends write to the page cache; durability is a
+//! group-commit fdatasync, and the high watermark is the fsynced end of the log.
+//!
+//! The engine knows the Kafka v2 record-batch format and nothing else of the wire protocol,
+//! and nothing of Kubernetes.
+
+mod batch;
+mod config;
+mod engine;
+mod error;
+mod index;
+mod manifest;
+mod mmap;
+mod partition;
+mod producer_snapshot;
+mod producer_state;
+mod scan;
+mod segment;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+
+pub use config::{LogConfig, TimestampType};
+pub use engine::Engine;
+pub use error::{Error, Result};
+pub use manifest::Manifest;
+pub use partition::{AppendOptions, AppendOutcome, Partition, ReadOutcome, TakeoverReport};
+
+/// Re-exported so callers can name the filesystem types without depending on kaas-shared.
+pub use kaas_shared::fs::{Fs, FsRef, MemFs, RealFs};
+pub use kaas_shared::producer_ids::ProducerIdAllocator;

@@ -1,0 +1,276 @@
+//! One partition's log: the public API the broker drives. The work is split by concern into
+//! `partition/` modules (take-over and recovery, append and roll, group commit, reads,
+//! retention); this file holds the shared state and the role transitions.
+
+mod append;
+mod durability;
+mod listing;
+mod read;
+mod retention;
+mod takeover;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use kaas_shared::fs::FsRef;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::config::LogConfig;
+use crate::producer_state::ProducerStates;
+use crate::segment::Segment;
+use crate::{Error, Result, manifest, producer_snapshot};
+
+pub use append::{AppendOptions, AppendOutcome};
+pub use read::ReadOutcome;
+pub use takeover::TakeoverReport;
+
+/// A partition of a topic. Only the leader (after [`Partition::take_over`]) holds descriptors,
+/// writes and serves reads; otherwise the partition is known from file names and stats only.
+#[derive(Debug)]
+pub struct Partition {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    fs: FsRef,
+    dir: PathBuf,
+    topic_id: Uuid,
+    config: RwLock<LogConfig>,
+    state: Mutex<State>,
+    /// The high watermark, published to long-polling fetches and durability waiters. Also
+    /// re-sent unchanged to wake waiters on poison and role changes.
+    hwm: watch::Sender<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Follower,
+    Leader,
+    Abandoned,
+}
+
+#[derive(Debug)]
+struct State {
+    role: Role,
+    leader_epoch: i32,
+    /// The valid segment chain, ascending base offsets; the last one is active.
+    segments: Vec<Segment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    high_watermark: i64,
+    /// Set after a failed write or fsync: the log refuses writes until the next take_over.
+    poisoned: Option<String>,
+    producers: ProducerStates,
+    /// Bumped by every role change, so a sync started under an older role changes nothing.
+    generation: u64,
+    sync_in_flight: bool,
+    /// Highest offset a durability waiter needs.
+    sync_wanted: i64,
+}
+
+impl Partition {
+    /// Stat-only open (see [`crate::Engine::open_partition`]).
+    pub(crate) fn open(
+        fs: FsRef,
+        dir: PathBuf,
+        topic_id: Uuid,
+        config: LogConfig,
+    ) -> Result<Partition> {
+        fs.create_dir_all(&dir)
+            .map_err(|e| Error::io("mkdir", &dir, e))?;
+        let listing = listing::list(&*fs, &dir)?;
+        let first = listing.segments.first().map_or(0, |s| s.base_offset);
+        let last = listing.segments.last().map_or(0, |s| s.base_offset);
+        let state = State {
+            role: Role::Follower,
+            leader_epoch: listing.max_epoch,
+            segments: listing.segments,
+            log_start_offset: first,
+            log_end_offset: last,
+            high_watermark: last,
+            poisoned: None,
+            producers: ProducerStates::default(),
+            generation: 0,
+            sync_in_flight: false,
+            sync_wanted: -1,
+        };
+        let (hwm, _) = watch::channel(last);
+        let shared = Shared {
+            fs,
+            dir,
+            topic_id,
+            config: RwLock::new(config),
+            state: Mutex::new(state),
+            hwm,
+        };
+        Ok(Partition {
+            shared: Arc::new(shared),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock()
+    }
+
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The topic identity this partition was opened for.
+    pub fn topic_id(&self) -> Uuid {
+        self.shared.topic_id
+    }
+
+    /// Whether this engine currently leads the partition.
+    pub fn is_leader(&self) -> bool {
+        self.lock().role == Role::Leader
+    }
+
+    /// The current leader epoch (while following: the newest epoch seen in segment names).
+    pub fn leader_epoch(&self) -> i32 {
+        self.lock().leader_epoch
+    }
+
+    /// The fsynced end of the log: consumers see offsets below it.
+    pub fn high_watermark(&self) -> i64 {
+        self.lock().high_watermark
+    }
+
+    /// First readable offset.
+    pub fn log_start_offset(&self) -> i64 {
+        self.lock().log_start_offset
+    }
+
+    /// The offset the next append gets.
+    pub fn log_end_offset(&self) -> i64 {
+        self.lock().log_end_offset
+    }
+
+    /// A receiver that changes whenever the high watermark moves (and on role changes and
+    /// storage failures): long-poll fetches wait on it.
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.shared.hwm.subscribe()
+    }
+
+    /// Replaces the log configuration (takes effect for the next append / housekeeping).
+    pub fn set_config(&self, config: LogConfig) {
+        *self.shared.config.write() = config;
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> LogConfig {
+        *self.shared.config.read()
+    }
+
+    /// Bytes in the log's segments (stat sizes while following).
+    pub fn size_bytes(&self) -> u64 {
+        self.lock().segments.iter().map(|s| s.size).sum()
+    }
+
+    /// The newest epoch recorded on the volume (manifest or segment names): a local lease shim
+    /// takes over with one more than this.
+    pub fn stored_epoch(&self) -> Result<i32> {
+        let listing = listing::list(&*self.shared.fs, &self.shared.dir)?;
+        let manifest = manifest::read(&*self.shared.fs, &self.shared.dir)?;
+        Ok(listing.max_epoch.max(manifest.map_or(-1, |m| m.epoch)))
+    }
+
+    /// Leadership handover: fsyncs what was appended, persists the manifest and producer
+    /// snapshot, and closes every descriptor. If the manifest on the volume already carries a
+    /// higher epoch, a newer leader owns the partition: nothing is persisted, descriptors are
+    /// still closed. Idempotent.
+    pub fn relinquish(&self) -> Result<()> {
+        let mut st = self.lock();
+        if st.role != Role::Leader {
+            return Ok(());
+        }
+        let result = self.persist_for_handover(&mut st);
+        st.release(Role::Follower);
+        drop(st);
+        self.wake();
+        result
+    }
+
+    /// Shutdown: the same as [`Partition::relinquish`].
+    pub fn close(&self) -> Result<()> {
+        self.relinquish()
+    }
+
+    /// Topic deleted: closes every descriptor and persists nothing (a late write would land the
+    /// dead incarnation's state in a recreated topic's directory). The partition is unusable
+    /// afterwards; open a new one.
+    pub fn abandon(&self) {
+        self.lock().release(Role::Abandoned);
+        self.wake();
+    }
+
+    fn persist_for_handover(&self, st: &mut State) -> Result<()> {
+        let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
+        let on_disk = manifest::read(fs, dir)?;
+        if on_disk.is_some_and(|m| m.epoch > st.leader_epoch) {
+            tracing::info!(dir = %dir.display(), epoch = st.leader_epoch, "superseded by a newer leader; relinquishing without persisting");
+            return Ok(());
+        }
+        if let Some(reason) = &st.poisoned {
+            return Err(Error::StorageFailure(reason.clone()));
+        }
+        st.sync_all_now(&self.shared)?;
+        producer_snapshot::write(fs, dir, st.leader_epoch, st.log_end_offset, &st.producers)?;
+        manifest::write(fs, dir, &st.manifest())
+    }
+
+    /// Wakes everything waiting on the watch channel so it re-checks the state.
+    fn wake(&self) {
+        let hwm = self.lock().high_watermark;
+        self.shared.hwm.send_replace(hwm);
+    }
+}
+
+impl State {
+    fn manifest(&self) -> manifest::Manifest {
+        manifest::Manifest {
+            epoch: self.leader_epoch,
+            high_watermark: self.high_watermark,
+            log_start_offset: self.log_start_offset,
+        }
+    }
+
+    /// Checks that this engine may serve the partition.
+    fn require_leader(&self) -> Result<()> {
+        match self.role {
+            Role::Leader => Ok(()),
+            Role::Follower => Err(Error::NotLeader),
+            Role::Abandoned => Err(Error::Abandoned),
+        }
+    }
+
+    /// Checks that this engine may write the partition.
+    fn require_writable(&self) -> Result<()> {
+        self.require_leader()?;
+        match &self.poisoned {
+            Some(reason) => Err(Error::StorageFailure(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&mut self, reason: String) -> Error {
+        tracing::error!(%reason, "partition storage failed; refusing writes until the next take_over");
+        self.poisoned = Some(reason.clone());
+        Error::StorageFailure(reason)
+    }
+
+    /// Drops every descriptor and leaves the leader role.
+    fn release(&mut self, role: Role) {
+        for s in &mut self.segments {
+            s.close();
+        }
+        self.role = role;
+        self.generation += 1;
+        self.sync_in_flight = false;
+        self.sync_wanted = -1;
+    }
+}

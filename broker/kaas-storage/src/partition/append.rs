@@ -1,0 +1,224 @@
+//! The append path: validate, check idempotent producers, assign offsets in place, write to the
+//! active segment's page cache. No fsync here (see `durability`).
+
+use kaas_shared::fs::OpenMode;
+use kaas_shared::names::SegmentFileKind;
+
+use super::{Partition, Shared, State};
+use crate::batch::{self, BatchHeader};
+use crate::config::{LogConfig, TimestampType};
+use crate::producer_state::Checked;
+use crate::segment::Segment;
+use crate::{Error, Result, producer_snapshot};
+
+/// Per-append parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendOptions {
+    /// The epoch the caller believes it leads at; older than the partition's is fenced.
+    pub leader_epoch: i32,
+    /// The broker's clock (ms since the epoch): LogAppendTime, timestamp checks, segment.ms.
+    pub now_ms: i64,
+}
+
+/// The result of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendOutcome {
+    /// Offset of the first record.
+    pub base_offset: i64,
+    /// Offset of the last record (pass it to `wait_durable`).
+    pub last_offset: i64,
+    /// The append time for LogAppendTime topics, -1 for CreateTime.
+    pub log_append_time_ms: i64,
+    /// The log start offset after the append.
+    pub log_start_offset: i64,
+    /// An idempotent retry of an appended batch: nothing was written and the original
+    /// offsets are returned.
+    pub duplicate: bool,
+}
+
+impl Partition {
+    /// Validates every batch of `records` (magic 2, sizes, CRC-32C, record count,
+    /// max.message.bytes, timestamps), applies idempotent-producer checks, assigns offsets by
+    /// patching the batches in place and writes them to the active segment. A rejected request
+    /// writes nothing. Does not fsync: await [`Partition::wait_durable`] before acknowledging.
+    pub fn append(&self, records: &mut [u8], opts: AppendOptions) -> Result<AppendOutcome> {
+        let config = self.config();
+        let mut batches = batch::validate_request(records, config.max_message_bytes)?;
+        let log_append_time = match config.timestamp_type {
+            TimestampType::CreateTime => {
+                for (_, h) in &batches {
+                    check_timestamp(&config, h, opts.now_ms)?;
+                }
+                -1
+            }
+            TimestampType::LogAppendTime => {
+                for (pos, h) in &mut batches {
+                    batch::patch_log_append_time(&mut records[*pos..*pos + h.size], opts.now_ms);
+                    h.max_timestamp = opts.now_ms;
+                }
+                opts.now_ms
+            }
+        };
+        let mut st = self.lock();
+        st.require_writable()?;
+        if opts.leader_epoch < st.leader_epoch {
+            return Err(Error::FencedLeaderEpoch {
+                requested: opts.leader_epoch,
+                current: st.leader_epoch,
+            });
+        }
+        if let Checked::Duplicate(m) = st.producers.check(batches.iter().map(|(_, h)| h))? {
+            let log_append_time_ms = if log_append_time >= 0 {
+                m.timestamp
+            } else {
+                -1
+            };
+            return Ok(AppendOutcome {
+                base_offset: m.base_offset,
+                last_offset: m.last_offset,
+                log_append_time_ms,
+                log_start_offset: st.log_start_offset,
+                duplicate: true,
+            });
+        }
+        let records_count: i64 = batches
+            .iter()
+            .map(|(_, h)| i64::from(h.last_offset_delta) + 1)
+            .sum();
+        st.maybe_roll(
+            &self.shared,
+            &config,
+            records.len() as u64,
+            records_count,
+            opts.now_ms,
+        )?;
+        let base_offset = st.log_end_offset;
+        let mut next = base_offset;
+        for (pos, h) in &mut batches {
+            batch::patch_offsets(&mut records[*pos..], next, st.leader_epoch);
+            h.base_offset = next;
+            next = h.last_offset() + 1;
+        }
+        st.write_active(records, &batches, config.index_interval_bytes, opts.now_ms)?;
+        st.log_end_offset = next;
+        Ok(AppendOutcome {
+            base_offset,
+            last_offset: next - 1,
+            log_append_time_ms: log_append_time,
+            log_start_offset: st.log_start_offset,
+            duplicate: false,
+        })
+    }
+}
+
+fn check_timestamp(config: &LogConfig, h: &BatchHeader, now: i64) -> Result<()> {
+    for ts in [h.base_timestamp, h.max_timestamp] {
+        let too_old = now.saturating_sub(ts) > config.message_timestamp_before_max_ms;
+        let too_new = ts.saturating_sub(now) > config.message_timestamp_after_max_ms;
+        if too_old || too_new {
+            return Err(Error::InvalidTimestamp { timestamp: ts, now });
+        }
+    }
+    Ok(())
+}
+
+impl State {
+    /// One positioned write of the whole request to the page cache, then index bookkeeping.
+    fn write_active(
+        &mut self,
+        records: &[u8],
+        batches: &[(usize, BatchHeader)],
+        interval: usize,
+        now: i64,
+    ) -> Result<()> {
+        let active = self.segments.last_mut().ok_or(Error::NotLeader)?;
+        let file = active.file.clone().ok_or(Error::NotLeader)?;
+        let start = active.size;
+        if let Err(e) = file.write_all_at(records, start) {
+            // A failed write may have left part of the request in the file; the offsets are
+            // not advanced, and poisoning makes the next take_over recover the tail.
+            return Err(self.poison(format!("write to the active segment failed: {e}")));
+        }
+        active.first_append_ms.get_or_insert(now);
+        for (pos, h) in batches {
+            active.on_batch(start + *pos as u64, h, interval);
+            self.producers.record(h);
+        }
+        Ok(())
+    }
+
+    fn maybe_roll(
+        &mut self,
+        shared: &Shared,
+        config: &LogConfig,
+        bytes: u64,
+        records: i64,
+        now: i64,
+    ) -> Result<()> {
+        let Some(active) = self.segments.last() else {
+            return self.roll(shared);
+        };
+        if active.size == 0 {
+            return Ok(());
+        }
+        let too_big = active.size + bytes > config.effective_segment_bytes();
+        let too_old = active
+            .first_append_ms
+            .is_some_and(|t| now.saturating_sub(t) >= config.segment_ms);
+        // Relative offsets in the sparse index are 32-bit.
+        let too_many = self.log_end_offset + records - active.base_offset > i64::from(i32::MAX);
+        if too_big || too_old || too_many {
+            self.roll(shared)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Seals the active segment and starts a new one at the log end offset, named with the
+    /// current epoch. Also writes the producer snapshot (its offset is the new base).
+    pub(super) fn roll(&mut self, shared: &Shared) -> Result<()> {
+        let (fs, dir) = (&*shared.fs, &*shared.dir);
+        let base = self.log_end_offset;
+        // A deposed leader learns it here at the latest: rolling would write a producer
+        // snapshot over the new leader's.
+        if let Some(current) = crate::manifest::read(fs, dir)?
+            .map(|m| m.epoch)
+            .filter(|&e| e > self.leader_epoch)
+        {
+            return Err(Error::FencedLeaderEpoch {
+                requested: self.leader_epoch,
+                current,
+            });
+        }
+        if let Some(active) = self.segments.last_mut() {
+            if let (Some(file), true) = (&active.file, active.synced < active.size) {
+                // fdatasync before sealing: recovery scans only the newest segment, so a
+                // sealed segment must be durable before a newer one exists; otherwise a crash
+                // could leave a torn tail in the middle of the log.
+                if let Err(e) = file.sync_data() {
+                    return Err(self.poison(format!("fdatasync at segment roll failed: {e}")));
+                }
+                active.synced = active.size;
+            }
+            active.write_index_files(fs, dir)?;
+        }
+        let path =
+            Segment::from_stat(self.leader_epoch, base, 0).path(dir, SegmentFileKind::Log)?;
+        let file = fs
+            .open(&path, OpenMode::CreateNew)
+            .map_err(|e| Error::io("create", &path, e))?;
+        // fsync the directory: the new segment's name must survive a crash before any
+        // acknowledged record lives in it, or recovery would not find those records.
+        fs.sync_dir(dir)
+            .map_err(|e| Error::io("fsync dir", dir, e))?;
+        producer_snapshot::write(fs, dir, self.leader_epoch, base, &self.producers)?;
+        self.segments
+            .push(Segment::new_active(self.leader_epoch, base, file));
+        if base > self.high_watermark {
+            // Everything below `base` was fsynced above.
+            self.high_watermark = base;
+            shared.hwm.send_replace(base);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,285 @@
+//! Reads: whole batches by offset (up to the high watermark), lookups by timestamp, and
+//! leader-epoch end offsets.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kaas_shared::fs::File;
+
+use super::takeover::relative;
+use super::{Partition, State};
+use crate::batch::{self, BatchHeader};
+use crate::scan::{SMALL_CHUNK, Scanner, Step};
+use crate::{Error, Result};
+
+/// The result of a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOutcome {
+    /// Whole record batches, as stored.
+    pub records: Bytes,
+    /// High watermark at the time of the read.
+    pub high_watermark: i64,
+    /// Log start offset at the time of the read.
+    pub log_start_offset: i64,
+    /// Last stable offset (= high watermark: no transactions yet).
+    pub last_stable_offset: i64,
+}
+
+/// Where in one segment a read looks, captured under the lock and executed outside it.
+#[derive(Debug)]
+struct Window {
+    file: Arc<dyn File>,
+    /// A position at or before the wanted batch (from the sparse index; 0 if none).
+    hint: u64,
+    /// The offset the hint was looked up for: the batch at the hint must not start after it.
+    anchor: i64,
+    /// Readable bytes (bounded and fsynced).
+    limit: u64,
+}
+
+impl Window {
+    /// The first batch (position, header) whose last offset is `>= offset` and that satisfies
+    /// `accept`, scanning from the hint (or from 0 if the hint turns out wrong).
+    fn find(
+        &self,
+        offset: i64,
+        accept: impl Fn(&BatchHeader) -> bool,
+    ) -> Result<Option<(u64, BatchHeader)>> {
+        let mut start = self.hint;
+        loop {
+            let mut scan = Scanner::new(&*self.file, start, self.limit, false, SMALL_CHUNK);
+            let mut first = true;
+            loop {
+                match scan
+                    .next_step()
+                    .map_err(|e| Error::io("read", "segment", e))?
+                {
+                    Step::Batch { header, .. }
+                        if first && start > 0 && header.base_offset > self.anchor =>
+                    {
+                        break;
+                    }
+                    Step::Batch { pos, header }
+                        if header.last_offset() >= offset && accept(&header) =>
+                    {
+                        return Ok(Some((pos, header)));
+                    }
+                    Step::Batch { .. } => first = false,
+                    Step::End | Step::Invalid { .. } if first && start > 0 => break,
+                    Step::End | Step::Invalid { .. } => return Ok(None),
+                }
+            }
+            start = 0; // The index hint did not hold: scan the segment from its start.
+        }
+    }
+
+    fn read_at(&self, pos: u64, len: usize) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut buf, pos)
+            .map_err(|e| Error::io("read", "segment", e))?;
+        Ok(buf)
+    }
+}
+
+impl Partition {
+    /// Whole batches from `fetch_offset` up to the high watermark, at most `max_bytes` unless
+    /// the first batch alone is larger (then that one batch, as Kafka does). Data comes from
+    /// one segment per call. `OffsetOutOfRange` outside `[logStartOffset, highWatermark]`.
+    pub fn read(&self, fetch_offset: i64, max_bytes: usize) -> Result<ReadOutcome> {
+        let mut after_segment = None;
+        loop {
+            let (window, outcome) = {
+                let mut st = self.lock();
+                st.require_leader()?;
+                let outcome = ReadOutcome {
+                    records: Bytes::new(),
+                    high_watermark: st.high_watermark,
+                    log_start_offset: st.log_start_offset,
+                    last_stable_offset: st.high_watermark,
+                };
+                if fetch_offset < st.log_start_offset || fetch_offset > st.high_watermark {
+                    return Err(st.out_of_range(fetch_offset));
+                }
+                if fetch_offset == st.high_watermark {
+                    return Ok(outcome);
+                }
+                let Some(i) = st.segment_index(fetch_offset, after_segment) else {
+                    return Ok(outcome);
+                };
+                after_segment = Some(st.segments[i].base_offset);
+                (self.window(&mut st, i, fetch_offset)?, outcome)
+            };
+            let Some((pos, first)) = window.find(fetch_offset, |_| true)? else {
+                continue;
+            };
+            let available = usize::try_from(window.limit - pos).unwrap_or(usize::MAX);
+            let len = available.min(max_bytes).max(first.size);
+            let mut buf = window.read_at(pos, len)?;
+            buf.truncate(whole_batches(&buf));
+            return Ok(ReadOutcome {
+                records: Bytes::from(buf),
+                ..outcome
+            });
+        }
+    }
+
+    /// The (offset, timestamp) of the first record with a timestamp `>= target`, below the
+    /// high watermark, using the time index. Compressed batches are not decoded: their first
+    /// offset is returned.
+    pub fn offset_for_timestamp(&self, target: i64) -> Result<Option<(i64, i64)>> {
+        let count = {
+            let st = self.lock();
+            st.require_leader()?;
+            st.segments.len()
+        };
+        for i in 0..count {
+            let (window, log_start) = {
+                let mut st = self.lock();
+                st.require_leader()?;
+                if i >= st.segments.len() {
+                    break;
+                }
+                self.load(&mut st, i)?;
+                let seg = &st.segments[i];
+                if seg.max_timestamp.is_none_or(|(ts, _)| ts < target) {
+                    continue;
+                }
+                let from = seg
+                    .time_index
+                    .as_ref()
+                    .and_then(|t| t.lookup_before(target));
+                let from_offset =
+                    from.map_or(seg.base_offset, |(_, rel)| seg.base_offset + i64::from(rel));
+                (self.window(&mut st, i, from_offset)?, st.log_start_offset)
+            };
+            if let Some(found) = find_timestamp(&window, log_start, target)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: the (offset, timestamp) of the record with the largest
+    /// timestamp, `None` for an empty log.
+    pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
+        let mut best: Option<(i64, i64)> = None;
+        {
+            let mut st = self.lock();
+            st.require_leader()?;
+            for i in 0..st.segments.len() {
+                self.load(&mut st, i)?;
+                if let Some((ts, offset)) = st.segments[i].max_timestamp
+                    && best.is_none_or(|(b, _)| ts > b)
+                    && offset >= st.log_start_offset
+                {
+                    best = Some((ts, offset));
+                }
+            }
+        }
+        let Some((ts, offset)) = best else {
+            return Ok(None);
+        };
+        // Refine the batch-level answer to the record inside the batch.
+        let refined = self.offset_for_timestamp(ts)?;
+        Ok(Some(refined.map_or((offset, ts), |(o, t)| (o, t))))
+    }
+
+    /// OffsetForLeaderEpoch, from the epochs in segment names: `(epoch, end offset)` where the
+    /// epoch is the largest known epoch `<= requested` and the end offset is the start of the
+    /// next epoch (the log end offset for the current one); `(-1, -1)` for an epoch newer than
+    /// the current one.
+    pub fn end_offset_for_epoch(&self, requested: i32) -> Result<(i32, i64)> {
+        let st = self.lock();
+        st.require_leader()?;
+        if requested == st.leader_epoch {
+            return Ok((requested, st.log_end_offset));
+        }
+        let next_start = st
+            .segments
+            .iter()
+            .find(|s| s.epoch > requested)
+            .map(|s| s.base_offset);
+        let Some(next_start) = next_start else {
+            return Ok((-1, -1));
+        };
+        let floor = st
+            .segments
+            .iter()
+            .rev()
+            .find(|s| s.epoch <= requested)
+            .map(|s| s.epoch);
+        Ok((floor.unwrap_or(requested), next_start))
+    }
+
+    /// Loads segment `i` (descriptor, indexes, extent) if it is not yet.
+    fn load(&self, st: &mut State, i: usize) -> Result<()> {
+        let interval = self.config().index_interval_bytes;
+        st.ensure_loaded(&*self.shared.fs, &self.shared.dir, i, interval)
+    }
+
+    fn window(&self, st: &mut State, i: usize, offset: i64) -> Result<Window> {
+        self.load(st, i)?;
+        let seg = &st.segments[i];
+        let hint = seg
+            .index
+            .as_ref()
+            .and_then(|ix| ix.lookup(relative(seg.base_offset, offset)));
+        let hint = match hint {
+            Some((_, pos)) if offset > seg.base_offset => u64::from(pos),
+            _ => 0,
+        };
+        let file = seg.file.clone().ok_or(Error::NotLeader)?;
+        Ok(Window {
+            file,
+            hint: hint.min(seg.readable()),
+            anchor: offset,
+            limit: seg.readable(),
+        })
+    }
+}
+
+fn find_timestamp(window: &Window, log_start: i64, target: i64) -> Result<Option<(i64, i64)>> {
+    let Some((pos, header)) = window.find(log_start, |h| h.max_timestamp >= target)? else {
+        return Ok(None);
+    };
+    let batch = window.read_at(pos, header.size)?;
+    Ok(batch::first_record_at_or_after(&header, &batch, target)
+        .map(|(o, ts)| (o.max(log_start), ts)))
+}
+
+/// Length of the prefix of `buf` made of whole batches.
+fn whole_batches(buf: &[u8]) -> usize {
+    let mut end = 0;
+    while let Some((_, size, _)) = batch::peek_offsets(&buf[end..]) {
+        if end + size > buf.len() {
+            break;
+        }
+        end += size;
+    }
+    end
+}
+
+impl State {
+    /// The segment holding `offset`: the last one with base `<= offset`, or the first after
+    /// `after` (when the previous one had nothing at or past `offset`).
+    fn segment_index(&self, offset: i64, after: Option<i64>) -> Option<usize> {
+        match after {
+            None => self
+                .segments
+                .partition_point(|s| s.base_offset <= offset)
+                .checked_sub(1)
+                .or(Some(0)),
+            Some(base) => Some(self.segments.partition_point(|s| s.base_offset <= base)),
+        }
+        .filter(|&i| i < self.segments.len())
+    }
+
+    pub(super) fn out_of_range(&self, offset: i64) -> Error {
+        Error::OffsetOutOfRange {
+            offset,
+            log_start_offset: self.log_start_offset,
+            high_watermark: self.high_watermark,
+        }
+    }
+}

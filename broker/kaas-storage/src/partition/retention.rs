@@ -1,0 +1,101 @@
+//! Housekeeping on the leader: segment.ms rolls, retention by time and size, DeleteRecords,
+//! producer expiration. Only the leader unlinks: it is the only holder of descriptors, so on
+//! NFS an unlink really frees space instead of leaving a `.nfsXXXX` ghost.
+
+use super::{Partition, Role, State};
+use crate::{Result, manifest};
+
+impl Partition {
+    /// DeleteRecords: raises the log start offset to `before_offset` (-1 = the high
+    /// watermark), persists it in the manifest, then unlinks every segment wholly below it.
+    /// Returns the new log start offset.
+    pub fn delete_records(&self, before_offset: i64) -> Result<i64> {
+        let mut st = self.lock();
+        st.require_writable()?;
+        let target = if before_offset == -1 {
+            st.high_watermark
+        } else {
+            before_offset
+        };
+        if target < 0 || target > st.high_watermark {
+            return Err(st.out_of_range(before_offset));
+        }
+        if target > st.log_start_offset {
+            st.log_start_offset = target;
+            // Persist before unlinking: after a crash in between, the manifest still says
+            // where the log starts and the next housekeeping re-drives the unlinks.
+            manifest::write(&*self.shared.fs, &self.shared.dir, &st.manifest())?;
+        }
+        self.delete_segments_while(&mut st, |st, _| {
+            st.segments[1].base_offset <= st.log_start_offset
+        })?;
+        Ok(st.log_start_offset)
+    }
+
+    /// Periodic work (leader only; a no-op otherwise): roll an active segment older than
+    /// segment.ms, delete segments past retention.ms / retention.bytes, expire idle producers.
+    /// Segments are deleted oldest first, never the active one, and only below the high
+    /// watermark.
+    pub fn housekeeping(&self, now_ms: i64) -> Result<()> {
+        let config = self.config();
+        let mut st = self.lock();
+        if st.role != Role::Leader || st.poisoned.is_some() {
+            return Ok(());
+        }
+        let stale_active = st.segments.last().is_some_and(|a| {
+            a.size > 0
+                && a.first_append_ms
+                    .is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
+        });
+        if stale_active && st.high_watermark == st.log_end_offset {
+            st.roll(&self.shared)?;
+        }
+        let interval = config.index_interval_bytes;
+        self.delete_segments_while(&mut st, |st, _| {
+            st.segments[1].base_offset <= st.log_start_offset
+        })?;
+        if config.retention_ms >= 0 {
+            let cutoff = now_ms.saturating_sub(config.retention_ms);
+            let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
+            self.delete_segments_while(&mut st, |st, _| {
+                st.ensure_loaded(fs, dir, 0, interval).is_ok()
+                    && st.segments[0]
+                        .max_timestamp
+                        .is_none_or(|(ts, _)| ts < cutoff)
+            })?;
+        }
+        if config.retention_bytes >= 0 {
+            let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
+            let limit = config.retention_bytes as u64;
+            self.delete_segments_while(&mut st, |st, _| {
+                let oldest = st.segments[0].size;
+                let delete = total.saturating_sub(oldest) >= limit && total > limit;
+                if delete {
+                    total -= oldest;
+                }
+                delete
+            })?;
+        }
+        st.producers
+            .expire(now_ms.saturating_sub(config.producer_id_expiration_ms));
+        Ok(())
+    }
+
+    /// Unlinks the oldest segment while `condition` holds, never the active segment and never
+    /// one that reaches past the high watermark; raises the log start offset past them.
+    fn delete_segments_while(
+        &self,
+        st: &mut State,
+        mut condition: impl FnMut(&mut State, usize) -> bool,
+    ) -> Result<()> {
+        while st.segments.len() > 1
+            && st.segments[1].base_offset <= st.high_watermark
+            && condition(st, 0)
+        {
+            let mut oldest = st.segments.remove(0);
+            oldest.unlink(&*self.shared.fs, &self.shared.dir)?;
+            st.log_start_offset = st.log_start_offset.max(st.segments[0].base_offset);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,275 @@
+//! take_over: open descriptors, recover the newest segment, restore producer state, raise the
+//! epoch, roll to a fresh epoch-stamped segment and persist the manifest, all before the first
+//! write is accepted.
+
+use kaas_shared::fs::{Fs, OpenMode};
+use kaas_shared::names::SegmentFileKind;
+
+use super::{Partition, Role, State, listing};
+use crate::producer_state::ProducerStates;
+use crate::scan::{BIG_CHUNK, Scanner, Step};
+use crate::segment::Segment;
+use crate::{Error, Result, manifest, producer_snapshot};
+
+/// What a take_over found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeoverReport {
+    /// The epoch now led.
+    pub leader_epoch: i32,
+    /// The newest epoch found on the volume before (-1 for a new partition).
+    pub previous_epoch: i32,
+    /// Log start offset after recovery.
+    pub log_start_offset: i64,
+    /// Log end offset (= high watermark) after recovery.
+    pub log_end_offset: i64,
+    /// The manifest's high watermark before recovery (-1 if there was no manifest).
+    pub manifest_high_watermark: i64,
+    /// Bytes cut from a torn or scribbled tail of the newest segment.
+    pub truncated_bytes: u64,
+    /// Idempotent producers known after restoring the snapshot and replaying the log.
+    pub producers: usize,
+    /// Leftover names removed (temp files, a deposed leader's segments, orphan indexes).
+    pub removed_files: usize,
+}
+
+impl Partition {
+    /// Takes the partition over at `leader_epoch` (see the module docs). Fails with
+    /// `FencedLeaderEpoch` if the volume already carries a newer epoch. Taking over again at the
+    /// epoch already led is a no-op; a higher epoch while leading re-runs the whole procedure.
+    pub fn take_over(&self, leader_epoch: i32) -> Result<TakeoverReport> {
+        let mut st = self.lock();
+        match st.role {
+            Role::Abandoned => return Err(Error::Abandoned),
+            Role::Leader if leader_epoch == st.leader_epoch && st.poisoned.is_none() => {
+                return Ok(st.report(leader_epoch, leader_epoch, -1, 0, 0));
+            }
+            Role::Leader if leader_epoch < st.leader_epoch => {
+                return Err(Error::FencedLeaderEpoch {
+                    requested: leader_epoch,
+                    current: st.leader_epoch,
+                });
+            }
+            _ => st.release(Role::Follower),
+        }
+        let result = self.recover_and_lead(&mut st, leader_epoch);
+        if result.is_err() {
+            st.release(Role::Follower);
+        }
+        drop(st);
+        self.wake();
+        result
+    }
+
+    fn recover_and_lead(&self, st: &mut State, epoch: i32) -> Result<TakeoverReport> {
+        let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
+        let config = self.config();
+        let manifest = manifest::read(fs, dir)?;
+        let listing = listing::list(fs, dir)?;
+        let previous_epoch = listing.max_epoch.max(manifest.map_or(-1, |m| m.epoch));
+        if epoch < previous_epoch {
+            return Err(Error::FencedLeaderEpoch {
+                requested: epoch,
+                current: previous_epoch,
+            });
+        }
+        for name in &listing.garbage {
+            let path = dir.join(name);
+            match fs.remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("unlink", path, e)),
+            }
+        }
+        if let Some(topic_dir) = dir.parent() {
+            // fsync the topic directory: the partition directory may have just been created, and
+            // its name must survive a power loss before acknowledged records live inside it.
+            fs.sync_dir(topic_dir)
+                .map_err(|e| Error::io("fsync dir", topic_dir, e))?;
+        }
+        st.segments = listing.segments;
+        st.poisoned = None;
+        let manifest_start = manifest.map_or(0, |m| m.log_start_offset);
+        let truncated = match st.segments.last_mut() {
+            Some(newest) => recover_newest(fs, dir, newest, config.index_interval_bytes)?,
+            None => 0,
+        };
+        let log_end = st
+            .segments
+            .last()
+            .and_then(|s| s.end_offset)
+            .unwrap_or(manifest_start.max(0));
+        let first_base = st.segments.first().map_or(log_end, |s| s.base_offset);
+        st.log_end_offset = log_end;
+        st.high_watermark = log_end;
+        st.log_start_offset = manifest_start.max(first_base).min(log_end);
+        st.leader_epoch = epoch;
+        st.role = Role::Leader;
+        st.restore_producers(&self.shared)?;
+        st.roll_for_epoch(&self.shared, epoch)?;
+        manifest::write(fs, dir, &st.manifest())?;
+        let removed = listing.garbage.len();
+        Ok(st.report(
+            epoch,
+            previous_epoch,
+            manifest.map_or(-1, |m| m.high_watermark),
+            truncated,
+            removed,
+        ))
+    }
+}
+
+/// Recovery of the newest segment: scan it forward verifying every batch's CRC and offset
+/// continuity, truncate a torn or scribbled tail at the last valid byte, rebuild its indexes,
+/// and make what remains durable. Returns the bytes cut.
+fn recover_newest(
+    fs: &dyn Fs,
+    dir: &std::path::Path,
+    seg: &mut Segment,
+    index_interval: usize,
+) -> Result<u64> {
+    let path = seg.path(dir, SegmentFileKind::Log)?;
+    let file = seg.open(fs, dir, OpenMode::ReadWrite)?;
+    let io = |op| {
+        let path = path.clone();
+        move |e| Error::io(op, path, e)
+    };
+    let len = file.len().map_err(io("stat"))?;
+    let base = seg.base_offset;
+    *seg = Segment::new_active(seg.epoch, base, file.clone());
+    let mut scan = Scanner::new(&*file, 0, len, true, BIG_CHUNK);
+    let valid_end = loop {
+        match scan.next_step().map_err(io("read"))? {
+            Step::Batch { pos, header } if Some(header.base_offset) == seg.end_offset => {
+                seg.on_batch(pos, &header, index_interval);
+            }
+            Step::Batch { pos, header } => {
+                tracing::warn!(path = %dir.display(), pos, base = header.base_offset, "batch breaks offset continuity; truncating");
+                break pos;
+            }
+            Step::End => break len,
+            Step::Invalid { pos, reason } => {
+                tracing::warn!(path = %dir.display(), pos, %reason, "invalid tail; truncating");
+                break pos;
+            }
+        }
+    };
+    if valid_end < len {
+        file.set_len(valid_end).map_err(io("truncate"))?;
+    }
+    // fdatasync the recovered segment: the previous leader may have died before its group
+    // commit, so these bytes may still be only in a page cache. Everything up to here becomes
+    // the high watermark; without this a power loss could take back records we now serve.
+    file.sync_data().map_err(io("fdatasync"))?;
+    seg.synced = seg.size;
+    Ok(len - valid_end)
+}
+
+impl State {
+    fn report(
+        &self,
+        epoch: i32,
+        previous: i32,
+        manifest_hwm: i64,
+        truncated: u64,
+        removed: usize,
+    ) -> TakeoverReport {
+        TakeoverReport {
+            leader_epoch: epoch,
+            previous_epoch: previous,
+            log_start_offset: self.log_start_offset,
+            log_end_offset: self.log_end_offset,
+            manifest_high_watermark: manifest_hwm,
+            truncated_bytes: truncated,
+            producers: self.producers.len(),
+            removed_files: removed,
+        }
+    }
+
+    /// Restores the producer snapshot and replays the log after its offset; without a usable
+    /// snapshot (missing, or ahead of a truncated log) the whole log is replayed.
+    fn restore_producers(&mut self, shared: &super::Shared) -> Result<()> {
+        let (fs, dir) = (&*shared.fs, &*shared.dir);
+        // A snapshot is usable only if its writer's epoch really reached its offset: a deposed
+        // leader's snapshot claims offsets the log gave to the next epoch.
+        let (from, states) = match producer_snapshot::read(fs, dir) {
+            Some((epoch, offset, states)) if offset <= self.epoch_end(epoch) => (offset, states),
+            _ => (i64::MIN, ProducerStates::default()),
+        };
+        self.producers = states;
+        let interval = shared.config.read().index_interval_bytes;
+        for i in 0..self.segments.len() {
+            let next_base = self.segments.get(i + 1).map(|s| s.base_offset);
+            if next_base.is_some_and(|n| n <= from) {
+                continue;
+            }
+            self.ensure_loaded(fs, dir, i, interval)?;
+            let seg = &self.segments[i];
+            let start = match seg
+                .index
+                .as_ref()
+                .and_then(|ix| ix.lookup(relative(seg.base_offset, from)))
+            {
+                Some((_, pos)) if from > seg.base_offset => u64::from(pos),
+                _ => 0,
+            };
+            let file = seg.file.clone().ok_or(Error::NotLeader)?;
+            let mut scan = Scanner::new(&*file, start, seg.size, false, BIG_CHUNK);
+            while let Step::Batch { header, .. } =
+                scan.next_step().map_err(|e| Error::io("read", dir, e))?
+            {
+                if header.base_offset >= from {
+                    self.producers.record(&header);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where `epoch` ends in the log: the first segment of a later epoch, or the log end.
+    fn epoch_end(&self, epoch: i32) -> i64 {
+        let next = self
+            .segments
+            .iter()
+            .find(|s| s.epoch > epoch)
+            .map(|s| s.base_offset);
+        next.unwrap_or(self.log_end_offset).min(self.log_end_offset)
+    }
+
+    /// Makes sure a sealed segment has its descriptor, indexes and true extent.
+    pub(super) fn ensure_loaded(
+        &mut self,
+        fs: &dyn Fs,
+        dir: &std::path::Path,
+        i: usize,
+        interval: usize,
+    ) -> Result<()> {
+        let next_base = self.segments.get(i + 1).map(|s| s.base_offset);
+        let seg = &mut self.segments[i];
+        if seg.bounded && seg.file.is_some() {
+            return Ok(());
+        }
+        seg.load_sealed(fs, dir, next_base, interval)
+    }
+
+    /// The take-over roll: the new epoch writes to a fresh segment named with it, so a deposed
+    /// leader still appending to the old one can never interleave with us.
+    fn roll_for_epoch(&mut self, shared: &super::Shared, epoch: i32) -> Result<()> {
+        let (fs, dir) = (&*shared.fs, &*shared.dir);
+        if let Some(newest) = self.segments.last_mut() {
+            if newest.size == 0 && newest.epoch == epoch {
+                return Ok(());
+            }
+            if newest.size == 0 {
+                // An empty segment of an older epoch at the same base: replace it.
+                newest.unlink(fs, dir)?;
+                self.segments.pop();
+            }
+        }
+        self.roll(shared)
+    }
+}
+
+/// `offset - base` as a relative index offset (saturating).
+pub(super) fn relative(base: i64, offset: i64) -> u32 {
+    u32::try_from(offset.saturating_sub(base).max(0)).unwrap_or(u32::MAX)
+}

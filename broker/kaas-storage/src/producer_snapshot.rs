@@ -1,0 +1,64 @@
+//! `producer-state.snapshot`: the idempotent-producer dedupe window as of a log offset. Written
+//! atomically on segment roll and relinquish, restored on take_over and then brought up to date
+//! by replaying the log after its offset. Without it, a leadership move would forget the
+//! sequence history and classify in-flight retries as out-of-order instead of duplicates.
+
+use std::path::Path;
+
+use kaas_shared::atomic_file::{read_json, write_json};
+use kaas_shared::fs::Fs;
+use kaas_shared::names::PRODUCER_SNAPSHOT_FILE;
+use serde::{Deserialize, Serialize};
+
+use crate::Result;
+use crate::producer_state::{ProducerEntry, ProducerStates};
+
+const VERSION: u32 = 1;
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Snapshot {
+    version: u32,
+    /// Epoch of the leader that wrote it.
+    epoch: i32,
+    /// The state covers every batch below this offset.
+    offset: i64,
+    producers: Vec<ProducerEntry>,
+}
+
+/// Writes the snapshot of `states` taken by the leader of `epoch`, valid for every batch below
+/// `offset`.
+pub(crate) fn write(
+    fs: &dyn Fs,
+    dir: &Path,
+    epoch: i32,
+    offset: i64,
+    states: &ProducerStates,
+) -> Result<()> {
+    let snap = Snapshot {
+        version: VERSION,
+        epoch,
+        offset,
+        producers: states.entries(),
+    };
+    Ok(write_json(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), &snap)?)
+}
+
+/// Reads the snapshot: `(epoch, offset, states)`. A missing, unreadable or unknown-version snapshot
+/// yields `None` and the caller rebuilds the state from the whole log instead.
+pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Option<(i32, i64, ProducerStates)> {
+    match read_json::<Snapshot>(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), "producer snapshot") {
+        Ok(Some(s)) if s.version == VERSION => {
+            Some((s.epoch, s.offset, ProducerStates::from_entries(s.producers)))
+        }
+        Ok(Some(s)) => {
+            tracing::warn!(dir = %dir.display(), version = s.version, "unknown producer snapshot version; rebuilding from the log");
+            None
+        }
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "unreadable producer snapshot; rebuilding from the log");
+            None
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Idempotent-producer state: per producer id, its epoch and the last few batches appended, for
+//! duplicate detection and sequence checks. The rules follow Apache Kafka's ProducerStateManager
+//! and ProducerAppendInfo:
+//! - a batch whose epoch is older than the producer's is rejected (`InvalidProducerEpoch`);
+//! - a batch matching one of the last five batches (same epoch, first and last sequence) is a
+//!   duplicate: nothing is written and the original offsets are returned;
+//! - a newer epoch must start at sequence 0;
+//! - within an epoch, a batch must start right after the last sequence (wrapping at
+//!   `i32::MAX`), else `OutOfOrderSequence`;
+//! - a producer with no state (new, or expired) may start at any sequence.
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use crate::batch::{BatchHeader, increment_sequence};
+use crate::{Error, Result};
+
+/// How many batches per producer are remembered for duplicate detection (Kafka's value).
+pub(crate) const BATCHES_TO_RETAIN: usize = 5;
+
+/// One appended batch, as remembered for duplicate detection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BatchMeta {
+    pub(crate) first_seq: i32,
+    pub(crate) last_seq: i32,
+    pub(crate) base_offset: i64,
+    pub(crate) last_offset: i64,
+    /// maxTimestamp of the batch as stored (the append time for LogAppendTime).
+    pub(crate) timestamp: i64,
+}
+
+/// One producer's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ProducerEntry {
+    pub(crate) producer_id: i64,
+    pub(crate) epoch: i16,
+    pub(crate) batches: VecDeque<BatchMeta>,
+    /// Newest batch timestamp, for expiration.
+    pub(crate) last_timestamp: i64,
+}
+
+impl ProducerEntry {
+    fn last_seq(&self) -> i32 {
+        self.batches.back().map_or(-1, |b| b.last_seq)
+    }
+}
+
+/// All producers of one partition.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ProducerStates {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+/// What checking a request's batches found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Checked {
+    /// Every batch may be appended.
+    Fresh,
+    /// The request repeats an appended batch.
+    Duplicate(BatchMeta),
+}
+
+impl ProducerStates {
+    pub(crate) fn from_entries(entries: Vec<ProducerEntry>) -> Self {
+        ProducerStates {
+            producers: entries.into_iter().map(|e| (e.producer_id, e)).collect(),
+        }
+    }
+
+    pub(crate) fn entries(&self) -> Vec<ProducerEntry> {
+        let mut v: Vec<_> = self.producers.values().cloned().collect();
+        v.sort_by_key(|e| e.producer_id);
+        v
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Checks a request's batches in order, without changing any state. Batches later in the
+    /// request are checked against the sequence the earlier ones would leave.
+    pub(crate) fn check<'a>(
+        &self,
+        batches: impl Iterator<Item = &'a BatchHeader>,
+    ) -> Result<Checked> {
+        // (producer id, epoch, last sequence) left by earlier batches of this request.
+        let mut pending: Vec<(i64, i16, i32)> = Vec::new();
+        for b in batches.filter(|b| b.producer_id >= 0) {
+            let pid = b.producer_id;
+            let stored = self.producers.get(&pid);
+            let current = pending
+                .iter()
+                .rev()
+                .find(|p| p.0 == pid)
+                .map(|&(_, epoch, seq)| (epoch, seq))
+                .or_else(|| stored.map(|e| (e.epoch, e.last_seq())));
+            if let Some((epoch, last_seq)) = current {
+                if b.producer_epoch < epoch {
+                    return Err(Error::InvalidProducerEpoch {
+                        producer_id: pid,
+                        found: b.producer_epoch,
+                        current: epoch,
+                    });
+                }
+                if let Some(dup) = stored.and_then(|e| find_duplicate(e, b)) {
+                    return Ok(Checked::Duplicate(dup));
+                }
+                let in_sequence = if b.producer_epoch > epoch {
+                    b.base_sequence == 0
+                } else {
+                    b.base_sequence == increment_sequence(last_seq, 1)
+                        || (last_seq == -1 && b.base_sequence == 0)
+                };
+                if !in_sequence {
+                    let last = if b.producer_epoch > epoch {
+                        -1
+                    } else {
+                        last_seq
+                    };
+                    return Err(Error::OutOfOrderSequence {
+                        producer_id: pid,
+                        last,
+                        found: b.base_sequence,
+                    });
+                }
+            }
+            pending.push((pid, b.producer_epoch, b.last_sequence()));
+        }
+        Ok(Checked::Fresh)
+    }
+
+    /// Records an appended batch (after `check`, or when replaying the log on recovery).
+    pub(crate) fn record(&mut self, b: &BatchHeader) {
+        if b.producer_id < 0 {
+            return;
+        }
+        let entry = self
+            .producers
+            .entry(b.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                producer_id: b.producer_id,
+                epoch: b.producer_epoch,
+                batches: VecDeque::with_capacity(BATCHES_TO_RETAIN),
+                last_timestamp: b.max_timestamp,
+            });
+        if b.producer_epoch != entry.epoch {
+            entry.epoch = b.producer_epoch;
+            entry.batches.clear();
+        }
+        if entry.batches.len() == BATCHES_TO_RETAIN {
+            entry.batches.pop_front();
+        }
+        entry.batches.push_back(BatchMeta {
+            first_seq: b.base_sequence,
+            last_seq: b.last_sequence(),
+            base_offset: b.base_offset,
+            last_offset: b.last_offset(),
+            timestamp: b.max_timestamp,
+        });
+        entry.last_timestamp = entry.last_timestamp.max(b.max_timestamp);
+    }
+
+    /// Drops producers idle since before `cutoff_ms`.
+    pub(crate) fn expire(&mut self, cutoff_ms: i64) {
+        self.producers.retain(|_, e| e.last_timestamp >= cutoff_ms);
+    }
+}
+
+fn find_duplicate(entry: &ProducerEntry, b: &BatchHeader) -> Option<BatchMeta> {
+    if entry.epoch != b.producer_epoch {
+        return None;
+    }
+    let last_seq = b.last_sequence();
+    entry
+        .batches
+        .iter()
+        .find(|m| m.first_seq == b.base_sequence && m.last_seq == last_seq)
+        .copied()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::batch::parse_header;
+    use crate::testing::BatchBuilder;
+
+    fn header(pid: i64, epoch: i16, seq: i32, n: usize, base_offset: i64) -> BatchHeader {
+        let b = BatchBuilder::new()
+            .producer(pid, epoch, seq)
+            .records(n, 1)
+            .base_offset(base_offset)
+            .build();
+        parse_header(&b).unwrap()
+    }
+
+    #[test]
+    fn kafka_rules() {
+        let mut s = ProducerStates::default();
+        let first = header(7, 0, 5, 2, 0);
+        assert_eq!(
+            s.check([&first].into_iter()).unwrap(),
+            Checked::Fresh,
+            "unknown producer: any sequence"
+        );
+        s.record(&first);
+        let dup = s.check([&header(7, 0, 5, 2, 99)].into_iter()).unwrap();
+        assert!(matches!(
+            dup,
+            Checked::Duplicate(BatchMeta {
+                base_offset: 0,
+                last_offset: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            s.check([&header(7, 0, 8, 1, 2)].into_iter()),
+            Err(Error::OutOfOrderSequence {
+                last: 6,
+                found: 8,
+                ..
+            })
+        ));
+        assert_eq!(
+            s.check([&header(7, 0, 7, 1, 2)].into_iter()).unwrap(),
+            Checked::Fresh
+        );
+        // Two batches in one request: the second must follow the first.
+        let (a, b) = (header(7, 0, 7, 2, 2), header(7, 0, 9, 1, 4));
+        assert_eq!(s.check([&a, &b].into_iter()).unwrap(), Checked::Fresh);
+        assert!(s.check([&b, &a].into_iter()).is_err());
+        assert!(matches!(
+            s.check([&header(7, 1, 3, 1, 2)].into_iter()),
+            Err(Error::OutOfOrderSequence { .. })
+        ));
+        assert_eq!(
+            s.check([&header(7, 1, 0, 1, 2)].into_iter()).unwrap(),
+            Checked::Fresh
+        );
+        s.record(&header(7, 1, 0, 1, 2));
+        assert!(matches!(
+            s.check([&header(7, 0, 1, 1, 3)].into_iter()),
+            Err(Error::InvalidProducerEpoch {
+                found: 0,
+                current: 1,
+                ..
+            })
+        ));
+        for i in 1..=6 {
+            s.record(&header(7, 1, i, 1, 2 + i64::from(i)));
+        }
+        assert_eq!(s.entries()[0].batches.len(), BATCHES_TO_RETAIN);
+        s.expire(i64::MAX);
+        assert_eq!(s.len(), 0);
+    }
+}

@@ -1,0 +1,17 @@
+//! Storage scenarios, each written once and run against the in-memory filesystem and a real
+//! temp directory (STYLE habit 7).
+
+#![allow(clippy::unwrap_used)]
+
+mod scenarios {
+    pub(crate) mod support;
+
+    mod append;
+    mod durability;
+    mod golden;
+    mod idempotence;
+    mod leadership;
+    mod lookups;
+    mod recovery;
+    mod retention;
+}

@@ -1,0 +1,116 @@
+//! Group commit, the high watermark and poisoning.
+
+use std::sync::Arc;
+
+use kaas_storage::{Error, LogConfig};
+
+use super::support::*;
+
+fn group_commit_makes_everything_durable(v: &Volume) {
+    let p = v.leader(
+        1,
+        LogConfig {
+            segment_bytes: 64 << 10,
+            ..LogConfig::default()
+        },
+    );
+    let mut rx = p.watch_high_watermark();
+    block_on(async {
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let p = p.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut last = -1;
+                for i in 0..50 {
+                    let mut b = batch(&format!("t{t}-{i}"), 2);
+                    let out = p.append(&mut b, opts(1)).unwrap();
+                    assert!(p.high_watermark() <= p.log_end_offset());
+                    p.wait_durable(out.last_offset).await.unwrap();
+                    assert!(p.high_watermark() > out.last_offset);
+                    last = out.last_offset;
+                }
+                last
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+    });
+    assert_eq!(p.log_end_offset(), 800);
+    assert_eq!(p.high_watermark(), 800);
+    assert_eq!(read_all(&p).len(), 800);
+}
+scenario!(group_commit_makes_everything_durable);
+
+fn unsynced_records_are_not_visible(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    let out = p.append(&mut batch("a", 3), opts(1)).unwrap();
+    assert_eq!(p.log_end_offset(), 3);
+    assert_eq!(p.high_watermark(), 0, "nothing asked for durability yet");
+    assert!(p.read(0, 1 << 20).unwrap().records.is_empty());
+    let mut rx = p.watch_high_watermark();
+    block_on(p.wait_durable(out.last_offset)).unwrap();
+    assert_eq!(*rx.borrow_and_update(), 3);
+    assert_eq!(read_all(&p).len(), 3);
+    assert!(matches!(
+        block_on(p.wait_durable(3)),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+}
+scenario!(unsynced_records_are_not_visible);
+
+#[test]
+fn failed_fsync_poisons_until_take_over() {
+    let v = Volume::memory();
+    let mem = v.mem.clone().unwrap();
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 1));
+    let out = p.append(&mut batch("b", 1), opts(1)).unwrap();
+    mem.fail_syncs(true);
+    assert!(matches!(
+        block_on(p.wait_durable(out.last_offset)),
+        Err(Error::StorageFailure(_))
+    ));
+    assert!(matches!(
+        p.append(&mut batch("c", 1), opts(1)),
+        Err(Error::StorageFailure(_))
+    ));
+    assert_eq!(p.high_watermark(), 1);
+    mem.fail_syncs(false);
+    p.take_over(2).unwrap();
+    append(&p, 2, batch("d", 1));
+    assert_eq!(values(&read_all(&p)), vec!["a-0", "b-0", "d-0"]);
+}
+
+#[test]
+fn waiters_on_many_partitions_share_the_runtime() {
+    let v = Volume::memory();
+    let engine = v.engine();
+    let parts: Vec<Arc<_>> = (0..8)
+        .map(|i| {
+            let p = engine
+                .open_partition(TOPIC, v.topic_id, i, LogConfig::default())
+                .unwrap();
+            p.take_over(1).unwrap();
+            p
+        })
+        .collect();
+    block_on(async {
+        let mut tasks = Vec::new();
+        for p in &parts {
+            for _ in 0..4 {
+                let p = p.clone();
+                tasks.push(tokio::spawn(async move {
+                    let out = p.append(&mut batch("x", 10), opts(1)).unwrap();
+                    p.wait_durable(out.last_offset).await.unwrap();
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert!(parts.iter().all(|p| p.high_watermark() == 40));
+}

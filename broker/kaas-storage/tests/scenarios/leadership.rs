@@ -1,0 +1,218 @@
+//! take_over / relinquish / abandon, epoch fencing, zombie leaders and identity.
+
+use kaas_storage::{Error, LogConfig, Manifest};
+
+use super::support::*;
+
+fn take_over_after_relinquish_keeps_data(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 3));
+    p.relinquish().unwrap();
+    assert!(!p.is_leader());
+    assert!(matches!(p.read(0, 100), Err(Error::NotLeader)));
+    assert!(matches!(
+        p.append(&mut batch("x", 1), opts(1)),
+        Err(Error::NotLeader)
+    ));
+    let q = v.partition(LogConfig::default());
+    assert!(q.size_bytes() > 0, "stat-only open sees the segments");
+    let report = q.take_over(2).unwrap();
+    assert_eq!(
+        (
+            report.previous_epoch,
+            report.log_end_offset,
+            report.manifest_high_watermark
+        ),
+        (1, 3, 3)
+    );
+    append(&q, 2, batch("b", 1));
+    assert_eq!(values(&read_all(&q)), vec!["a-0", "a-1", "a-2", "b-0"]);
+    assert_eq!(
+        v.logs().len(),
+        2,
+        "the take-over rolled to a segment of epoch 2: {:?}",
+        v.logs()
+    );
+    assert!(v.logs()[1].starts_with("0000000002-00000000000000000003"));
+    let manifest: Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    assert_eq!(
+        manifest,
+        Manifest {
+            epoch: 2,
+            high_watermark: 3,
+            log_start_offset: 0
+        }
+    );
+    q.close().unwrap();
+    let manifest: Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    assert_eq!(manifest.high_watermark, 4);
+}
+scenario!(take_over_after_relinquish_keeps_data);
+
+fn epochs_fence_old_leaders(v: &Volume) {
+    let p = v.leader(5, LogConfig::default());
+    append(&p, 5, batch("a", 1));
+    assert!(matches!(
+        p.append(&mut batch("x", 1), opts(4)),
+        Err(Error::FencedLeaderEpoch {
+            requested: 4,
+            current: 5
+        })
+    ));
+    p.relinquish().unwrap();
+    let q = v.partition(LogConfig::default());
+    assert!(matches!(
+        q.take_over(3),
+        Err(Error::FencedLeaderEpoch {
+            requested: 3,
+            current: 5
+        })
+    ));
+    assert!(!q.is_leader());
+    assert_eq!(
+        q.take_over(5).unwrap().log_end_offset,
+        1,
+        "same epoch again is allowed (restart)"
+    );
+    assert_eq!(q.take_over(5).unwrap().leader_epoch, 5, "idempotent");
+    assert_eq!(q.stored_epoch().unwrap(), 5);
+}
+scenario!(epochs_fence_old_leaders);
+
+fn zombie_writes_are_never_served(v: &Volume) {
+    let config = LogConfig::default();
+    let zombie = v.leader(1, config);
+    append(&zombie, 1, batch("old", 2));
+    // Another broker takes over while the old leader still believes it leads.
+    let leader = v.leader(2, config);
+    assert_eq!(leader.log_end_offset(), 2);
+    let late = append(&zombie, 1, batch("zombie", 3));
+    assert_eq!(
+        late.base_offset, 2,
+        "the zombie appends into its own, now dead, segment"
+    );
+    append(&leader, 2, batch("new", 1));
+    assert_eq!(values(&read_all(&leader)), vec!["old-0", "old-1", "new-0"]);
+    // At its next roll the zombie finds the newer epoch in the manifest and stops.
+    zombie.set_config(LogConfig {
+        segment_bytes: 1,
+        ..config
+    });
+    assert!(matches!(
+        zombie.append(&mut batch("z", 1), opts(1)),
+        Err(Error::FencedLeaderEpoch {
+            requested: 1,
+            current: 2
+        })
+    ));
+    zombie.relinquish().unwrap();
+    let manifest: Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    assert_eq!(manifest.epoch, 2, "a superseded leader persists nothing");
+    // A segment a zombie created past the new epoch's start is not part of the log.
+    let ghost = "0000000001-00000000000000000005.log";
+    v.fs()
+        .open(
+            &v.partition_dir().join(ghost),
+            kaas_shared::fs::OpenMode::CreateNew,
+        )
+        .unwrap();
+    v.write_at(ghost, 0, &batch("ghost", 1));
+    leader.relinquish().unwrap();
+    // A third leader still serves exactly the real log, and removes the zombie's segment.
+    let third = v.leader(3, config);
+    assert_eq!(values(&read_all(&third)), vec!["old-0", "old-1", "new-0"]);
+    assert!(!v.logs().contains(&ghost.to_owned()), "{:?}", v.logs());
+    append(&third, 3, batch("third", 1));
+    assert_eq!(read_all(&third).last().unwrap().offset, 3);
+}
+scenario!(zombie_writes_are_never_served);
+
+fn abandon_persists_nothing(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 2));
+    let manifest_before = v.read_file("manifest.json");
+    let snapshot_before = v.read_file("producer-state.snapshot");
+    p.abandon();
+    assert!(matches!(p.read(0, 10), Err(Error::Abandoned)));
+    assert!(matches!(p.take_over(2), Err(Error::Abandoned)));
+    p.relinquish().unwrap();
+    assert_eq!(v.read_file("manifest.json"), manifest_before);
+    assert_eq!(v.read_file("producer-state.snapshot"), snapshot_before);
+}
+scenario!(abandon_persists_nothing);
+
+fn identity_guards_the_directory(v: &Volume) {
+    v.partition(LogConfig::default());
+    let other = uuid::Uuid::new_v4();
+    let err = v
+        .engine()
+        .open_partition(TOPIC, other, 0, LogConfig::default())
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Volume(kaas_shared::Error::IdentityMismatch { .. })
+    ));
+    assert!(matches!(
+        v.engine()
+            .open_partition("__x", other, 0, LogConfig::default()),
+        Err(Error::InvalidConfig { .. })
+    ));
+}
+scenario!(identity_guards_the_directory);
+
+fn unknown_files_are_errors(v: &Volume) {
+    v.partition(LogConfig::default());
+    v.fs()
+        .open(
+            &v.partition_dir().join("stray.txt"),
+            kaas_shared::fs::OpenMode::CreateNew,
+        )
+        .unwrap();
+    let err = v
+        .engine()
+        .open_partition(TOPIC, v.topic_id, 0, LogConfig::default())
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Volume(kaas_shared::Error::BadName { .. })
+    ));
+}
+scenario!(unknown_files_are_errors);
+
+/// Descriptors this process holds on files in `dir` (Linux).
+fn open_descriptors_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .count()
+}
+
+#[test]
+fn only_the_leader_holds_descriptors() {
+    let v = Volume::disk();
+    let config = LogConfig {
+        segment_bytes: 300,
+        ..LogConfig::default()
+    };
+    let p = v.leader(1, config);
+    for i in 0..10 {
+        append(&p, 1, batch(&format!("f{i}"), 2));
+    }
+    assert_eq!(read_all(&p).len(), 20);
+    p.relinquish().unwrap();
+    let dir = v.partition_dir();
+    assert_eq!(open_descriptors_in(&dir), 0, "relinquish closes everything");
+    let q = v.partition(config);
+    assert!(q.size_bytes() > 0);
+    assert_eq!(
+        open_descriptors_in(&dir),
+        0,
+        "a stat-only open holds nothing"
+    );
+    q.take_over(2).unwrap();
+    assert_eq!(read_all(&q).len(), 20);
+    assert!(open_descriptors_in(&dir) > 0);
+    q.abandon();
+    assert_eq!(open_descriptors_in(&dir), 0, "abandon closes everything");
+}

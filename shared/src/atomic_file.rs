@@ -1,0 +1,176 @@
+//! The two atomic primitives every durable change on the volume is built from (seed 001):
+//! replace a file by renaming a fully written, fsynced temp file over it, and create a file by
+//! exclusive create. Nothing is edited in place.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::fs::{Fs, OpenMode, read_optional};
+use crate::names::temp_file_name;
+use crate::{Error, Result};
+
+/// Replaces (or creates) `path` with `bytes` atomically: readers on any host see the old
+/// content or the new, never a mix.
+pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<()> {
+    let (dir, temp) = temp_beside(path)?;
+    write_temp(fs, &temp, bytes)?;
+    if let Err(e) = fs.rename(&temp, path) {
+        let _ = fs.remove_file(&temp);
+        return Err(Error::io("rename", path, e));
+    }
+    // fsync the directory: without it a crash can forget the rename, and the previous version
+    // of the file (or none) reappears after restart although the caller was told it is durable.
+    fs.sync_dir(&dir)
+        .map_err(|e| Error::io("fsync dir", &dir, e))
+}
+
+/// Creates `path` holding `bytes` by exclusive create. Returns `true` if this call created it,
+/// `false` if the name already existed (its content is left untouched).
+///
+/// A non-empty file is written to a temp name, fsynced and hard-linked into place, so the name
+/// never appears with partial content; a filesystem without hard links falls back to
+/// `O_CREAT|O_EXCL` plus write.
+pub fn create_exclusive(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<bool> {
+    let (dir, temp) = temp_beside(path)?;
+    let created = if bytes.is_empty() {
+        match fs.open(path, OpenMode::CreateNew) {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(Error::io("create", path, e)),
+        }
+    } else {
+        write_temp(fs, &temp, bytes)?;
+        let linked = fs.hard_link(&temp, path);
+        let _ = fs.remove_file(&temp);
+        match linked {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Unsupported | io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                create_new_with(fs, path, bytes)?
+            }
+            Err(e) => return Err(Error::io("link", path, e)),
+        }
+    };
+    // fsync the directory: the new name must survive a crash, or a second creator could win
+    // the same name after restart and two parties would both believe they own it.
+    fs.sync_dir(&dir)
+        .map_err(|e| Error::io("fsync dir", &dir, e))?;
+    Ok(created)
+}
+
+/// Writes `value` as pretty JSON with [`write_atomic`].
+pub fn write_json<T: Serialize>(fs: &dyn Fs, path: &Path, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+        what: "value to encode",
+        path: path.to_owned(),
+        source,
+    })?;
+    write_atomic(fs, path, &bytes)
+}
+
+/// Reads a JSON file; `Ok(None)` if it does not exist.
+pub fn read_json<T: DeserializeOwned>(
+    fs: &dyn Fs,
+    path: &Path,
+    what: &'static str,
+) -> Result<Option<T>> {
+    let Some(bytes) = read_optional(fs, path).map_err(|e| Error::io("read", path, e))? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| Error::Json {
+            what,
+            path: path.to_owned(),
+            source,
+        })
+}
+
+fn temp_beside(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let bad = || Error::io("name", path, io::Error::from(io::ErrorKind::InvalidInput));
+    let dir = path.parent().ok_or_else(bad)?.to_path_buf();
+    let name = path.file_name().ok_or_else(bad)?.to_string_lossy();
+    let temp = dir.join(temp_file_name(&name));
+    Ok((dir, temp))
+}
+
+fn write_temp(fs: &dyn Fs, temp: &Path, bytes: &[u8]) -> Result<()> {
+    let file = fs
+        .open(temp, OpenMode::CreateNew)
+        .map_err(|e| Error::io("create", temp, e))?;
+    // fsync the temp file before it gets its real name: otherwise a crash can persist the
+    // rename/link but not the data, leaving an empty or torn file under the real name.
+    let written = file.write_all_at(bytes, 0).and_then(|()| file.sync_all());
+    if let Err(e) = written {
+        let _ = fs.remove_file(temp);
+        return Err(Error::io("write", temp, e));
+    }
+    Ok(())
+}
+
+fn create_new_with(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<bool> {
+    let file = match fs.open(path, OpenMode::CreateNew) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) => return Err(Error::io("create", path, e)),
+    };
+    // fsync: the stamp must be complete on disk before anyone acts on its existence.
+    file.write_all_at(bytes, 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io("write", path, e))?;
+    Ok(true)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::fs::{MemFs, RealFs};
+
+    fn both(check: impl Fn(&dyn Fs, &Path)) {
+        let mem = MemFs::new();
+        mem.create_dir_all(Path::new("/v")).unwrap();
+        check(&mem, Path::new("/v"));
+        let dir = tempfile::tempdir().unwrap();
+        check(&RealFs, dir.path());
+    }
+
+    #[test]
+    fn write_atomic_replaces_and_leaves_no_temp() {
+        both(|fs, dir| {
+            let p = dir.join("x.json");
+            write_atomic(fs, &p, b"one").unwrap();
+            write_atomic(fs, &p, b"two").unwrap();
+            assert_eq!(read_optional(fs, &p).unwrap().unwrap(), b"two");
+            let names: Vec<_> = fs
+                .list_dir(dir)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.name)
+                .collect();
+            assert_eq!(names, vec!["x.json".to_owned()]);
+        });
+    }
+
+    #[test]
+    fn create_exclusive_has_one_winner() {
+        both(|fs, dir| {
+            let p = dir.join("stamp");
+            assert!(create_exclusive(fs, &p, b"first").unwrap());
+            assert!(!create_exclusive(fs, &p, b"second").unwrap());
+            assert_eq!(read_optional(fs, &p).unwrap().unwrap(), b"first");
+            let e = dir.join("empty");
+            assert!(create_exclusive(fs, &e, b"").unwrap());
+            assert!(!create_exclusive(fs, &e, b"").unwrap());
+            assert_eq!(fs.list_dir(dir).unwrap().len(), 2);
+        });
+    }
+}

@@ -1,0 +1,118 @@
+//! The narrow filesystem interface every on-volume access goes through.
+//!
+//! Two implementations: [`RealFs`] over the operating system (local disk or an NFS mount) and
+//! [`MemFs`], an in-memory tree for unit tests and `--in-memory` mode. The interface holds only
+//! what the contract needs: positioned reads/writes, fdatasync/fsync, directory fsync, rename,
+//! hard link and exclusive create.
+
+mod mem;
+mod real;
+
+use std::fmt::Debug;
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use mem::MemFs;
+pub use real::RealFs;
+
+/// A shared handle to a filesystem implementation.
+pub type FsRef = Arc<dyn Fs>;
+
+/// One entry of a directory listing: what `stat` says, no descriptor opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// File name (no directory part).
+    pub name: String,
+    /// Length in bytes (0 for directories).
+    pub len: u64,
+    /// Whether the entry is a directory.
+    pub is_dir: bool,
+}
+
+/// How to open a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Read only; the file must exist.
+    Read,
+    /// Read and write; the file must exist.
+    ReadWrite,
+    /// Read and write, created by exclusive create (`O_CREAT|O_EXCL`): fails with
+    /// `AlreadyExists` if the name is taken.
+    CreateNew,
+}
+
+/// A filesystem.
+pub trait Fs: Send + Sync + Debug {
+    /// `mkdir -p`; succeeds if the directory exists.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Lists a directory with each entry's stat (no descriptors on the entries).
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>>;
+    /// Stats one path.
+    fn stat(&self, path: &Path) -> io::Result<DirEntry>;
+    /// Opens a file.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn File>>;
+    /// Unlinks a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Removes an empty directory.
+    fn remove_dir(&self, path: &Path) -> io::Result<()>;
+    /// Renames, replacing the target. Atomic within one directory.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Hard-links `to` to `from`; fails with `AlreadyExists` if `to` exists (an atomic exclusive
+    /// create of a fully written file).
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// fsyncs a directory, making the names created, renamed or removed in it durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+}
+
+/// An open file. All I/O is positioned, so one handle is shared by writers, readers and the
+/// syncing thread without a seek position to fight over.
+pub trait File: Send + Sync + Debug {
+    /// Reads at `offset`; returns the number of bytes read (0 at end of file).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `offset`.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// fdatasync.
+    fn sync_data(&self) -> io::Result<()>;
+    /// fsync.
+    fn sync_all(&self) -> io::Result<()>;
+    /// Current length.
+    fn len(&self) -> io::Result<u64>;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Truncates or extends.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// The OS file behind this handle, if any (used to memory-map index files).
+    fn as_std(&self) -> Option<&std::fs::File>;
+
+    /// Fills `buf` from `offset`; `UnexpectedEof` if the file ends first.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, offset) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    offset += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads a whole file; `Ok(None)` if it does not exist.
+pub fn read_optional(fs: &dyn Fs, path: &Path) -> io::Result<Option<Vec<u8>>> {
+    let file = match fs.open(path, OpenMode::Read) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let len = usize::try_from(file.len()?).map_err(|_| io::Error::other("file too large"))?;
+    let mut buf = vec![0; len];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(Some(buf))
+}

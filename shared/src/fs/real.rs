@@ -1,0 +1,110 @@
+//! [`Fs`] over the operating system's filesystem.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{DirEntry, File, Fs, OpenMode};
+
+/// The real filesystem (local disk, or an NFS mount).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+impl Fs for RealFs {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(path)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(path)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // NB: stat may race an unlink by another host; such an entry is simply gone.
+            let meta = match entry.metadata() {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            out.push(DirEntry {
+                name,
+                len: meta.len(),
+                is_dir: meta.is_dir(),
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn stat(&self, path: &Path) -> io::Result<DirEntry> {
+        let meta = std::fs::metadata(path)?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(DirEntry {
+            name,
+            len: meta.len(),
+            is_dir: meta.is_dir(),
+        })
+    }
+
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+        let mut opts = OpenOptions::new();
+        match mode {
+            OpenMode::Read => opts.read(true),
+            OpenMode::ReadWrite => opts.read(true).write(true),
+            OpenMode::CreateNew => opts.read(true).write(true).create_new(true),
+        };
+        Ok(Arc::new(RealFile(opts.open(path)?)))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::hard_link(from, to)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        std::fs::File::open(path)?.sync_all()
+    }
+}
+
+#[derive(Debug)]
+struct RealFile(std::fs::File);
+
+impl File for RealFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn as_std(&self) -> Option<&std::fs::File> {
+        Some(&self.0)
+    }
+}

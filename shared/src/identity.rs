@@ -1,0 +1,82 @@
+//! A topic directory's identity stamp (`topic.id`): the UUID of the topic incarnation the
+//! directory belongs to, written once by exclusive create. A directory whose stamp differs from
+//! the live topic's identity is never opened as that topic.
+
+use std::path::Path;
+
+use uuid::Uuid;
+
+use crate::atomic_file::create_exclusive;
+use crate::fs::{Fs, read_optional};
+use crate::names::TOPIC_ID_FILE;
+use crate::{Error, Result};
+
+/// Creates `topic_dir` if needed and stamps it with `id`, or checks an existing stamp equals
+/// `id`. Idempotent; of several racing creators exactly one stamp wins.
+pub fn stamp(fs: &dyn Fs, topic_dir: &Path, id: Uuid) -> Result<()> {
+    fs.create_dir_all(topic_dir)
+        .map_err(|e| Error::io("mkdir", topic_dir, e))?;
+    let text = format!("{}\n", id.hyphenated());
+    create_exclusive(fs, &topic_dir.join(TOPIC_ID_FILE), text.as_bytes())?;
+    verify(fs, topic_dir, id)
+}
+
+/// Reads the stamp; `Ok(None)` if the directory has none.
+pub fn read(fs: &dyn Fs, topic_dir: &Path) -> Result<Option<Uuid>> {
+    let path = topic_dir.join(TOPIC_ID_FILE);
+    let Some(bytes) = read_optional(fs, &path).map_err(|e| Error::io("read", &path, e))? else {
+        return Ok(None);
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|e| Error::BadStamp {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    Uuid::parse_str(text.trim())
+        .map(Some)
+        .map_err(|e| Error::BadStamp {
+            path: path.clone(),
+            reason: e.to_string(),
+        })
+}
+
+/// Checks that `topic_dir` is stamped with `expected`.
+pub fn verify(fs: &dyn Fs, topic_dir: &Path, expected: Uuid) -> Result<()> {
+    match read(fs, topic_dir)? {
+        Some(found) if found == expected => Ok(()),
+        Some(found) => Err(Error::IdentityMismatch {
+            dir: topic_dir.to_owned(),
+            found,
+            expected,
+        }),
+        None => Err(Error::BadStamp {
+            path: topic_dir.join(TOPIC_ID_FILE),
+            reason: "missing".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::fs::MemFs;
+
+    #[test]
+    fn stamp_is_idempotent_and_guards_identity() {
+        let fs = MemFs::new();
+        let dir = Path::new("/data/orders");
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        assert_eq!(read(&fs, dir).unwrap_or(None), None);
+        stamp(&fs, dir, a).unwrap();
+        stamp(&fs, dir, a).unwrap();
+        assert_eq!(read(&fs, dir).unwrap(), Some(a));
+        assert!(matches!(
+            stamp(&fs, dir, b),
+            Err(Error::IdentityMismatch { .. })
+        ));
+        assert!(matches!(
+            verify(&fs, dir, b),
+            Err(Error::IdentityMismatch { .. })
+        ));
+    }
+}
