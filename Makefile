@@ -1,0 +1,34 @@
+# kaas — the two commands a newcomer needs are `make run` and `make test`.
+
+KAAS_CACHE ?= $(HOME)/.cache/kaas
+export KAAS_CACHE
+# The tests drive kafka-python from this virtualenv (created by `make deps`).
+export PYTHON := $(KAAS_CACHE)/venv/bin/python3
+CARGO ?= cargo
+
+.PHONY: run test deps build bench check-fmt clippy clean-data
+
+## Run a local broker on 127.0.0.1:9092 with its data in ./kaas-data.
+run:
+	$(CARGO) run --release -p kaas -- $(ARGS)
+
+## Install everything the tests need (Debian packages, kafka-python), then run every test.
+test: deps
+	$(CARGO) build --locked --workspace --all-targets
+	$(CARGO) test --locked --workspace --no-fail-fast
+
+deps:
+	scripts/install-deps.sh
+
+build:
+	$(CARGO) build --release --locked -p kaas -p kaas-bench
+
+## Benchmark figures: a release broker on a temp dir, driven by kaas-bench (librdkafka).
+bench: deps build
+	scripts/bench.sh
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean-data:
+	rm -rf ./kaas-data

@@ -1,0 +1,119 @@
+//! kaas-bench: produce and consume load through librdkafka, printing figures.
+//!
+//! Works against any Kafka-compatible broker, so the same command measures kaas and Apache
+//! Kafka side by side.
+
+mod consume;
+mod produce;
+mod report;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+
+#[derive(Debug, Parser)]
+#[command(name = "kaas-bench", version, about = "Kafka load generator (librdkafka) that prints figures")]
+struct Args {
+    /// Bootstrap servers.
+    #[arg(long, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Produce for a fixed time, flat out or at a fixed rate.
+    Produce(produce::ProduceArgs),
+    /// Consume a topic from the beginning with default consumer settings.
+    Consume(consume::ConsumeArgs),
+    /// The standard suite: 1 KiB, acks=all, 1 and 8 partitions; flat out, 10k msg/s, consume.
+    Suite(SuiteArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SuiteArgs {
+    /// Seconds each produce phase runs.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Prefix of the topics the suite creates.
+    #[arg(long, default_value = "bench")]
+    topic_prefix: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Command::Produce(p) => {
+            let figures = produce::run(&args.bootstrap, &p)?;
+            report::print_table(&[figures.row(&p.topic)]);
+        }
+        Command::Consume(c) => {
+            let figures = consume::run(&args.bootstrap, &c)?;
+            report::print_table(&[figures.row(&c.topic)]);
+        }
+        Command::Suite(s) => suite(&args.bootstrap, &s)?,
+    }
+    Ok(())
+}
+
+fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for partitions in [1, 8] {
+        let topic = format!("{}-{}p-{}", s.topic_prefix, partitions, std::process::id());
+        create_topic(bootstrap, &topic, partitions)?;
+        let flat = produce::ProduceArgs { topic: topic.clone(), partitions, size: s.size, seconds: s.seconds, rate: None, acks: "all".into() };
+        eprintln!("producing flat out to {topic} for {} s", s.seconds);
+        let figures = produce::run(bootstrap, &flat)?;
+        rows.push(figures.row(&format!("produce {partitions}p flat out")));
+        let fixed = produce::ProduceArgs { rate: Some(10_000), ..flat };
+        eprintln!("producing 10,000 msg/s to {topic} for {} s", s.seconds);
+        let figures = produce::run(bootstrap, &fixed)?;
+        rows.push(figures.row(&format!("produce {partitions}p 10k msg/s")));
+        eprintln!("consuming {topic} from the beginning");
+        let consume = consume::ConsumeArgs { topic: topic.clone(), partitions, messages: None };
+        let figures = consume::run(bootstrap, &consume)?;
+        rows.push(figures.row(&format!("consume {partitions}p")));
+    }
+    report::print_table(&rows);
+    Ok(())
+}
+
+fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
+    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = block_on(admin.create_topics([&new], &opts)).context("creating the benchmark topic")?;
+    for r in results {
+        r.map_err(|(t, e)| anyhow::anyhow!("creating {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Drives one future to completion on this thread (the admin client needs no runtime).
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context as TaskContext, Poll, Wake, Waker};
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = TaskContext::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}

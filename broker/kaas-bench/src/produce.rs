@@ -1,0 +1,128 @@
+//! Produce load: flat out (bounded in flight) or paced to a fixed rate, with per-message
+//! acknowledgement latency.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use rdkafka::ClientConfig;
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::ClientContext;
+
+use crate::report::Row;
+
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct ProduceArgs {
+    #[arg(long)]
+    pub(crate) topic: String,
+    #[arg(long, default_value_t = 1)]
+    pub(crate) partitions: i32,
+    /// Message size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) size: usize,
+    #[arg(long, default_value_t = 10)]
+    pub(crate) seconds: u64,
+    /// Messages per second; flat out when absent.
+    #[arg(long)]
+    pub(crate) rate: Option<u64>,
+    #[arg(long, default_value = "all")]
+    pub(crate) acks: String,
+}
+
+/// What a produce run measured.
+#[derive(Debug)]
+pub(crate) struct ProduceFigures {
+    acked: u64,
+    failed: u64,
+    bytes: u64,
+    elapsed: Duration,
+    latency_us: Histogram<u64>,
+}
+
+impl ProduceFigures {
+    pub(crate) fn row(&self, name: &str) -> Row {
+        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let q = |p: f64| (!self.latency_us.is_empty()).then(|| self.latency_us.value_at_quantile(p) as f64 / 1000.0);
+        if self.failed > 0 {
+            eprintln!("{name}: {} messages failed", self.failed);
+        }
+        Row {
+            name: name.to_string(),
+            mb_per_s: self.bytes as f64 / secs / 1e6,
+            msgs_per_s: self.acked as f64 / secs,
+            p50_ms: q(0.50),
+            p99_ms: q(0.99),
+            p999_ms: q(0.999),
+        }
+    }
+}
+
+struct Tally {
+    latency_us: Mutex<Histogram<u64>>,
+    acked: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicU64,
+}
+
+struct Context(Arc<Tally>);
+
+impl ClientContext for Context {}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = Box<Instant>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, sent_at: Box<Instant>) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match result {
+            Ok(_) => {
+                let us = sent_at.elapsed().as_micros() as u64;
+                let _ = self.0.latency_us.lock().record(us.max(1));
+                self.0.acked.fetch_add(1, Relaxed);
+            }
+            Err(_) => {
+                self.0.failed.fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+pub(crate) fn run(bootstrap: &str, args: &ProduceArgs) -> anyhow::Result<ProduceFigures> {
+    let tally = Arc::new(Tally {
+        latency_us: Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3)?),
+        acked: Default::default(),
+        failed: Default::default(),
+    });
+    let producer: ThreadedProducer<Context> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", &args.acks)
+        .set("queue.buffering.max.messages", "200000")
+        .create_with_context(Context(tally.clone()))?;
+    let payload = vec![b'k'; args.size];
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(args.seconds);
+    let mut sent: u64 = 0;
+    while Instant::now() < deadline {
+        if let Some(rate) = args.rate {
+            // Pace: message n is due at n / rate seconds.
+            let due = start + Duration::from_secs_f64(sent as f64 / rate as f64);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        let partition = (sent % args.partitions.max(1) as u64) as i32;
+        let record = BaseRecord::with_opaque_to(&args.topic, Box::new(Instant::now())).payload(payload.as_slice()).partition(partition);
+        match producer.send::<(), [u8]>(record) {
+            Ok(()) => sent += 1,
+            // Queue full: let deliveries drain.
+            Err(_) => std::thread::sleep(Duration::from_micros(200)),
+        }
+    }
+    producer.flush(Duration::from_secs(60))?;
+    let elapsed = start.elapsed();
+    use std::sync::atomic::Ordering::Relaxed;
+    let acked = tally.acked.load(Relaxed);
+    let latency_us = tally.latency_us.lock().clone();
+    Ok(ProduceFigures { acked, failed: tally.failed.load(Relaxed), bytes: acked * args.size as u64, elapsed, latency_us })
+}

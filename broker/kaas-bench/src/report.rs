@@ -1,0 +1,28 @@
+//! Printing figures as a table.
+
+/// One line of results.
+#[derive(Debug, Clone)]
+pub(crate) struct Row {
+    pub(crate) name: String,
+    pub(crate) mb_per_s: f64,
+    pub(crate) msgs_per_s: f64,
+    pub(crate) p50_ms: Option<f64>,
+    pub(crate) p99_ms: Option<f64>,
+    pub(crate) p999_ms: Option<f64>,
+}
+
+pub(crate) fn print_table(rows: &[Row]) {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
+    println!("{:<28} {:>10} {:>12} {:>10} {:>10} {:>10}", "scenario", "MB/s", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms");
+    for r in rows {
+        println!(
+            "{:<28} {:>10.1} {:>12.0} {:>10} {:>10} {:>10}",
+            r.name,
+            r.mb_per_s,
+            r.msgs_per_s,
+            ms(r.p50_ms),
+            ms(r.p99_ms),
+            ms(r.p999_ms)
+        );
+    }
+}

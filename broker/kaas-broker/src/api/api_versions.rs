@@ -1,0 +1,52 @@
+//! ApiVersions, computed from the routing table (and KIP-511's fallback answer).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+
+use crate::broker::Broker;
+use crate::router::{self, ROUTES, Reply, RequestContext};
+
+/// The advertised versions: the routing table, except that Produce is advertised from v0 as
+/// Kafka 4 does, because librdkafka before 2.10 disables compression when Produce v0 is absent
+/// (KAFKA-18659). Produce v0–2 requests themselves are refused.
+pub fn advertised() -> Vec<ApiVersion> {
+    ROUTES
+        .iter()
+        .map(|r| {
+            let min = if r.key == ApiKey::Produce { 0 } else { r.min };
+            ApiVersion::default().with_api_key(r.key as i16).with_min_version(min).with_max_version(r.max)
+        })
+        .collect()
+}
+
+pub async fn handle(_broker: &Arc<Broker>, ctx: &RequestContext, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
+    let mut response = ApiVersionsResponse::default().with_api_keys(advertised());
+    if ctx.version >= 3 && !valid_software_field(&request.client_software_name) {
+        response = response.with_error_code(ResponseError::InvalidRequest.code());
+    } else if ctx.version >= 3 && !valid_software_field(&request.client_software_version) {
+        response = response.with_error_code(ResponseError::InvalidRequest.code());
+    }
+    Reply::Now(response)
+}
+
+/// KIP-511: client software name and version are alphanumerics, '.', '-'; empty means unknown.
+fn valid_software_field(s: &str) -> bool {
+    s.is_empty() || s.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+}
+
+/// The KIP-511 answer to an ApiVersions request at a version we do not speak: v0 framing,
+/// UNSUPPORTED_VERSION, and our ranges.
+pub fn unsupported_version_response(correlation_id: i32) -> Bytes {
+    let body = ApiVersionsResponse::default()
+        .with_error_code(ResponseError::UnsupportedVersion.code())
+        .with_api_keys(advertised());
+    match router::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body) {
+        Ok(bytes) => bytes,
+        // v0 of this body always encodes; an empty answer would only close the connection.
+        Err(_) => Bytes::new(),
+    }
+}

@@ -1,0 +1,104 @@
+//! CreateTopics, including validate-only and configs.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::error::Error;
+use crate::router::{Reply, RequestContext};
+use crate::topics::NewTopic;
+
+pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: CreateTopicsRequest) -> Reply<CreateTopicsResponse> {
+    let mut seen = HashSet::new();
+    let duplicated: HashSet<String> =
+        request.topics.iter().map(|t| t.name.0.to_string()).filter(|n| !seen.insert(n.clone())).collect();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|wanted| {
+            let name = wanted.name.0.to_string();
+            let result = CreatableTopicResult::default().with_name(wanted.name.clone());
+            if duplicated.contains(&name) {
+                return failed(result, &Error::InvalidRequest(format!("topic {name} appears more than once in the request")));
+            }
+            match create(broker, wanted, request.validate_only) {
+                Ok((new, id)) => {
+                    let configs = super::describe_configs::topic_entries(broker, &new.configs, None, false)
+                        .into_iter()
+                        .map(|c| {
+                            CreatableTopicConfigs::default()
+                                .with_name(c.name)
+                                .with_value(c.value)
+                                .with_read_only(c.read_only)
+                                .with_config_source(c.config_source)
+                                .with_is_sensitive(c.is_sensitive)
+                        })
+                        .collect();
+                    result
+                        .with_topic_id(id)
+                        .with_num_partitions(new.partitions)
+                        .with_replication_factor(1)
+                        .with_configs(Some(configs))
+                }
+                Err(e) => failed(result, &e),
+            }
+        })
+        .collect();
+    Reply::Now(CreateTopicsResponse::default().with_topics(topics))
+}
+
+fn failed(result: CreatableTopicResult, e: &Error) -> CreatableTopicResult {
+    result
+        .with_error_code(e.code())
+        .with_error_message(Some(str_bytes(e.to_string())))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+        .with_topic_config_error_code(ResponseError::UnknownServerError.code())
+}
+
+fn create(broker: &Broker, wanted: CreatableTopic, validate_only: bool) -> Result<(NewTopic, uuid::Uuid), Error> {
+    let brokers = 1;
+    if wanted.replication_factor != -1 && (wanted.replication_factor < 1 || i32::from(wanted.replication_factor) > brokers) {
+        return Err(Error::InvalidReplicationFactor(format!(
+            "replication factor {} is not between 1 and the number of available brokers ({brokers}); \
+             kaas keeps one copy on the shared volume",
+            wanted.replication_factor
+        )));
+    }
+    let partitions = if !wanted.assignments.is_empty() {
+        if wanted.num_partitions != -1 || wanted.replication_factor != -1 {
+            return Err(Error::InvalidRequest(
+                "both numPartitions or replicationFactor and replicasAssignments were set".into(),
+            ));
+        }
+        let node = broker.config.node_id;
+        for a in &wanted.assignments {
+            if a.broker_ids.iter().any(|b| b.0 != node) {
+                return Err(Error::InvalidRequest(format!("partition {} is assigned to an unknown broker", a.partition_index)));
+            }
+        }
+        wanted.assignments.len() as i32
+    } else if wanted.num_partitions == -1 {
+        broker.config.default_partitions
+    } else {
+        wanted.num_partitions
+    };
+    let configs: BTreeMap<String, String> = wanted
+        .configs
+        .into_iter()
+        .filter_map(|c| c.value.map(|v| (c.name.to_string(), v.to_string())))
+        .collect();
+    let new = NewTopic { name: wanted.name.0.to_string(), partitions, configs };
+    if validate_only {
+        broker.topics.validate_new(&new)?;
+        return Ok((new, uuid::Uuid::nil()));
+    }
+    let topic = broker.topics.create(new.clone())?;
+    Ok((new, topic.id))
+}

@@ -1,0 +1,41 @@
+//! DeleteTopics, by name or (v6) by topic id.
+
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+use uuid::Uuid;
+
+use super::{str_bytes, topic_name};
+use crate::broker::Broker;
+use crate::router::{Reply, RequestContext};
+
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteTopicsRequest) -> Reply<DeleteTopicsResponse> {
+    let wanted: Vec<(Option<String>, Uuid)> = if ctx.version >= 6 {
+        request.topics.into_iter().map(|t| (t.name.map(|n| n.0.to_string()), t.topic_id)).collect()
+    } else {
+        request.topic_names.into_iter().map(|n| (Some(n.0.to_string()), Uuid::nil())).collect()
+    };
+    let responses = wanted
+        .into_iter()
+        .map(|(name, id)| {
+            let name = match name {
+                Some(name) => Ok(name),
+                None => broker.topics.get_by_id(&id).map(|t| t.name.clone()).ok_or(ResponseError::UnknownTopicId),
+            };
+            let result = DeletableTopicResult::default().with_topic_id(id);
+            match name {
+                Err(e) => result.with_error_code(e.code()),
+                Ok(name) => match broker.topics.delete(&name) {
+                    Ok(topic) => result.with_name(Some(topic_name(name))).with_topic_id(topic.id),
+                    Err(e) => result
+                        .with_name(Some(topic_name(name)))
+                        .with_error_code(e.code())
+                        .with_error_message(Some(str_bytes(e.to_string()))),
+                },
+            }
+        })
+        .collect();
+    Reply::Now(DeleteTopicsResponse::default().with_responses(responses))
+}

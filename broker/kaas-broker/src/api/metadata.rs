@@ -1,0 +1,109 @@
+//! Metadata: brokers, topics with their ids, and partition leaders from this broker's view.
+
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
+use tracing::info;
+use uuid::Uuid;
+
+use super::{str_bytes, topic_name};
+use crate::broker::Broker;
+use crate::router::{Reply, RequestContext};
+use crate::topics::{NewTopic, Topic};
+
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: MetadataRequest) -> Reply<MetadataResponse> {
+    let node = BrokerId(broker.config.node_id);
+    let brokers = vec![MetadataResponseBroker::default()
+        .with_node_id(node)
+        .with_host(str_bytes(broker.config.advertise_host.clone()))
+        .with_port(i32::from(broker.config.advertise_port))];
+    // v0 means "all topics" with an empty list; v1+ uses null for all.
+    let all_topics = request.topics.is_none() || (ctx.version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
+    let topics = if all_topics {
+        broker.topics.list().iter().map(|t| describe_topic(broker, t)).collect()
+    } else {
+        let auto_create = broker.config.auto_create_topics && (ctx.version < 4 || request.allow_auto_topic_creation);
+        request
+            .topics
+            .unwrap_or_default()
+            .into_iter()
+            .map(|wanted| match wanted.name {
+                Some(name) => lookup_by_name(broker, &name, auto_create),
+                None => lookup_by_id(broker, wanted.topic_id),
+            })
+            .collect()
+    };
+    Reply::Now(
+        MetadataResponse::default()
+            .with_brokers(brokers)
+            .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
+            .with_controller_id(node)
+            .with_topics(topics)
+            .with_cluster_authorized_operations(i32::MIN),
+    )
+}
+
+fn lookup_by_name(broker: &Broker, name: &str, auto_create: bool) -> MetadataResponseTopic {
+    if let Some(topic) = broker.topics.get(name) {
+        return describe_topic(broker, &topic);
+    }
+    let missing = |error: ResponseError| {
+        MetadataResponseTopic::default().with_name(Some(topic_name(name))).with_error_code(error.code())
+    };
+    if !auto_create {
+        return missing(ResponseError::UnknownTopicOrPartition);
+    }
+    let new = NewTopic {
+        name: name.to_string(),
+        partitions: broker.config.default_partitions,
+        configs: Default::default(),
+    };
+    match broker.topics.create(new) {
+        Ok(topic) => {
+            info!(topic = %name, reason = "metadata request with auto-create", "topic auto-created");
+            describe_topic(broker, &topic)
+        }
+        // Lost a race with another creator: answer with what now exists.
+        Err(crate::Error::TopicExists(_)) => match broker.topics.get(name) {
+            Some(topic) => describe_topic(broker, &topic),
+            None => missing(ResponseError::LeaderNotAvailable),
+        },
+        Err(e) => missing(e.response_error()),
+    }
+}
+
+fn lookup_by_id(broker: &Broker, id: Uuid) -> MetadataResponseTopic {
+    match broker.topics.get_by_id(&id) {
+        Some(topic) => describe_topic(broker, &topic),
+        None => MetadataResponseTopic::default()
+            .with_topic_id(id)
+            .with_error_code(ResponseError::UnknownTopicId.code()),
+    }
+}
+
+fn describe_topic(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
+    let node = BrokerId(broker.config.node_id);
+    let partitions = topic
+        .partitions()
+        .iter()
+        .enumerate()
+        .map(|(index, p)| {
+            let leading = p.is_leader();
+            MetadataResponsePartition::default()
+                .with_partition_index(index as i32)
+                .with_error_code(if leading { 0 } else { ResponseError::LeaderNotAvailable.code() })
+                .with_leader_id(if leading { node } else { BrokerId(-1) })
+                .with_leader_epoch(p.leader_epoch())
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(if leading { vec![node] } else { vec![] })
+        })
+        .collect();
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(topic.name.clone())))
+        .with_topic_id(topic.id)
+        .with_is_internal(topic.is_internal())
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(i32::MIN)
+}

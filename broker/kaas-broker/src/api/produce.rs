@@ -1,0 +1,108 @@
+//! Produce: append in request order, answer once the appended bytes are fsynced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kaas_storage::{AppendOptions, AppendOutcome, Partition};
+use tracing::debug;
+
+use super::{led_partition, str_bytes};
+use crate::broker::{Broker, now_ms};
+use crate::router::{Reply, RequestContext};
+
+/// One partition's append, done or refused.
+struct Appended {
+    index: i32,
+    result: Result<(Arc<Partition>, AppendOutcome), (ResponseError, Option<String>)>,
+}
+
+pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: ProduceRequest) -> Reply<ProduceResponse> {
+    let acks = request.acks;
+    let valid_acks = matches!(acks, -1..=1);
+    let now = now_ms();
+    // The ordered part: every append happens now, before the next request of this connection.
+    let appended: Vec<(String, Vec<Appended>)> = request
+        .topic_data
+        .into_iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let partitions = topic
+                .partition_data
+                .into_iter()
+                .map(|data| Appended {
+                    index: data.index,
+                    result: if valid_acks {
+                        append(broker, &name, data.index, data.records.as_deref().unwrap_or_default(), now)
+                    } else {
+                        Err((ResponseError::InvalidRequiredAcks, None))
+                    },
+                })
+                .collect();
+            (name, partitions)
+        })
+        .collect();
+    if acks == 0 {
+        return Reply::Silent;
+    }
+    let timeout = Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0).max(1));
+    Reply::Later(Box::pin(async move {
+        let topics = join_all(appended.into_iter().map(|(name, partitions)| async move {
+            let responses = join_all(partitions.into_iter().map(|a| respond(a, timeout))).await;
+            TopicProduceResponse::default().with_name(super::topic_name(name)).with_partition_responses(responses)
+        }))
+        .await;
+        ProduceResponse::default().with_responses(topics)
+    }))
+}
+
+fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) -> Result<(Arc<Partition>, AppendOutcome), (ResponseError, Option<String>)> {
+    let partition = led_partition(broker, topic, index).map_err(|e| (e, None))?;
+    // NB: the request's bytes are shared with the rest of the frame; offsets are patched into
+    // a private copy, which is also exactly what gets written.
+    let mut batch = records.to_vec();
+    let options = AppendOptions { leader_epoch: partition.leader_epoch(), now_ms: now };
+    match partition.append(&mut batch, options) {
+        Ok(outcome) => Ok((partition, outcome)),
+        Err(e) => {
+            let e = crate::Error::from(e);
+            debug!(topic, partition = index, error = %e, "append refused");
+            Err((e.response_error(), Some(e.to_string())))
+        }
+    }
+}
+
+async fn respond(appended: Appended, timeout: Duration) -> PartitionProduceResponse {
+    let response = PartitionProduceResponse::default().with_index(appended.index).with_log_append_time_ms(-1);
+    let (partition, outcome) = match appended.result {
+        Ok(ok) => ok,
+        Err((error, message)) => {
+            return response
+                .with_error_code(error.code())
+                .with_base_offset(-1)
+                .with_log_start_offset(-1)
+                .with_error_message(message.map(str_bytes));
+        }
+    };
+    let durable = tokio::time::timeout(timeout, partition.wait_durable(outcome.last_offset)).await;
+    let error = match durable {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(crate::Error::from(e)),
+        Err(_) => {
+            return response.with_error_code(ResponseError::RequestTimedOut.code()).with_base_offset(-1);
+        }
+    };
+    match error {
+        None => response
+            .with_base_offset(outcome.base_offset)
+            .with_log_append_time_ms(outcome.log_append_time_ms)
+            .with_log_start_offset(outcome.log_start_offset),
+        Some(e) => response
+            .with_error_code(e.code())
+            .with_base_offset(-1)
+            .with_error_message(Some(str_bytes(e.to_string()))),
+    }
+}

@@ -1,0 +1,73 @@
+//! The broker's error type and its mapping to Kafka error codes at the protocol edge.
+
+use kafka_protocol::ResponseError;
+
+/// Errors of the broker crate. Each maps to exactly one Kafka error code.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("storage: {0}")]
+    Storage(#[from] kaas_storage::Error),
+    #[error("volume: {0}")]
+    Volume(#[from] kaas_shared::Error),
+    #[error("unknown topic or partition {0}")]
+    UnknownTopicOrPartition(String),
+    #[error("unknown topic id {0}")]
+    UnknownTopicId(uuid::Uuid),
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("invalid topic name {name:?}: {reason}")]
+    InvalidTopic { name: String, reason: String },
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("invalid replication factor: {0}")]
+    InvalidReplicationFactor(String),
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("this broker does not lead {0}")]
+    NotLeader(String),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The Kafka error this becomes on the wire.
+    pub fn response_error(&self) -> ResponseError {
+        use kaas_storage::Error as S;
+        match self {
+            Error::Storage(e) => match e {
+                S::CorruptRecord(_) => ResponseError::CorruptMessage,
+                S::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
+                S::InvalidRecord(_) => ResponseError::InvalidRecord,
+                S::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
+                S::NotLeader => ResponseError::NotLeaderOrFollower,
+                S::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
+                S::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+                S::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+                S::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+                S::UnknownProducerId(_) => ResponseError::UnknownProducerId,
+                S::Abandoned => ResponseError::UnknownTopicOrPartition,
+                S::InvalidConfig { .. } => ResponseError::InvalidConfig,
+                _ => ResponseError::KafkaStorageError,
+            },
+            Error::Volume(_) | Error::Io(_) => ResponseError::KafkaStorageError,
+            Error::UnknownTopicOrPartition(_) => ResponseError::UnknownTopicOrPartition,
+            Error::UnknownTopicId(_) => ResponseError::UnknownTopicId,
+            Error::TopicExists(_) => ResponseError::TopicAlreadyExists,
+            Error::InvalidTopic { .. } => ResponseError::InvalidTopicException,
+            Error::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            Error::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            Error::InvalidConfig(_) => ResponseError::InvalidConfig,
+            Error::InvalidRequest(_) => ResponseError::InvalidRequest,
+            Error::NotLeader(_) => ResponseError::NotLeaderOrFollower,
+        }
+    }
+
+    /// The wire code of [`Error::response_error`].
+    pub fn code(&self) -> i16 {
+        self.response_error().code()
+    }
+}

@@ -1,0 +1,25 @@
+//! The kaas Kafka protocol server.
+//!
+//! Requests are framed and parsed in [`connection`], routed by the one handler table in
+//! [`router`] (which also computes the ApiVersions answer), and executed by one module per
+//! Kafka API in [`api`] against the broker's state: the [`topics`] registry over the storage
+//! engine, and the [`leadership`] view that says which partitions this broker leads.
+
+pub mod api;
+pub mod broker;
+pub mod config;
+pub mod connection;
+pub mod error;
+pub mod fetch_session;
+pub mod frame;
+pub mod leadership;
+pub mod router;
+pub mod server;
+pub mod topic_config;
+pub mod topic_store;
+pub mod topics;
+
+pub use broker::Broker;
+pub use config::BrokerConfig;
+pub use error::{Error, Result};
+pub use server::Server;

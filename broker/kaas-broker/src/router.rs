@@ -1,0 +1,193 @@
+//! The one handler table: it routes requests to the API modules and is the only source of the
+//! ApiVersions answer, so the broker never advertises what it does not handle.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{self, ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::task::JoinHandle;
+
+use crate::api;
+use crate::broker::Broker;
+
+/// A future that produces a response later (durability wait, long poll).
+pub type Deferred<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// What a handler answers.
+pub enum Reply<T> {
+    /// The response is ready.
+    Now(T),
+    /// The response needs to wait; the request's ordered work is already done.
+    Later(Deferred<T>),
+    /// No response at all (produce with acks=0).
+    Silent,
+}
+
+impl<T> std::fmt::Debug for Reply<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reply::Now(_) => "Reply::Now",
+            Reply::Later(_) => "Reply::Later",
+            Reply::Silent => "Reply::Silent",
+        })
+    }
+}
+
+/// An encoded response on its way to the connection's writer, in request order.
+#[derive(Debug)]
+pub enum Pending {
+    Ready(Bytes),
+    Later(JoinHandle<Option<Bytes>>),
+    Silent,
+}
+
+/// What a handler knows about the request besides its body.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    pub header: RequestHeader,
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub peer: std::net::SocketAddr,
+}
+
+/// One routed API: the versions this broker answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub key: ApiKey,
+    pub min: i16,
+    pub max: i16,
+}
+
+/// Why a request could not be dispatched; the connection is closed with this reason.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error("cannot decode {key:?} v{version}: {source}")]
+    Decode { key: ApiKey, version: i16, source: anyhow::Error },
+    #[error("{key:?} v{version} has {extra} bytes after the request body")]
+    TrailingBytes { key: ApiKey, version: i16, extra: usize },
+    #[error("cannot encode the {key:?} v{version} response: {source}")]
+    Encode { key: ApiKey, version: i16, source: anyhow::Error },
+    #[error("{0:?} is not handled by this broker")]
+    NotRouted(ApiKey),
+}
+
+macro_rules! routes {
+    ($( $key:ident : $req:ty = $min:literal ..= $max:literal => $handler:path ;)*) => {
+        /// Every API this broker answers, with the versions it answers.
+        pub const ROUTES: &[Route] = &[ $( Route { key: ApiKey::$key, min: $min, max: $max }, )* ];
+
+        /// Decodes the body of a routed request, runs its handler and encodes the answer.
+        pub(crate) async fn dispatch(
+            broker: &Arc<Broker>,
+            ctx: RequestContext,
+            mut body: Bytes,
+        ) -> Result<Pending, DispatchError> {
+            match ctx.api_key {
+                $( ApiKey::$key => {
+                    let request = <$req>::decode(&mut body, ctx.version).map_err(|source| {
+                        DispatchError::Decode { key: ctx.api_key, version: ctx.version, source }
+                    })?;
+                    if !body.is_empty() {
+                        return Err(DispatchError::TrailingBytes {
+                            key: ctx.api_key, version: ctx.version, extra: body.len(),
+                        });
+                    }
+                    let reply = $handler(broker, &ctx, request).await;
+                    finish(&ctx, reply)
+                } )*
+                other => Err(DispatchError::NotRouted(other)),
+            }
+        }
+    };
+}
+
+// NB: Produce v12+ and EndTxn v5 mean "transactions v2" (KIP-890) to clients, so they stay
+// unadvertised until transactions v2 exists.
+routes! {
+    Produce: messages::ProduceRequest = 3..=11 => api::produce::handle;
+    Fetch: messages::FetchRequest = 4..=18 => api::fetch::handle;
+    ListOffsets: messages::ListOffsetsRequest = 1..=10 => api::list_offsets::handle;
+    Metadata: messages::MetadataRequest = 0..=13 => api::metadata::handle;
+    ApiVersions: messages::ApiVersionsRequest = 0..=4 => api::api_versions::handle;
+    CreateTopics: messages::CreateTopicsRequest = 2..=7 => api::create_topics::handle;
+    DeleteTopics: messages::DeleteTopicsRequest = 1..=6 => api::delete_topics::handle;
+    DeleteRecords: messages::DeleteRecordsRequest = 0..=2 => api::delete_records::handle;
+    InitProducerId: messages::InitProducerIdRequest = 0..=5 => api::init_producer_id::handle;
+    OffsetForLeaderEpoch: messages::OffsetForLeaderEpochRequest = 2..=4 => api::offset_for_leader_epoch::handle;
+    DescribeConfigs: messages::DescribeConfigsRequest = 1..=4 => api::describe_configs::handle;
+    AlterConfigs: messages::AlterConfigsRequest = 0..=2 => api::alter_configs::handle;
+    CreatePartitions: messages::CreatePartitionsRequest = 0..=3 => api::create_partitions::handle;
+    IncrementalAlterConfigs: messages::IncrementalAlterConfigsRequest = 0..=1 => api::incremental_alter_configs::handle;
+    DescribeCluster: messages::DescribeClusterRequest = 0..=2 => api::describe_cluster::handle;
+}
+
+/// The route for an API key, if this broker handles it.
+pub fn route(key: ApiKey) -> Option<Route> {
+    ROUTES.iter().copied().find(|r| r.key == key)
+}
+
+fn finish<T>(ctx: &RequestContext, reply: Reply<T>) -> Result<Pending, DispatchError>
+where
+    T: Encodable + Send + 'static,
+{
+    match reply {
+        Reply::Now(body) => encode_response(ctx.api_key, ctx.version, ctx.header.correlation_id, &body)
+            .map(Pending::Ready),
+        Reply::Silent => Ok(Pending::Silent),
+        Reply::Later(future) => {
+            let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
+            Ok(Pending::Later(tokio::spawn(async move {
+                let body = future.await;
+                match encode_response(key, version, correlation_id, &body) {
+                    Ok(bytes) => Some(bytes),
+                    Err(e) => {
+                        tracing::error!(error = %e, "dropping a response that cannot be encoded");
+                        None
+                    }
+                }
+            })))
+        }
+    }
+}
+
+/// Size prefix, response header (at the version the API key prescribes) and body.
+pub fn encode_response<T: Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> Result<Bytes, DispatchError> {
+    let encode_err = |source| DispatchError::Encode { key, version, source };
+    let header_version = key.response_header_version(version);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let size = header.compute_size(header_version).map_err(encode_err)?
+        + body.compute_size(version).map_err(encode_err)?;
+    let mut buf = BytesMut::with_capacity(4 + size);
+    buf.put_i32(size as i32);
+    header.encode(&mut buf, header_version).map_err(encode_err)?;
+    body.encode(&mut buf, version).map_err(encode_err)?;
+    Ok(buf.freeze())
+}
+
+/// The request header, decoded at the version its API key prescribes.
+pub fn decode_request_header(key: ApiKey, version: i16, body: &mut Bytes) -> anyhow::Result<RequestHeader> {
+    RequestHeader::decode(body, key.request_header_version(version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_unique_and_within_the_codec() {
+        for (i, r) in ROUTES.iter().enumerate() {
+            assert!(ROUTES[i + 1..].iter().all(|o| o.key != r.key), "duplicate route {:?}", r.key);
+            let codec = r.key.valid_versions();
+            assert!(r.min >= codec.min && r.max <= codec.max, "{:?} {}..{} outside codec {}", r.key, r.min, r.max, codec);
+            assert!(r.min <= r.max);
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The topics this broker knows, with their partitions opened in the storage engine.
+//!
+//! In local mode the broker is the only writer of topic metadata: it stamps each topic
+//! directory with its identity, writes topic.json atomically, and reclaims deleted topics'
+//! directories itself (in a cluster the operator does all three).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use kaas_storage::{Engine, Partition};
+use parking_lot::{Mutex, RwLock};
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::leadership::LocalLease;
+use crate::topic_config;
+use crate::topic_store::TopicStore;
+
+/// Kafka's longest legal topic name.
+const MAX_TOPIC_NAME_LEN: usize = 249;
+/// More partitions than this in one topic is a typo, not a plan.
+pub const MAX_PARTITIONS: i32 = 100_000;
+
+/// A topic and its opened partitions.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: String,
+    /// The topic's identity: its Kafka topic ID and the stamp in its directory.
+    pub id: Uuid,
+    state: RwLock<TopicState>,
+}
+
+#[derive(Debug)]
+struct TopicState {
+    configs: BTreeMap<String, String>,
+    partitions: Vec<Arc<Partition>>,
+}
+
+impl Topic {
+    pub fn partition(&self, index: i32) -> Option<Arc<Partition>> {
+        let index = usize::try_from(index).ok()?;
+        self.state.read().partitions.get(index).cloned()
+    }
+
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.state.read().partitions.clone()
+    }
+
+    pub fn partition_count(&self) -> i32 {
+        self.state.read().partitions.len() as i32
+    }
+
+    /// The configs set on this topic (not the defaults).
+    pub fn configs(&self) -> BTreeMap<String, String> {
+        self.state.read().configs.clone()
+    }
+
+    /// Whether the topic is internal to Kafka's own protocol (none are in kaas).
+    pub fn is_internal(&self) -> bool {
+        false
+    }
+}
+
+/// What a CreateTopics entry asks for, after defaults are applied.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// All topics, by name and by id.
+#[derive(Debug)]
+pub struct TopicRegistry {
+    engine: Engine,
+    store: Option<TopicStore>,
+    lease: LocalLease,
+    log_defaults: kaas_storage::LogConfig,
+    topics: RwLock<Topics>,
+    /// Serialises topic admin so two CreateTopics of one name cannot both win.
+    admin: Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Topics {
+    by_name: HashMap<String, Arc<Topic>>,
+    by_id: HashMap<Uuid, Arc<Topic>>,
+}
+
+impl TopicRegistry {
+    /// Opens every topic found on the volume (none in memory mode) and takes its partitions over.
+    pub fn open(engine: Engine, store: Option<TopicStore>, lease: LocalLease, log_defaults: kaas_storage::LogConfig) -> Result<TopicRegistry> {
+        let registry = TopicRegistry {
+            engine,
+            store,
+            lease,
+            log_defaults,
+            topics: RwLock::new(Topics::default()),
+            admin: Mutex::new(()),
+        };
+        if let Some(store) = &registry.store {
+            store.sweep_reclaimed();
+            for file in store.load_all()? {
+                let partitions = (0..file.partitions)
+                    .map(|p| registry.open_partition(&file.name, file.topic_id, p, &file.configs))
+                    .collect::<Result<Vec<_>>>()?;
+                info!(topic = %file.name, id = %file.topic_id, partitions = partitions.len(), "topic opened");
+                registry.insert(Arc::new(Topic {
+                    name: file.name,
+                    id: file.topic_id,
+                    state: RwLock::new(TopicState { configs: file.configs, partitions }),
+                }));
+            }
+        }
+        Ok(registry)
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics.read().by_name.get(name).cloned()
+    }
+
+    pub fn get_by_id(&self, id: &Uuid) -> Option<Arc<Topic>> {
+        self.topics.read().by_id.get(id).cloned()
+    }
+
+    /// The partition `index` of `topic`, if both exist.
+    pub fn partition(&self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        self.get(topic)?.partition(index)
+    }
+
+    /// Every topic, sorted by name.
+    pub fn list(&self) -> Vec<Arc<Topic>> {
+        let mut all: Vec<_> = self.topics.read().by_name.values().cloned().collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all
+    }
+
+    /// Defaults every topic falls back to.
+    pub fn log_defaults(&self) -> &kaas_storage::LogConfig {
+        &self.log_defaults
+    }
+
+    /// Checks a CreateTopics entry without creating anything.
+    pub fn validate_new(&self, new: &NewTopic) -> Result<()> {
+        validate_topic_name(&new.name)?;
+        if new.partitions < 1 || new.partitions > MAX_PARTITIONS {
+            return Err(Error::InvalidPartitions(format!(
+                "number of partitions must be between 1 and {MAX_PARTITIONS}, got {}",
+                new.partitions
+            )));
+        }
+        topic_config::validate_all(&new.configs)?;
+        if self.get(&new.name).is_some() {
+            return Err(Error::TopicExists(new.name.clone()));
+        }
+        Ok(())
+    }
+
+    /// Creates a topic: identity stamp, topic.json, partitions taken over.
+    pub fn create(&self, new: NewTopic) -> Result<Arc<Topic>> {
+        let _admin = self.admin.lock();
+        self.validate_new(&new)?;
+        let id = Uuid::new_v4();
+        if let Some(store) = &self.store {
+            store.create(&new.name, id, new.partitions, &new.configs)?;
+        }
+        let partitions = (0..new.partitions)
+            .map(|p| self.open_partition(&new.name, id, p, &new.configs))
+            .collect::<Result<Vec<_>>>()?;
+        let topic = Arc::new(Topic {
+            name: new.name,
+            id,
+            state: RwLock::new(TopicState { configs: new.configs, partitions }),
+        });
+        info!(topic = %topic.name, %id, partitions = topic.partition_count(), "topic created");
+        self.insert(topic.clone());
+        Ok(topic)
+    }
+
+    /// Deletes a topic: its partitions are abandoned (closed, nothing persisted, seed 000) and
+    /// its directory is renamed aside for reclamation.
+    pub fn delete(&self, name: &str) -> Result<Arc<Topic>> {
+        let _admin = self.admin.lock();
+        let topic = {
+            let mut topics = self.topics.write();
+            let topic = topics.by_name.remove(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+            topics.by_id.remove(&topic.id);
+            topic
+        };
+        for partition in topic.partitions() {
+            partition.abandon();
+        }
+        info!(topic = %name, id = %topic.id, reason = "topic deleted", "partitions abandoned");
+        if let Some(store) = &self.store {
+            store.reclaim(name, topic.id)?;
+        }
+        Ok(topic)
+    }
+
+    /// Grows a topic to `total` partitions.
+    pub fn add_partitions(&self, name: &str, total: i32, validate_only: bool) -> Result<()> {
+        let _admin = self.admin.lock();
+        let topic = self.get(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+        let current = topic.partition_count();
+        if total <= current {
+            return Err(Error::InvalidPartitions(format!(
+                "topic currently has {current} partitions, which is higher than or equal to the requested {total}"
+            )));
+        }
+        if total > MAX_PARTITIONS {
+            return Err(Error::InvalidPartitions(format!("at most {MAX_PARTITIONS} partitions")));
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let configs = topic.configs();
+        if let Some(store) = &self.store {
+            store.write(name, topic.id, total, &configs)?;
+        }
+        let added = (current..total)
+            .map(|p| self.open_partition(name, topic.id, p, &configs))
+            .collect::<Result<Vec<_>>>()?;
+        topic.state.write().partitions.extend(added);
+        info!(topic = %name, from = current, to = total, "partitions added");
+        Ok(())
+    }
+
+    /// Replaces a topic's configs (validated) and applies them to its partitions.
+    pub fn set_configs(&self, name: &str, configs: BTreeMap<String, String>, validate_only: bool) -> Result<()> {
+        let _admin = self.admin.lock();
+        let topic = self.get(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+        topic_config::validate_all(&configs)?;
+        if validate_only {
+            return Ok(());
+        }
+        if let Some(store) = &self.store {
+            store.write(name, topic.id, topic.partition_count(), &configs)?;
+        }
+        let log_config = topic_config::log_config(&configs, &self.log_defaults);
+        let mut state = topic.state.write();
+        for partition in &state.partitions {
+            partition.set_config(log_config);
+        }
+        state.configs = configs;
+        info!(topic = %name, "topic configs changed");
+        Ok(())
+    }
+
+    /// Closes every partition, persisting manifests and producer state (shutdown).
+    pub fn close_all(&self) {
+        for topic in self.list() {
+            for (index, partition) in topic.partitions().iter().enumerate() {
+                if let Err(e) = partition.close() {
+                    warn!(topic = %topic.name, partition = index, error = %e, "close failed; recovery will run at the next take-over");
+                }
+            }
+        }
+    }
+
+    /// Runs retention and time-based rolls on every partition.
+    pub fn housekeeping(&self, now_ms: i64) {
+        for topic in self.list() {
+            for (index, partition) in topic.partitions().iter().enumerate() {
+                if let Err(e) = partition.housekeeping(now_ms) {
+                    warn!(topic = %topic.name, partition = index, error = %e, "housekeeping failed; retrying next round");
+                }
+            }
+        }
+        if let Some(store) = &self.store {
+            store.sweep_reclaimed();
+        }
+    }
+
+    fn open_partition(&self, topic: &str, id: Uuid, index: i32, configs: &BTreeMap<String, String>) -> Result<Arc<Partition>> {
+        let config = topic_config::log_config(configs, &self.log_defaults);
+        let partition = self.engine.open_partition(topic, id, index, config)?;
+        let epoch = self.lease.takeover_epoch(partition.stored_epoch()?);
+        let report = partition.take_over(epoch)?;
+        info!(topic, partition = index, epoch, reason = "local lease leads every partition", ?report, "took over partition");
+        Ok(partition)
+    }
+
+    fn insert(&self, topic: Arc<Topic>) {
+        let mut topics = self.topics.write();
+        topics.by_id.insert(topic.id, topic.clone());
+        topics.by_name.insert(topic.name.clone(), topic);
+    }
+}
+
+/// Kafka's topic name rules, plus kaas's reservation of names that start with `__`.
+pub fn validate_topic_name(name: &str) -> Result<()> {
+    let invalid = |reason: &str| Err(Error::InvalidTopic { name: name.to_string(), reason: reason.to_string() });
+    if name.is_empty() {
+        return invalid("topic name is empty");
+    }
+    if name == "." || name == ".." {
+        return invalid("topic name cannot be \".\" or \"..\"");
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return invalid("topic name is longer than 249 characters");
+    }
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-') {
+        return invalid("topic names may only contain ASCII alphanumerics, '.', '_' and '-'");
+    }
+    if name.starts_with("__") {
+        return invalid("topic names starting with \"__\" are reserved for kaas");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert!(validate_topic_name("orders.v1_x-y").is_ok());
+        for bad in ["", ".", "..", "a b", "a/b", "ü", "__cluster", &"x".repeat(250)] {
+            assert!(matches!(validate_topic_name(bad), Err(Error::InvalidTopic { .. })), "{bad:?} accepted");
+        }
+    }
+}

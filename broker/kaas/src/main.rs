@@ -1,0 +1,163 @@
+//! The kaas broker.
+//!
+//! Without `MY_POD_NAME` it runs in local mode: the cluster runtime is off and a local lease
+//! shim leads every partition, stored under `--data-dir` (or in memory with `--in-memory`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::{ArgAction, Parser, ValueEnum};
+use kaas_broker::config::StorageMode;
+use kaas_broker::{Broker, BrokerConfig, Server};
+use tokio::net::TcpListener;
+use tracing::info;
+
+/// kaas: a Kafka-compatible broker whose partitions live on a shared volume.
+///
+/// Point any Kafka client at the listener. Every flag can also be set through the
+/// environment variable named in its help.
+#[derive(Debug, Parser)]
+#[command(name = "kaas", version)]
+struct Args {
+    /// Address the Kafka listener binds (port 0 picks a free port).
+    #[arg(long, env = "KAAS_LISTEN", default_value = "127.0.0.1:9092")]
+    listen: SocketAddr,
+    /// host:port clients are told to connect to [default: the listener's address].
+    #[arg(long, env = "KAAS_ADVERTISE")]
+    advertise: Option<String>,
+    /// Directory of the on-disk storage (created if missing).
+    #[arg(long, env = "KAAS_DATA_DIR", default_value = "./kaas-data")]
+    data_dir: PathBuf,
+    /// Keep everything in memory instead (nothing survives a restart).
+    #[arg(long, env = "KAAS_IN_MEMORY")]
+    in_memory: bool,
+    /// This broker's Kafka node id.
+    #[arg(long, env = "KAAS_NODE_ID", default_value_t = 0)]
+    node_id: i32,
+    /// Cluster id reported to clients.
+    #[arg(long, env = "KAAS_CLUSTER_ID", default_value = "kaas-local")]
+    cluster_id: String,
+    /// Create a topic when a client asks for one that does not exist (auto.create.topics.enable).
+    #[arg(long, env = "KAAS_AUTO_CREATE_TOPICS", default_value_t = true, action = ArgAction::Set)]
+    auto_create_topics: bool,
+    /// Partitions of an auto-created topic, or of CreateTopics with -1 (num.partitions).
+    #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
+    default_partitions: i32,
+    /// Largest request accepted, in bytes (socket.request.max.bytes).
+    #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 100 * 1024 * 1024)]
+    max_request_bytes: usize,
+    /// Default segment size of topics that do not set segment.bytes (log.segment.bytes).
+    #[arg(long, env = "KAAS_LOG_SEGMENT_BYTES")]
+    log_segment_bytes: Option<u64>,
+    /// Default retention of topics that do not set retention.ms (log.retention.ms; -1 keeps forever).
+    #[arg(long, env = "KAAS_LOG_RETENTION_MS")]
+    log_retention_ms: Option<i64>,
+    /// How often retention and time-based segment rolls run, in milliseconds.
+    #[arg(long, env = "KAAS_HOUSEKEEPING_INTERVAL_MS", default_value_t = 30_000)]
+    housekeeping_interval_ms: u64,
+    /// Log format.
+    #[arg(long, env = "KAAS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    if std::env::var_os("MY_POD_NAME").is_some() {
+        bail!("MY_POD_NAME is set, which asks for cluster mode; this build runs in local mode only (unset MY_POD_NAME)");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let bound = listener.local_addr()?;
+    let (advertise_host, advertise_port) = advertised(args.advertise.as_deref(), bound)?;
+    let mut log_defaults = kaas_storage::LogConfig::default();
+    if let Some(bytes) = args.log_segment_bytes {
+        log_defaults.segment_bytes = bytes;
+    }
+    if let Some(ms) = args.log_retention_ms {
+        log_defaults.retention_ms = ms;
+    }
+    let storage = if args.in_memory { StorageMode::InMemory } else { StorageMode::Disk(args.data_dir.clone()) };
+    let config = BrokerConfig {
+        node_id: args.node_id,
+        listen: bound,
+        advertise_host,
+        advertise_port,
+        cluster_id: args.cluster_id,
+        storage,
+        auto_create_topics: args.auto_create_topics,
+        default_partitions: args.default_partitions,
+        max_request_bytes: args.max_request_bytes,
+        housekeeping_interval_ms: args.housekeeping_interval_ms,
+        log_defaults,
+        ..BrokerConfig::local_in_memory()
+    };
+    let broker = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || Broker::open(config)).await?.context("opening the broker")?
+    };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let housekeeping = tokio::spawn(broker.clone().housekeeping_loop(stop_rx));
+    // Tests and scripts wait for this line.
+    println!("kaas listening on {bound} (advertised as {}:{}; storage: {})", config.advertise_host, config.advertise_port, describe(&config.storage));
+    Server::new(listener, broker.clone()).run(shutdown_signal()).await;
+    let _ = stop_tx.send(true);
+    let _ = housekeeping.await;
+    let closing = broker.clone();
+    tokio::task::spawn_blocking(move || closing.close()).await?;
+    info!("kaas stopped");
+    Ok(())
+}
+
+fn describe(storage: &StorageMode) -> String {
+    match storage {
+        StorageMode::Disk(dir) => dir.display().to_string(),
+        StorageMode::InMemory => "in memory".to_string(),
+    }
+}
+
+/// The advertised `host:port`: the flag, or the bound address (a wildcard bind advertises
+/// loopback, the only address known to reach it).
+fn advertised(flag: Option<&str>, bound: SocketAddr) -> anyhow::Result<(String, u16)> {
+    match flag {
+        Some(value) => {
+            let (host, port) = value.rsplit_once(':').with_context(|| format!("--advertise {value:?} is not host:port"))?;
+            let port = port.parse().with_context(|| format!("--advertise {value:?} has no valid port"))?;
+            Ok((host.trim_start_matches('[').trim_end_matches(']').to_string(), port))
+        }
+        None if bound.ip().is_unspecified() => Ok(("127.0.0.1".to_string(), bound.port())),
+        None => Ok((bound.ip().to_string(), bound.port())),
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        // Without signal handlers the broker still serves; it just cannot drain on a signal.
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => info!(signal = "SIGTERM", "shutting down"),
+        _ = int.recv() => info!(signal = "SIGINT", "shutting down"),
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

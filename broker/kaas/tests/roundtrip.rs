@@ -1,0 +1,130 @@
+//! Produce/consume round trips through real librdkafka clients.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Kaas, TestResult, payload};
+use rdkafka::Timestamp;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use rdkafka::topic_partition_list::Offset;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_headers_nulls_and_large_values_round_trip() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("rt", 1, &[("max.message.bytes", "3000000")]).await?;
+    let producer = kaas.producer(&[("message.max.bytes", "3000000"), ("acks", "all")])?;
+    let big = vec![0xABu8; 1024 * 1024];
+    let headers = OwnedHeaders::new()
+        .insert(Header { key: "h1", value: Some("v1") })
+        .insert(Header { key: "h2", value: None::<&[u8]> });
+    let sends: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![
+        (Some(b"k1"), Some(b"hello")),
+        (None, Some(b"null key")),
+        (Some(b"k3"), Some(b"")),
+        (Some(b"k4"), None),
+        (Some(b"big"), Some(&big)),
+    ];
+    let mut offsets = Vec::new();
+    for (i, (key, value)) in sends.iter().enumerate() {
+        let mut record = FutureRecord::<[u8], [u8]>::to("rt").partition(0).timestamp(1_700_000_000_000 + i as i64);
+        if let Some(k) = key {
+            record = record.key(*k);
+        }
+        if let Some(v) = value {
+            record = record.payload(*v);
+        }
+        if i == 0 {
+            record = record.headers(headers.clone());
+        }
+        let delivered = producer.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| e)?;
+        offsets.push(delivered.offset);
+    }
+    assert_eq!(offsets, vec![0, 1, 2, 3, 4], "offsets are assigned densely from 0");
+
+    let got = kaas.consume("rt", 0, Offset::Beginning, sends.len())?;
+    for (i, (m, (key, value))) in got.iter().zip(&sends).enumerate() {
+        assert_eq!(m.offset(), i as i64);
+        assert_eq!(m.key(), *key);
+        assert_eq!(m.payload(), *value, "value of message {i}");
+        assert_eq!(m.timestamp(), Timestamp::CreateTime(1_700_000_000_000 + i as i64));
+    }
+    let h = got[0].headers().ok_or("headers lost")?;
+    assert_eq!(h.count(), 2);
+    assert_eq!(h.get(0).key, "h1");
+    assert_eq!(h.get(0).value, Some(&b"v1"[..]));
+    assert_eq!(h.get(1).value, None);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_codec_round_trips() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("codecs", 1, &[]).await?;
+    let mut expected = Vec::new();
+    for codec in ["none", "gzip", "snappy", "lz4", "zstd"] {
+        let producer = kaas.producer(&[("compression.type", codec), ("linger.ms", "5")])?;
+        let futures: Vec<_> = (0..50)
+            .map(|i| {
+                let value = format!("{codec}-{i}-{}", "x".repeat(200));
+                expected.push(value.clone());
+                producer
+                    .send_result(FutureRecord::<(), String>::to("codecs").partition(0).payload(&value))
+                    .map_err(|(e, _)| e)
+            })
+            .collect::<Result<_, _>>()?;
+        for f in futures {
+            f.await?.map_err(|(e, _)| e)?;
+        }
+    }
+    let got = kaas.consume("codecs", 0, Offset::Beginning, expected.len())?;
+    let values: Vec<String> = got.iter().map(|m| String::from_utf8_lossy(&payload(m)).into_owned()).collect();
+    assert_eq!(values, expected);
+    let offsets: Vec<i64> = got.iter().map(|m| m.offset()).collect();
+    assert_eq!(offsets, (0..expected.len() as i64).collect::<Vec<_>>());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_append_time_topics_stamp_the_broker_clock() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("lat", 1, &[("message.timestamp.type", "LogAppendTime")]).await?;
+    let producer = kaas.producer(&[])?;
+    let before = now_ms();
+    producer
+        .send(FutureRecord::<(), str>::to("lat").payload("x").timestamp(1000), Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| e)?;
+    let after = now_ms();
+    let got = kaas.consume("lat", 0, Offset::Beginning, 1)?;
+    match got[0].timestamp() {
+        Timestamp::LogAppendTime(t) => assert!(t >= before && t <= after, "{t} not in [{before}, {after}]"),
+        other => panic!("expected LogAppendTime, got {other:?}"),
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_created_topics_and_partitioned_produce() -> TestResult {
+    let kaas = Kaas::start_with(&["--default-partitions", "3"])?;
+    let producer = kaas.producer(&[])?;
+    // The topic does not exist: the producer's metadata request creates it.
+    for p in 0..3 {
+        for i in 0..10 {
+            producer
+                .send(FutureRecord::<(), String>::to("auto").partition(p).payload(&format!("{p}-{i}")), Duration::from_secs(30))
+                .await
+                .map_err(|(e, _)| e)?;
+        }
+    }
+    for p in 0..3 {
+        let got = kaas.consume("auto", p, Offset::Beginning, 10)?;
+        assert!(got.iter().enumerate().all(|(i, m)| payload(m) == format!("{p}-{i}").into_bytes()));
+    }
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}

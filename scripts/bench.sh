@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Starts a release kaas broker on a fresh on-disk data directory and runs the kaas-bench suite
+# against it (1 KiB messages, acks=all, 1 and 8 partitions). Prints the figures.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${BENCH_SECONDS:-10}"
+data="$(mktemp -d "${TMPDIR:-/tmp}/kaas-bench.XXXXXX")"
+log="$data/kaas.log"
+cleanup() {
+  [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  rm -rf "$data"
+}
+trap cleanup EXIT
+
+target/release/kaas --listen 127.0.0.1:0 --data-dir "$data/data" >"$data/stdout" 2>"$log" &
+pid=$!
+for _ in $(seq 1 100); do
+  addr=$(sed -n 's/^kaas listening on \([^ ]*\).*/\1/p' "$data/stdout")
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "${addr:-}" ] || { echo "kaas did not start"; cat "$log"; exit 1; }
+echo "kaas $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $addr, data on $(df --output=source "$data" | tail -1), $(nproc) cores"
+target/release/kaas-bench --bootstrap "$addr" suite --seconds "$seconds"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need on a fresh Debian machine; quick when all is there.
+#  - Debian packages: cmake and compilers for librdkafka (the rdkafka crate builds it), curl and
+#    ssl headers it probes for, kcat (a stock client the tests drive), FUSE for the NFS tests.
+#  - A Python virtualenv in the cache with kafka-python (a stock client the tests drive).
+set -euo pipefail
+
+cache="${KAAS_CACHE:-$HOME/.cache/kaas}"
+apt_packages=(build-essential cmake pkg-config libcurl4-openssl-dev libssl-dev zlib1g-dev kcat fuse3 libfuse3-dev)
+kafka_python_version="3.0.12"
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+venv="$cache/venv"
+if ! "$venv/bin/python3" -c "import kafka; assert kafka.__version__ == '$kafka_python_version'" 2>/dev/null; then
+  echo "creating $venv with kafka-python $kafka_python_version"
+  mkdir -p "$cache"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "kafka-python==$kafka_python_version"
+fi
