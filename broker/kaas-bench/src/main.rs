@@ -69,14 +69,27 @@ fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
     for partitions in [1, 8] {
         let topic = format!("{}-{}p-{}", s.topic_prefix, partitions, std::process::id());
         create_topic(bootstrap, &topic, partitions)?;
-        let flat = produce::ProduceArgs { topic: topic.clone(), partitions, size: s.size, seconds: s.seconds, rate: None, acks: "all".into() };
+        let flat = produce::ProduceArgs {
+            topic: topic.clone(),
+            partitions,
+            size: s.size,
+            seconds: s.seconds,
+            rate: None,
+            acks: "all".into(),
+            linger_ms: None,
+        };
         eprintln!("producing flat out to {topic} for {} s", s.seconds);
         let figures = produce::run(bootstrap, &flat)?;
         rows.push(figures.row(&format!("produce {partitions}p flat out")));
-        let fixed = produce::ProduceArgs { rate: Some(10_000), ..flat };
-        eprintln!("producing 10,000 msg/s to {topic} for {} s", s.seconds);
-        let figures = produce::run(bootstrap, &fixed)?;
-        rows.push(figures.row(&format!("produce {partitions}p 10k msg/s")));
+        // At a fixed rate the client's linger (librdkafka: 5 ms) dominates the ack latency, so
+        // the rate is measured both with the default and with linger.ms=0.
+        for linger_ms in [None, Some(0)] {
+            let fixed = produce::ProduceArgs { rate: Some(10_000), linger_ms, ..flat.clone() };
+            eprintln!("producing 10,000 msg/s to {topic} for {} s (linger.ms {linger_ms:?})", s.seconds);
+            let figures = produce::run(bootstrap, &fixed)?;
+            let linger = linger_ms.map_or("default linger".to_string(), |l| format!("linger {l}"));
+            rows.push(figures.row(&format!("produce {partitions}p 10k/s {linger}")));
+        }
         eprintln!("consuming {topic} from the beginning");
         let consume = consume::ConsumeArgs { topic: topic.clone(), partitions, messages: None };
         let figures = consume::run(bootstrap, &consume)?;

@@ -29,6 +29,9 @@ pub(crate) struct ProduceArgs {
     pub(crate) rate: Option<u64>,
     #[arg(long, default_value = "all")]
     pub(crate) acks: String,
+    /// The producer's linger.ms [default: librdkafka's, 5 ms].
+    #[arg(long)]
+    pub(crate) linger_ms: Option<u32>,
 }
 
 /// What a produce run measured.
@@ -93,11 +96,12 @@ pub(crate) fn run(bootstrap: &str, args: &ProduceArgs) -> anyhow::Result<Produce
         acked: Default::default(),
         failed: Default::default(),
     });
-    let producer: ThreadedProducer<Context> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("acks", &args.acks)
-        .set("queue.buffering.max.messages", "200000")
-        .create_with_context(Context(tally.clone()))?;
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap).set("acks", &args.acks).set("queue.buffering.max.messages", "200000");
+    if let Some(linger) = args.linger_ms {
+        config.set("linger.ms", linger.to_string());
+    }
+    let producer: ThreadedProducer<Context> = config.create_with_context(Context(tally.clone()))?;
     let payload = vec![b'k'; args.size];
     let start = Instant::now();
     let deadline = start + Duration::from_secs(args.seconds);

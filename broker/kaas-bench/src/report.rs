@@ -13,10 +13,10 @@ pub(crate) struct Row {
 
 pub(crate) fn print_table(rows: &[Row]) {
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
-    println!("{:<28} {:>10} {:>12} {:>10} {:>10} {:>10}", "scenario", "MB/s", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms");
+    println!("{:<30} {:>10} {:>12} {:>10} {:>10} {:>10}", "scenario", "MB/s", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms");
     for r in rows {
         println!(
-            "{:<28} {:>10.1} {:>12.0} {:>10} {:>10} {:>10}",
+            "{:<30} {:>10.1} {:>12.0} {:>10} {:>10} {:>10}",
             r.name,
             r.mb_per_s,
             r.msgs_per_s,

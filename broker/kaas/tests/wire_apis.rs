@@ -1,0 +1,166 @@
+//! Protocol details no stock client in the suite exercises: incremental fetch sessions
+//! (KIP-227), fetch by topic id (v13+), long-poll wake-up on append, DescribeCluster,
+//! OffsetForLeaderEpoch and the advertised versions.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::wire::{Wire, batch};
+use common::{Kaas, TestResult};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, DescribeClusterRequest, FetchRequest, FetchResponse, MetadataRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+fn name(topic: &str) -> TopicName {
+    TopicName(StrBytes::from_string(topic.to_string()))
+}
+
+fn produce(wire: &mut Wire, topic: &str, values: &[&str]) -> TestResult {
+    let request = ProduceRequest::default().with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+        TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(batch(-1, -1, -1, values)?))]),
+    ]);
+    let response = wire.call(9, &request)?;
+    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    Ok(())
+}
+
+fn fetch_partition(offset: i64) -> FetchPartition {
+    FetchPartition::default().with_partition(0).with_fetch_offset(offset).with_partition_max_bytes(1 << 20).with_current_leader_epoch(-1)
+}
+
+fn topic_id(wire: &mut Wire, topic: &str) -> TestResult<Uuid> {
+    let request = MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(name(topic)))]));
+    let response = wire.call(12, &request)?;
+    Ok(response.topics[0].topic_id)
+}
+
+fn partitions(response: &FetchResponse) -> usize {
+    response.responses.iter().map(|t| t.partitions.len()).sum()
+}
+
+#[test]
+fn incremental_fetch_sessions_answer_only_what_changed() -> TestResult {
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    wire.create_topic("s1", 1)?;
+    wire.create_topic("s2", 1)?;
+    produce(&mut wire, "s1", &["a"])?;
+
+    // Full fetch, epoch 0: a new session, both partitions answered.
+    let full = FetchRequest::default().with_max_wait_ms(0).with_session_id(0).with_session_epoch(0).with_topics(vec![
+        FetchTopic::default().with_topic(name("s1")).with_partitions(vec![fetch_partition(0)]),
+        FetchTopic::default().with_topic(name("s2")).with_partitions(vec![fetch_partition(0)]),
+    ]);
+    let response = wire.call(12, &full)?;
+    assert_eq!(response.error_code, 0);
+    let session = response.session_id;
+    assert!(session > 0, "no session created");
+    assert_eq!(partitions(&response), 2);
+
+    // Incremental, nothing changed, s1 moves past its record: nothing to say.
+    let inc = |epoch: i32, topics: Vec<FetchTopic>| {
+        FetchRequest::default().with_max_wait_ms(0).with_session_id(session).with_session_epoch(epoch).with_topics(topics)
+    };
+    let response = wire.call(12, &inc(1, vec![FetchTopic::default().with_topic(name("s1")).with_partitions(vec![fetch_partition(1)])]))?;
+    assert_eq!(response.error_code, 0);
+    assert_eq!(partitions(&response), 0, "an incremental fetch answered unchanged partitions: {response:?}");
+
+    // A record arrives on s2: only s2 is answered, with its data.
+    produce(&mut wire, "s2", &["b"])?;
+    let response = wire.call(12, &inc(2, vec![]))?;
+    assert_eq!(partitions(&response), 1);
+    assert_eq!(response.responses[0].topic.0.as_str(), "s2");
+    assert!(response.responses[0].partitions[0].records.as_ref().is_some_and(|r| !r.is_empty()));
+
+    // Wrong epoch, unknown session, forgetting, closing.
+    let response = wire.call(12, &inc(9, vec![]))?;
+    assert_eq!(response.error_code, ResponseError::InvalidFetchSessionEpoch.code());
+    let unknown = FetchRequest::default().with_session_id(session + 1000).with_session_epoch(1);
+    assert_eq!(wire.call(12, &unknown)?.error_code, ResponseError::FetchSessionIdNotFound.code());
+    let forget = inc(3, vec![]).with_forgotten_topics_data(vec![ForgottenTopic::default().with_topic(name("s1")).with_partitions(vec![0])]);
+    assert_eq!(wire.call(12, &forget)?.error_code, 0);
+    let close = FetchRequest::default().with_session_id(session).with_session_epoch(-1);
+    assert_eq!(wire.call(12, &close)?.session_id, 0);
+    assert_eq!(wire.call(12, &inc(4, vec![]))?.error_code, ResponseError::FetchSessionIdNotFound.code());
+    Ok(())
+}
+
+#[test]
+fn fetch_by_topic_id_and_long_poll_wakes_on_append() -> TestResult {
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    wire.create_topic("ids", 1)?;
+    let id = topic_id(&mut wire, "ids")?;
+    assert!(!id.is_nil());
+
+    // Unknown topic id.
+    let unknown = FetchRequest::default().with_session_epoch(-1).with_topics(vec![
+        FetchTopic::default().with_topic_id(Uuid::new_v4()).with_partitions(vec![fetch_partition(0)]),
+    ]);
+    let response = wire.call(13, &unknown)?;
+    assert_eq!(response.responses[0].partitions[0].error_code, ResponseError::UnknownTopicId.code());
+
+    // A long poll (10 s) on an empty partition returns as soon as a record is appended.
+    let addr = kaas.bootstrap.clone();
+    let producer = std::thread::spawn(move || -> TestResult {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut wire = Wire::connect(&addr)?;
+        produce(&mut wire, "ids", &["woken"])
+    });
+    let poll = FetchRequest::default().with_max_wait_ms(10_000).with_min_bytes(1).with_session_epoch(-1).with_topics(vec![
+        FetchTopic::default().with_topic_id(id).with_partitions(vec![fetch_partition(0)]),
+    ]);
+    let started = Instant::now();
+    let response = wire.call(13, &poll)?;
+    let waited = started.elapsed();
+    producer.join().map_err(|_| "producer thread panicked")??;
+    let partition = &response.responses[0].partitions[0];
+    assert_eq!(response.responses[0].topic_id, id);
+    assert_eq!(partition.error_code, 0);
+    assert_eq!(partition.high_watermark, 1);
+    assert!(partition.records.as_ref().is_some_and(|r| !r.is_empty()), "long poll returned no data");
+    assert!(waited < Duration::from_secs(9), "the long poll was not woken by the append ({waited:?})");
+    Ok(())
+}
+
+#[test]
+fn describe_cluster_offset_for_leader_epoch_and_api_versions() -> TestResult {
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let cluster = wire.call(1, &DescribeClusterRequest::default().with_endpoint_type(1))?;
+    assert_eq!(cluster.error_code, 0);
+    assert_eq!(cluster.brokers.len(), 1);
+    assert_eq!(cluster.brokers[0].port, i32::from(kaas.port()));
+    let controllers = wire.call(1, &DescribeClusterRequest::default().with_endpoint_type(2))?;
+    assert_eq!(controllers.error_code, ResponseError::MismatchedEndpointType.code());
+
+    wire.create_topic("epochs", 1)?;
+    produce(&mut wire, "epochs", &["a", "b", "c"])?;
+    let request = OffsetForLeaderEpochRequest::default().with_replica_id((-1).into()).with_topics(vec![
+        OffsetForLeaderTopic::default().with_topic(name("epochs")).with_partitions(vec![
+            OffsetForLeaderPartition::default().with_partition(0).with_leader_epoch(0).with_current_leader_epoch(-1),
+        ]),
+    ]);
+    let response = wire.call(4, &request)?;
+    let p = &response.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0);
+    assert_eq!((p.leader_epoch, p.end_offset), (0, 3), "the current epoch ends at the log end");
+
+    let versions = wire.call(3, &ApiVersionsRequest::default())?;
+    let find = |key: ApiKey| versions.api_keys.iter().find(|k| k.api_key == key as i16).map(|k| (k.min_version, k.max_version));
+    assert_eq!(find(ApiKey::Produce), Some((0, 11)), "Produce from v0 (KAFKA-18659), no transactions-v2 versions");
+    assert_eq!(find(ApiKey::Fetch), Some((4, 18)));
+    assert_eq!(find(ApiKey::EndTxn), None, "nothing unbuilt is advertised");
+    Ok(())
+}
