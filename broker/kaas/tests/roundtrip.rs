@@ -128,3 +128,22 @@ async fn auto_created_topics_and_partitioned_produce() -> TestResult {
 fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_over_max_message_bytes_are_refused() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("small", 1, &[("max.message.bytes", "10000")]).await?;
+    let producer = kaas.producer(&[("message.max.bytes", "3000000"), ("compression.type", "none"), ("retries", "0")])?;
+    let big = vec![1u8; 20_000];
+    let result = producer.send(FutureRecord::<(), [u8]>::to("small").partition(0).payload(&big[..]), Duration::from_secs(30)).await;
+    match result {
+        Err((rdkafka::error::KafkaError::MessageProduction(code), _)) => {
+            assert_eq!(code, rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge)
+        }
+        other => panic!("expected MESSAGE_TOO_LARGE, got {other:?}"),
+    }
+    // Nothing was written; a small record gets offset 0.
+    let d = producer.send(FutureRecord::<(), str>::to("small").partition(0).payload("ok"), Duration::from_secs(30)).await.map_err(|(e, _)| e)?;
+    assert_eq!(d.offset, 0);
+    Ok(())
+}
