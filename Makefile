@@ -16,6 +16,7 @@ run:
 test: deps
 	$(CARGO) build --locked --workspace --all-targets
 	$(CARGO) test --locked --workspace --no-fail-fast
+	$(MAKE) e2e-selftest
 
 deps:
 	scripts/install-deps.sh
@@ -32,3 +33,6 @@ clippy:
 
 clean-data:
 	rm -rf ./kaas-data
+
+# The e2e harness: a real Kubernetes control plane and a process kubelet (e2e/README.md).
+include e2e/e2e.mk

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need on a fresh Debian machine; quick when all is there.
 #  - Debian packages: cmake and compilers for librdkafka (the rdkafka crate builds it), curl and
-#    ssl headers it probes for, kcat (a stock client the tests drive), FUSE for the NFS tests.
+#    ssl headers it probes for, kcat (a stock client the tests drive), FUSE for the NFS tests,
+#    ip and nsenter for the e2e harness's network namespace.
 #  - A Python virtualenv in the cache with kafka-python (a stock client the tests drive).
 set -euo pipefail
 
 cache="${KAAS_CACHE:-$HOME/.cache/kaas}"
-apt_packages=(build-essential cmake pkg-config libcurl4-openssl-dev libssl-dev zlib1g-dev kcat fuse3 libfuse3-dev)
+apt_packages=(build-essential cmake pkg-config libcurl4-openssl-dev libssl-dev zlib1g-dev kcat fuse3 libfuse3-dev iproute2 util-linux)
 kafka_python_version="3.0.12"
 
 missing=()

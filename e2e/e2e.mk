@@ -1,0 +1,29 @@
+# e2e harness targets; the top-level Makefile includes this file. See e2e/README.md.
+#
+#   make e2e-bins      build the control-plane binaries into the cache (only what is missing)
+#   make e2e-selftest  run the harness self-test (builds what is missing first)
+#   make e2e-up        start a harness in the background, print the kubeconfig path
+#   make e2e-down      stop it
+#
+# Binaries are cached in $(KAAS_CACHE) (default ~/.cache/kaas) by version; Go builds run under
+# `nice -n 19` because the machine is shared with Rust builds.
+
+E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
+
+.PHONY: e2e-bins e2e-selftest e2e-up e2e-down
+
+e2e-bins:
+	@$(E2E_DIR)/hack/bins.sh >/dev/null
+
+# Compile the tests under nice first; the run itself is not niced, so that a busy machine does
+# not starve the control plane into timeouts.
+e2e-selftest: e2e-bins
+	cd $(E2E_DIR) && nice -n 19 go vet ./...
+	cd $(E2E_DIR) && go test $(E2E_GOTEST_FLAGS) -v ./...
+
+e2e-up: e2e-bins
+	@$(E2E_DIR)/hack/up.sh
+
+e2e-down:
+	@$(E2E_DIR)/hack/down.sh

@@ -1,0 +1,152 @@
+package kubelet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// serve starts the kubelet's HTTPS endpoint on the node address, which the apiserver proxies
+// `kubectl logs` to (/containerLogs/<ns>/<pod>/<container>). It returns the port to advertise.
+// NB: it neither authenticates nor authorizes callers (a real kubelet asks the apiserver); it is
+// only reachable inside the harness' network namespace.
+func (k *Kubelet) serve(ctx context.Context) (int, error) {
+	cert, err := selfSigned(k.cfg.NodeIP)
+	if err != nil {
+		return 0, err
+	}
+	l, err := tls.Listen("tcp", net.JoinHostPort(k.cfg.NodeIP, "0"), &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		return 0, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", k.containerLogs)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(l) }()
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// containerLogs serves one container's output: the current run, or with previous=true the run
+// before it; follow streams until the container exits; tailLines keeps the last lines.
+func (k *Kubelet) containerLogs(rw http.ResponseWriter, r *http.Request) {
+	ns, podName, name := r.PathValue("ns"), r.PathValue("pod"), r.PathValue("container")
+	var c *container
+	k.mu.Lock()
+	for _, w := range k.workers {
+		if w.pod.Namespace == ns && w.pod.Name == podName {
+			for _, cc := range append(append([]*container{}, w.inits...), w.containers...) {
+				if cc.spec.Name == name {
+					c = cc
+				}
+			}
+		}
+	}
+	k.mu.Unlock()
+	if c == nil {
+		http.Error(rw, fmt.Sprintf("container %s of pod %s/%s is not on this node", name, ns, podName), http.StatusNotFound)
+		return
+	}
+	q := r.URL.Query()
+	c.w.mu.Lock()
+	from, to := c.logStart, int64(-1)
+	if q.Get("previous") == "true" {
+		from, to = c.prevLogStart, c.logStart
+	}
+	exited := c.exited
+	c.w.mu.Unlock()
+	f, err := os.Open(filepath.Join(c.w.logDir, name+".log"))
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	var data []byte
+	if to >= 0 {
+		data = make([]byte, max(to-from, 0))
+		_, _ = f.ReadAt(data, from)
+	} else {
+		_, _ = f.Seek(from, io.SeekStart)
+		data, _ = io.ReadAll(f)
+	}
+	if n, err := strconv.Atoi(q.Get("tailLines")); err == nil {
+		data = lastLines(data, n)
+	}
+	rw.Header().Set("Content-Type", "text/plain")
+	_, _ = rw.Write(data)
+	if q.Get("follow") != "true" || to >= 0 {
+		return
+	}
+	flusher, _ := rw.(http.Flusher)
+	rd := bufio.NewReader(f)
+	for {
+		chunk, _ := io.ReadAll(rd)
+		if len(chunk) > 0 {
+			if _, err := rw.Write(chunk); err != nil {
+				return
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-exited:
+			chunk, _ := io.ReadAll(rd)
+			_, _ = rw.Write(chunk)
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func lastLines(data []byte, n int) []byte {
+	if n < 0 {
+		return data
+	}
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return bytes.Join(lines, nil)
+}
+
+func selfSigned(ip string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "process-kubelet"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(10 * 24 * time.Hour),
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP(ip)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}

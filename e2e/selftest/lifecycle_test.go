@@ -1,0 +1,230 @@
+package selftest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kaas/e2e/harness"
+)
+
+const lifecycleManifests = `
+apiVersion: batch/v1
+kind: Job
+metadata: {name: once}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - {name: main, image: busybox, command: [sh, -c, "echo job ran"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: fails}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: main, image: busybox, command: [sh, -c, "exit 3"]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: init}
+spec:
+  restartPolicy: OnFailure
+  initContainers:
+  - name: prepare
+    image: busybox
+    command: [sh, -c, "echo prepared-by-init > /work/state"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c, "cat /work/state"]
+    volumeMounts: [{name: work, mountPath: /work}]
+  volumes: [{name: work, emptyDir: {}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: noimage}
+spec:
+  containers:
+  - {name: main, image: nosuch/image:1}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unhealthy}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    command: [sleep, "3600"]
+    livenessProbe:
+      exec: {command: [sh, -c, "exit 1"]}
+      periodSeconds: 1
+      failureThreshold: 2
+`
+
+// TestPodLifecycle covers restartPolicy Never/OnFailure, a Job run by the real Job controller,
+// init containers sharing an emptyDir, and a restart by a failing exec liveness probe. Commands
+// run from the host's PATH through the "host" image mapping.
+func TestPodLifecycle(t *testing.T) {
+	c := harness.Start(t, harness.Options{Images: map[string]string{"busybox*": "host"}})
+	ctx := context.Background()
+	c.Apply(lifecycleManifests)
+	pods := c.Client.CoreV1().Pods("default")
+
+	c.Eventually(60*time.Second, "job succeeded", func() (bool, error) {
+		j, err := c.Client.BatchV1().Jobs("default").Get(ctx, "once", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return j.Status.Succeeded == 1, fmt.Errorf("job status %+v", j.Status)
+	})
+	c.Eventually(30*time.Second, "pod fails with exit 3", func() (bool, error) {
+		p, err := pods.Get(ctx, "fails", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodFailed {
+			return false, err
+		}
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		if term == nil || term.ExitCode != 3 || p.Status.ContainerStatuses[0].RestartCount != 0 {
+			return false, fmt.Errorf("container status %+v", p.Status.ContainerStatuses[0])
+		}
+		return true, nil
+	})
+	c.Eventually(30*time.Second, "init pod succeeds", func() (bool, error) {
+		p, err := pods.Get(ctx, "init", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return p.Status.Phase == corev1.PodSucceeded, fmt.Errorf("phase %s", p.Status.Phase)
+	})
+	if logs := c.PodLogs("default", "init", "main"); !strings.Contains(logs, "prepared-by-init") {
+		t.Errorf("main container did not see the init container's file:\n%s", logs)
+	}
+	c.Eventually(60*time.Second, "liveness restarts", func() (bool, error) {
+		p, err := pods.Get(ctx, "unhealthy", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return false, err
+		}
+		return p.Status.ContainerStatuses[0].RestartCount >= 1, nil
+	})
+	c.Eventually(30*time.Second, "unknown image reported", func() (bool, error) {
+		p, err := pods.Get(ctx, "noimage", metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return false, err
+		}
+		cs := p.Status.ContainerStatuses[0]
+		return cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull" && cs.RestartCount == 0,
+			fmt.Errorf("status %+v", cs)
+	})
+	// Deleting a finished pod and a pod that never started: the kubelet removes both.
+	c.MustKubectl("delete", "pod", "fails", "noimage", "--timeout=30s")
+}
+
+// TestNodes runs two nodes, spreads pods over them, gives the second node its own view of the
+// shared volume (MapVolume, as the NFS scenarios will with one FUSE mount per host), and
+// crashes that node's kubelet: the node lifecycle controller must mark it NotReady; after a
+// restart of the kubelet the node is Ready again and its pod runs again.
+func TestNodes(t *testing.T) {
+	c := harness.Start(t, harness.Options{Nodes: 2, Images: map[string]string{"busybox*": "host"}})
+	ctx := context.Background()
+	other := t.TempDir()
+	if err := os.WriteFile(filepath.Join(c.VolumeDir("shared"), "marker"), []byte("plain\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(other, "marker"), []byte("mapped\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.MapVolume(c.Nodes[1], "shared", other)
+	c.Apply(`
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: shared}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: kaas-e2e-rwx
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: spread}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: spread}}
+  template:
+    metadata: {labels: {app: spread}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - {labelSelector: {matchLabels: {app: spread}}, topologyKey: kubernetes.io/hostname}
+      containers:
+      - name: main
+        image: busybox
+        command: [sh, -c, "cat /data/marker; exec sleep 3600"]
+        volumeMounts: [{name: data, mountPath: /data}]
+      volumes: [{name: data, persistentVolumeClaim: {claimName: shared}}]
+`)
+	c.Eventually(60*time.Second, "one ready pod per node", func() (bool, error) {
+		list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread"})
+		if err != nil {
+			return false, err
+		}
+		nodes := map[string]bool{}
+		for _, p := range list.Items {
+			if harness.IsReady(&p) {
+				nodes[p.Spec.NodeName] = true
+			}
+		}
+		return len(nodes) == 2, fmt.Errorf("ready on %v", nodes)
+	})
+	list, err := c.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=spread"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		want := map[string]string{c.Nodes[0]: "plain", c.Nodes[1]: "mapped"}[p.Spec.NodeName]
+		if logs := c.PodLogs("default", p.Name, "main"); !strings.Contains(logs, "\n"+want+"\n") {
+			t.Errorf("pod %s on %s should print %q:\n%s", p.Name, p.Spec.NodeName, want, logs)
+		}
+	}
+	c.KillKubelet(c.Nodes[1])
+	c.Eventually(60*time.Second, c.Nodes[1]+" NotReady", func() (bool, error) {
+		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.Nodes[1], metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status != corev1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	})
+	var victim string
+	for _, p := range list.Items {
+		if p.Spec.NodeName == c.Nodes[1] {
+			victim = p.Name
+		}
+	}
+	c.RestartKubelet(c.Nodes[1])
+	c.Eventually(60*time.Second, victim+" running again after the node came back", func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, victim, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return harness.IsReady(p) && p.Status.ContainerStatuses[0].RestartCount >= 1,
+			fmt.Errorf("ready=%v status=%+v", harness.IsReady(p), p.Status.ContainerStatuses)
+	})
+}
