@@ -79,20 +79,26 @@ fn golden_scribbled_tail(v: &Volume) {
 }
 scenario!(golden_scribbled_tail);
 
-/// Rewrites the fixtures: `cargo test -p kaas-storage --test scenarios -- --ignored regenerate`.
+/// The checked-in fixtures are exactly what this code builds, so they can be reviewed as code.
+/// `KAAS_REGENERATE_FIXTURES=1 cargo test -p kaas-storage --test scenarios golden_fixtures`
+/// rewrites them instead of checking them.
 #[test]
-#[ignore = "writes the checked-in fixtures"]
-fn regenerate_golden_fixtures() {
+fn golden_fixtures_are_reproducible() {
     let log = intact_log();
     let manifest = br#"{"epoch":1,"highWatermark":2,"logStartOffset":0}"#;
     let torn = &log[..log.len() - 17];
     let mut scribbled = log.clone();
     let n = scribbled.len();
     scribbled[n - 30..n - 20].copy_from_slice(b"SCRIBBLED!");
+    let regenerate = std::env::var_os("KAAS_REGENERATE_FIXTURES").is_some();
     for (name, bytes) in [("torn-tail", torn.to_vec()), ("scribbled-tail", scribbled)] {
         let dir = fixture_dir(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(SEGMENT), bytes).unwrap();
-        std::fs::write(dir.join("manifest.json"), manifest).unwrap();
+        if regenerate {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(SEGMENT), &bytes).unwrap();
+            std::fs::write(dir.join("manifest.json"), manifest).unwrap();
+        }
+        assert_eq!(std::fs::read(dir.join(SEGMENT)).unwrap(), bytes, "{name} segment differs from its generator");
+        assert_eq!(std::fs::read(dir.join("manifest.json")).unwrap(), manifest, "{name} manifest differs");
     }
 }
