@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic_file::{create_exclusive, read_json};
 use crate::fs::Fs;
-use crate::names::{self, CLUSTER_DIR, LAYOUT_FILE, PRODUCER_IDS_DIR};
+use crate::names::{self, CLUSTER_DIR, GROUPS_DIR, LAYOUT_FILE, PRODUCER_IDS_DIR};
 use crate::{Error, Result};
 
 /// The major layout version this binary reads and writes. A volume stamped with another major
@@ -51,9 +51,29 @@ impl Layout {
         self.cluster_dir().join(LAYOUT_FILE)
     }
 
+    /// `<root>/__cluster/assignment.json`.
+    pub fn assignment_file(&self) -> PathBuf {
+        self.cluster_dir().join(names::ASSIGNMENT_FILE)
+    }
+
+    /// `<root>/__cluster/brokers/`.
+    pub fn brokers_dir(&self) -> PathBuf {
+        self.cluster_dir().join(names::BROKERS_DIR)
+    }
+
     /// `<root>/__cluster/producer-ids/`.
     pub fn producer_ids_dir(&self) -> PathBuf {
         self.cluster_dir().join(PRODUCER_IDS_DIR)
+    }
+
+    /// `<root>/__cluster/groups/`.
+    pub fn groups_dir(&self) -> PathBuf {
+        self.cluster_dir().join(GROUPS_DIR)
+    }
+
+    /// `<root>/__cluster/groups/<shard:04>/`.
+    pub fn group_shard_dir(&self, shard: u32) -> PathBuf {
+        self.groups_dir().join(names::group_shard_dir_name(shard))
     }
 
     /// `<root>/<topic>/`.

@@ -5,12 +5,17 @@
 //! only with the primitives of [`atomic_file`]: a same-directory rename of a fully written and
 //! fsynced temp file, or an exclusive create.
 
+pub mod assignment;
 pub mod atomic_file;
+#[cfg(feature = "crd")]
+pub mod crd;
+pub mod brokers;
 pub mod fs;
 pub mod identity;
 pub mod layout;
 pub mod names;
 pub mod producer_ids;
+pub mod reclaim;
 pub mod topic_file;
 
 use std::path::PathBuf;
@@ -89,6 +94,14 @@ pub enum Error {
         path: PathBuf,
         /// Why it cannot be used.
         reason: String,
+    },
+    /// A controller tried to write an assignment older than the one on the volume.
+    #[error("assignment.json was written by controller epoch {found}; epoch {ours} is stale")]
+    StaleController {
+        /// The epoch on the volume.
+        found: i64,
+        /// The writer's epoch.
+        ours: i64,
     },
     /// The producer-id space is exhausted.
     #[error("no producer-id block left to claim in {dir}")]

@@ -21,6 +21,17 @@ pub const TOPIC_FILE: &str = "topic.json";
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// A partition's idempotent-producer snapshot.
 pub const PRODUCER_SNAPSHOT_FILE: &str = "producer-state.snapshot";
+/// The controller-written partition and group placement, in [`CLUSTER_DIR`].
+pub const ASSIGNMENT_FILE: &str = "assignment.json";
+/// Directory of broker registrations (one file per broker, written by that broker), in
+/// [`CLUSTER_DIR`].
+pub const BROKERS_DIR: &str = "brokers";
+/// Directory of the consumer-group shards, in [`CLUSTER_DIR`].
+pub const GROUPS_DIR: &str = "groups";
+
+const SHARD_WIDTH: usize = 4;
+const GROUP_LOG_EXT: &str = "log";
+const GROUP_SNAPSHOT_EXT: &str = "snapshot";
 
 const EPOCH_WIDTH: usize = 10;
 const OFFSET_WIDTH: usize = 20;
@@ -93,17 +104,114 @@ pub fn parse_segment_file_name(name: &str) -> Result<SegmentName> {
     .into_iter()
     .find(|k| k.extension() == ext)
     .ok_or_else(|| bad("not a .log, .index or .timeindex file"))?;
-    let (epoch, base) = stem
-        .split_once('-')
-        .ok_or_else(|| bad("no '-' between epoch and offset"))?;
-    let epoch = fixed_width_number(epoch, EPOCH_WIDTH).ok_or_else(|| bad("bad epoch digits"))?;
-    let base = fixed_width_number(base, OFFSET_WIDTH).ok_or_else(|| bad("bad offset digits"))?;
-    let epoch = i32::try_from(epoch).map_err(|_| bad("epoch out of range"))?;
+    let (epoch, base) = parse_epoch_and_number(stem).map_err(bad)?;
     Ok(SegmentName {
         epoch,
         base_offset: base,
         kind,
     })
+}
+
+/// `<epoch:010>-<number:020>`, the stem shared by segment and group-shard file names.
+fn parse_epoch_and_number(stem: &str) -> std::result::Result<(i32, i64), &'static str> {
+    let (epoch, number) = stem
+        .split_once('-')
+        .ok_or("no '-' between epoch and number")?;
+    let epoch = fixed_width_number(epoch, EPOCH_WIDTH).ok_or("bad epoch digits")?;
+    let number = fixed_width_number(number, OFFSET_WIDTH).ok_or("bad number digits")?;
+    let epoch = i32::try_from(epoch).map_err(|_| "epoch out of range")?;
+    Ok((epoch, number))
+}
+
+/// Builds a group shard's directory name: the shard number, zero-padded to four digits.
+pub fn group_shard_dir_name(shard: u32) -> String {
+    format!("{shard:0SHARD_WIDTH$}")
+}
+
+/// Parses a name built by [`group_shard_dir_name`].
+pub fn parse_group_shard_dir_name(name: &str) -> Result<u32> {
+    fixed_width_number(name, SHARD_WIDTH)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| Error::BadName {
+            name: name.to_owned(),
+            reason: "not a group shard number",
+        })
+}
+
+/// The two kinds of file in a group shard directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupFileKind {
+    /// Append-only log of changes made after the snapshot with the same stamp.
+    Log,
+    /// The whole shard state as of everything logged before this stamp.
+    Snapshot,
+}
+
+impl GroupFileKind {
+    fn extension(self) -> &'static str {
+        match self {
+            GroupFileKind::Log => GROUP_LOG_EXT,
+            GroupFileKind::Snapshot => GROUP_SNAPSHOT_EXT,
+        }
+    }
+}
+
+/// What a group shard file name says: the owner epoch that wrote it and the compaction
+/// generation within that epoch. `(epoch, generation)` orders every file of a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GroupFileName {
+    /// Epoch of the shard owner that wrote the file.
+    pub epoch: i32,
+    /// Compaction generation within the epoch.
+    pub generation: i64,
+    /// Log or snapshot.
+    pub kind: GroupFileKind,
+}
+
+/// Builds `<epoch:010>-<generation:020>.<log|snapshot>`.
+pub fn group_file_name(epoch: i32, generation: i64, kind: GroupFileKind) -> Result<String> {
+    non_negative("epoch", i64::from(epoch))?;
+    non_negative("generation", generation)?;
+    Ok(format!(
+        "{epoch:0EPOCH_WIDTH$}-{generation:0OFFSET_WIDTH$}.{}",
+        kind.extension()
+    ))
+}
+
+/// What a name found in a group shard directory is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupShardEntry {
+    /// A log or snapshot file.
+    File(GroupFileName),
+    /// A temp file of an interrupted atomic write; the string is its target.
+    Temp(String),
+    /// An NFS silly-rename ghost.
+    NfsGhost,
+}
+
+/// Classifies a name found in a group shard directory. Anything unknown is an error.
+pub fn parse_group_shard_entry(name: &str) -> Result<GroupShardEntry> {
+    let bad = |reason| Error::BadName {
+        name: name.to_owned(),
+        reason,
+    };
+    if name.starts_with(NFS_GHOST_PREFIX) {
+        return Ok(GroupShardEntry::NfsGhost);
+    }
+    if name.ends_with(TEMP_SUFFIX) {
+        return parse_temp_file_name(name).map(GroupShardEntry::Temp);
+    }
+    let (stem, ext) = name.split_once('.').ok_or_else(|| bad("no extension"))?;
+    let kind = [GroupFileKind::Log, GroupFileKind::Snapshot]
+        .into_iter()
+        .find(|k| k.extension() == ext)
+        .ok_or_else(|| bad("not a .log or .snapshot file"))?;
+    let (epoch, generation) = parse_epoch_and_number(stem).map_err(bad)?;
+    Ok(GroupShardEntry::File(GroupFileName {
+        epoch,
+        generation,
+        kind,
+    }))
 }
 
 /// Builds the name of a temp file that will be renamed over `target` (same directory). The
@@ -272,6 +380,29 @@ mod tests {
     }
 
     #[test]
+    fn group_names_round_trip() {
+        assert_eq!(group_shard_dir_name(7), "0007");
+        assert_eq!(parse_group_shard_dir_name("0007").unwrap(), 7);
+        assert!(parse_group_shard_dir_name("7").is_err());
+        let log = group_file_name(3, 12, GroupFileKind::Log).unwrap();
+        assert_eq!(log, "0000000003-00000000000000000012.log");
+        let snap = group_file_name(3, 12, GroupFileKind::Snapshot).unwrap();
+        assert_eq!(
+            parse_group_shard_entry(&snap).unwrap(),
+            GroupShardEntry::File(GroupFileName {
+                epoch: 3,
+                generation: 12,
+                kind: GroupFileKind::Snapshot
+            })
+        );
+        assert!(parse_group_shard_entry("0000000003-00000000000000000012.index").is_err());
+        assert!(parse_group_shard_entry("offsets.json").is_err());
+        assert!(group_file_name(-1, 0, GroupFileKind::Log).is_err());
+        let t = temp_file_name(&snap);
+        assert_eq!(parse_group_shard_entry(&t).unwrap(), GroupShardEntry::Temp(snap));
+    }
+
+    #[test]
     fn partition_entries_classify() {
         assert_eq!(
             parse_partition_entry("manifest.json").unwrap(),
@@ -289,5 +420,59 @@ mod tests {
             parse_producer_id_block_name(&producer_id_block_name(5000).unwrap()).unwrap(),
             5000
         );
+    }
+}
+
+/// The file a broker registers itself in: `<brokerId:010>.json`.
+pub fn broker_file_name(broker_id: i32) -> Result<String> {
+    let id = u32::try_from(broker_id).map_err(|_| Error::NegativeInName { what: "broker id", value: broker_id.into() })?;
+    Ok(format!("{id:0width$}.json", width = EPOCH_WIDTH))
+}
+
+/// Parses [`broker_file_name`].
+pub fn parse_broker_file_name(name: &str) -> Result<i32> {
+    let bad = |reason| Error::BadName { name: name.to_string(), reason };
+    let digits = name.strip_suffix(".json").ok_or_else(|| bad("not a .json file"))?;
+    if digits.len() != EPOCH_WIDTH || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("broker id is not 10 digits"));
+    }
+    digits.parse().map_err(|_| bad("broker id out of range"))
+}
+
+/// The key of a partition in assignment.json: `<topic>/<partition>`.
+pub fn partition_key(topic: &str, partition: i32) -> String {
+    format!("{topic}/{partition}")
+}
+
+/// Parses [`partition_key`] from the right, so a topic name containing the separator still
+/// splits correctly (gh #61).
+pub fn parse_partition_key(key: &str) -> Result<(&str, i32)> {
+    let bad = |reason| Error::BadName { name: key.to_string(), reason };
+    let (topic, partition) = key.rsplit_once('/').ok_or_else(|| bad("no '/' before the partition"))?;
+    if topic.is_empty() {
+        return Err(bad("empty topic"));
+    }
+    let partition = partition.parse::<i32>().map_err(|_| bad("partition is not a number"))?;
+    if partition < 0 {
+        return Err(bad("negative partition"));
+    }
+    Ok((topic, partition))
+}
+
+#[cfg(test)]
+mod cluster_name_tests {
+    use super::*;
+
+    #[test]
+    fn broker_files_and_partition_keys_round_trip() {
+        assert_eq!(broker_file_name(3).ok().as_deref(), Some("0000000003.json"));
+        assert_eq!(parse_broker_file_name("0000000003.json").ok(), Some(3));
+        assert!(parse_broker_file_name("3.json").is_err());
+        assert!(parse_broker_file_name("0000000003.yaml").is_err());
+        assert!(broker_file_name(-1).is_err());
+        assert_eq!(parse_partition_key(&partition_key("a/b", 7)).ok(), Some(("a/b", 7)));
+        assert!(parse_partition_key("t/-1").is_err());
+        assert!(parse_partition_key("t").is_err());
+        assert!(parse_partition_key("/3").is_err());
     }
 }

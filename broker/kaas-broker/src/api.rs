@@ -5,17 +5,28 @@ pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
+pub mod sync_group;
 
 use std::sync::Arc;
 
@@ -39,10 +50,17 @@ pub(crate) fn topic_name(s: impl Into<String>) -> TopicName {
 /// The partition a request names, if this broker has and leads it.
 pub(crate) fn led_partition(broker: &Broker, topic: &str, partition: i32) -> Result<Arc<Partition>, ResponseError> {
     let p = broker.topics.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;
-    if !p.is_leader() {
+    if !p.is_leader() || fenced(broker) {
         return Err(ResponseError::NotLeaderOrFollower);
     }
     Ok(p)
+}
+
+/// A fenced broker (its heartbeat unacknowledged past the fence timeout) cannot know whether
+/// it still leads: it neither acknowledges writes nor serves reads until the controller
+/// answers again — by the time the controller moves its partitions it is already fenced.
+pub(crate) fn fenced(broker: &Broker) -> bool {
+    broker.cluster.as_ref().is_some_and(|c| c.view.write_fenced())
 }
 
 /// Kafka's `current_leader_epoch` check (-1 means the client does not know an epoch).

@@ -9,9 +9,10 @@ use tracing::info;
 use crate::config::{BrokerConfig, StorageMode};
 use crate::error::Result;
 use crate::fetch_session::FetchSessions;
+use crate::groups::{Coordinator, GroupConfig};
 use crate::leadership::LocalLease;
 use crate::topic_store::TopicStore;
-use crate::topics::TopicRegistry;
+use crate::topics::{Leadership, TopicRegistry};
 
 /// One kaas broker.
 #[derive(Debug)]
@@ -21,6 +22,10 @@ pub struct Broker {
     pub topics: TopicRegistry,
     pub fetch_sessions: FetchSessions,
     pub lease: LocalLease,
+    /// Cluster mode's parts; `None` in local mode.
+    pub cluster: Option<crate::cluster::Cluster>,
+    /// The group coordinator; in local mode it owns every group shard.
+    pub groups: Arc<Coordinator>,
 }
 
 impl Broker {
@@ -32,9 +37,20 @@ impl Broker {
         };
         let lease = LocalLease::new(config.node_id);
         let store = TopicStore::new(engine.fs().clone(), engine.root().to_path_buf());
-        let topics = TopicRegistry::open(engine.clone(), Some(store), lease, config.log_defaults.clone())?;
+        let leadership = if config.cluster.is_some() { Leadership::Cluster } else { Leadership::Local(lease) };
+        let topics = TopicRegistry::open(engine.clone(), Some(store), leadership, config.log_defaults.clone())?;
+        let groups = Coordinator::open(engine.fs().clone(), engine.layout(), GroupConfig::from_env())?;
+        // Local mode owns every group shard; in a cluster the runtime takes shards over as
+        // assignment.json places them (Coordinator::take_over / relinquish).
+        if config.cluster.is_none() {
+            groups.take_over_all(&lease)?;
+        }
         info!(node_id = config.node_id, storage = ?config.storage, topics = topics.list().len(), "broker opened");
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease }))
+        let cluster = config
+            .cluster
+            .clone()
+            .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.
@@ -52,8 +68,10 @@ impl Broker {
         }
     }
 
-    /// Relinquishes every partition: manifests and producer state persisted, handles closed.
+    /// Relinquishes every partition and group shard: manifests, producer state and group
+    /// snapshots persisted, handles closed.
     pub fn close(&self) {
+        self.groups.close();
         self.topics.close_all();
     }
 }

@@ -12,6 +12,50 @@ pub enum StorageMode {
     InMemory,
 }
 
+/// What a broker in a cluster needs beyond the local settings (seed 003).
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// The pod name: the Lease holder identity. Ends in `-<broker id>` (the StatefulSet ordinal).
+    pub identity: String,
+    /// Where the heartbeat gRPC server binds.
+    pub heartbeat_listen: SocketAddr,
+    /// `host:port` other brokers dial for this broker's heartbeat server.
+    pub heartbeat_advertise: String,
+    /// The `kaas-controller` Lease.
+    pub lease: std::sync::Arc<dyn kaas_controller::lease::LeaseStore>,
+    pub lease_duration: std::time::Duration,
+    pub renew_interval: std::time::Duration,
+    /// `fence.timeout`: unacknowledged this long, a broker stops acknowledging writes.
+    pub fence_timeout: std::time::Duration,
+    /// `session.timeout`: silent this long, a broker's partitions are moved (> fence + margin).
+    pub session_timeout: std::time::Duration,
+    /// How long SIGTERM waits for the controller to move partitions away before relinquishing.
+    pub drain_timeout: std::time::Duration,
+}
+
+impl ClusterSettings {
+    /// Settings for in-process clusters and tests: fast timings over the given Lease.
+    pub fn for_tests(identity: &str, lease: std::sync::Arc<dyn kaas_controller::lease::LeaseStore>) -> ClusterSettings {
+        use std::time::Duration;
+        ClusterSettings {
+            identity: identity.to_string(),
+            heartbeat_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            heartbeat_advertise: String::new(),
+            lease,
+            lease_duration: Duration::from_secs(3),
+            renew_interval: Duration::from_millis(300),
+            fence_timeout: Duration::from_secs(2),
+            session_timeout: Duration::from_secs(4),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The broker id the identity's ordinal names (`kaas-2` is broker 2).
+    pub fn broker_id_of(identity: &str) -> Option<i32> {
+        identity.rsplit_once('-').and_then(|(_, n)| n.parse().ok()).filter(|id: &i32| *id >= 0)
+    }
+}
+
 /// Everything the protocol server needs to know about itself.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -37,6 +81,8 @@ pub struct BrokerConfig {
     pub housekeeping_interval_ms: u64,
     /// Defaults for topic configs that a topic does not set (`log.*` broker settings).
     pub log_defaults: kaas_storage::LogConfig,
+    /// Cluster mode; `None` is local mode (a lease shim leads every partition).
+    pub cluster: Option<ClusterSettings>,
 }
 
 impl BrokerConfig {
@@ -55,6 +101,7 @@ impl BrokerConfig {
             max_connections: 10_000,
             housekeeping_interval_ms: 30_000,
             log_defaults: kaas_storage::LogConfig::default(),
+            cluster: None,
         }
     }
 }

@@ -9,6 +9,8 @@ pub enum Error {
     Storage(#[from] kaas_storage::Error),
     #[error("volume: {0}")]
     Volume(#[from] kaas_shared::Error),
+    #[error("group storage: {0}")]
+    Groups(#[from] kaas_groups::Error),
     #[error("unknown topic or partition {0}")]
     UnknownTopicOrPartition(String),
     #[error("unknown topic id {0}")]
@@ -54,6 +56,8 @@ impl Error {
                 _ => ResponseError::KafkaStorageError,
             },
             Error::Volume(_) | Error::Io(_) => ResponseError::KafkaStorageError,
+            Error::Groups(kaas_groups::Error::NotOwner | kaas_groups::Error::Fenced { .. }) => ResponseError::NotCoordinator,
+            Error::Groups(_) => ResponseError::CoordinatorNotAvailable,
             Error::UnknownTopicOrPartition(_) => ResponseError::UnknownTopicOrPartition,
             Error::UnknownTopicId(_) => ResponseError::UnknownTopicId,
             Error::TopicExists(_) => ResponseError::TopicAlreadyExists,

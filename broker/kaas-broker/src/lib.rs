@@ -7,14 +7,18 @@
 
 pub mod api;
 pub mod broker;
+pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod coordinator;
 pub mod error;
 pub mod fetch_session;
 pub mod frame;
+pub mod groups;
 pub mod leadership;
 pub mod router;
 pub mod server;
+pub mod takeover_driver;
 pub mod topic_config;
 pub mod topic_store;
 pub mod topics;

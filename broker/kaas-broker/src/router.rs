@@ -122,6 +122,17 @@ routes! {
     CreatePartitions: messages::CreatePartitionsRequest = 0..=3 => api::create_partitions::handle;
     IncrementalAlterConfigs: messages::IncrementalAlterConfigsRequest = 0..=1 => api::incremental_alter_configs::handle;
     DescribeCluster: messages::DescribeClusterRequest = 0..=2 => api::describe_cluster::handle;
+    FindCoordinator: messages::FindCoordinatorRequest = 0..=6 => api::find_coordinator::handle;
+    JoinGroup: messages::JoinGroupRequest = 0..=9 => api::join_group::handle;
+    SyncGroup: messages::SyncGroupRequest = 0..=5 => api::sync_group::handle;
+    Heartbeat: messages::HeartbeatRequest = 0..=4 => api::heartbeat::handle;
+    LeaveGroup: messages::LeaveGroupRequest = 0..=5 => api::leave_group::handle;
+    OffsetCommit: messages::OffsetCommitRequest = 2..=9 => api::offset_commit::handle;
+    OffsetFetch: messages::OffsetFetchRequest = 1..=9 => api::offset_fetch::handle;
+    OffsetDelete: messages::OffsetDeleteRequest = 0..=0 => api::offset_delete::handle;
+    DescribeGroups: messages::DescribeGroupsRequest = 0..=6 => api::describe_groups::handle;
+    ListGroups: messages::ListGroupsRequest = 0..=5 => api::list_groups::handle;
+    DeleteGroups: messages::DeleteGroupsRequest = 0..=2 => api::delete_groups::handle;
 }
 
 /// The route for an API key, if this broker handles it.

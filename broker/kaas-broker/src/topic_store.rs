@@ -3,25 +3,22 @@
 //!
 //! Review questions of seed 001, answered here once:
 //! - stamp and topic.json are exclusive create and temp+fsync+rename (atomic primitives);
-//! - reclamation renames a topic directory aside in one atomic rename, then removes the renamed
-//!   tree by an idempotent sweep that every housekeeping round re-drives until it is gone;
+//! - reclamation (`kaas_shared::reclaim`, shared with the operator) renames a topic directory
+//!   aside in one atomic rename, then removes the renamed tree by an idempotent sweep that every
+//!   housekeeping round re-drives until it is gone;
 //! - in local mode this broker is the only writer of topic metadata.
 
 use std::collections::BTreeMap;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
 use kaas_shared::topic_file::TopicFile;
-use kaas_shared::{identity, topic_file};
+use kaas_shared::{identity, reclaim, topic_file};
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::error::Result;
-
-/// Prefix of a topic directory renamed aside for removal.
-const RECLAIM_PREFIX: &str = ".reclaim-";
 
 /// Topic metadata files under one volume root.
 #[derive(Debug, Clone)]
@@ -104,52 +101,21 @@ impl TopicStore {
     /// (EBUSY from a `.nfs*` file, ENOTEMPTY) is retried on the next round.
     pub fn sweep_reclaimed(&self) {
         let root = self.layout.root();
-        let Ok(entries) = self.fs.list_dir(root) else { return };
-        for entry in entries.iter().filter(|e| e.is_dir && e.name.starts_with(RECLAIM_PREFIX)) {
-            let path = root.join(&entry.name);
-            match remove_tree(&*self.fs, &path) {
-                Ok(()) => info!(dir = %path.display(), "reclaimed a deleted topic's directory"),
-                Err(e) => warn!(dir = %path.display(), error = %e, "reclamation incomplete; retrying next round"),
-            }
+        let report = match reclaim::sweep(&*self.fs, root) {
+            Ok(report) => report,
+            Err(e) => return warn!(error = %e, "reclamation sweep could not list the volume; retrying next round"),
+        };
+        for path in &report.removed {
+            info!(dir = %path.display(), "reclaimed a deleted topic's directory");
+        }
+        for (path, e) in &report.pending {
+            warn!(dir = %path.display(), error = %e, "reclamation incomplete; retrying next round");
         }
     }
 
     fn rename_aside(&self, name: &str, id: Uuid) -> Result<()> {
-        let root = self.layout.root();
-        let from = self.layout.topic_dir(name);
-        let to = root.join(format!("{RECLAIM_PREFIX}{}-{name}", id.hyphenated()));
-        match self.fs.rename(&from, &to) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(kaas_shared::Error::io("rename", &from, e).into()),
-        }
-        self.fs.sync_dir(root).map_err(|e| kaas_shared::Error::io("fsync dir", root, e))?;
+        reclaim::rename_aside(&*self.fs, self.layout.root(), name, id)?;
         Ok(())
-    }
-}
-
-/// `rm -r`, one unlink at a time; safe to repeat after any failure.
-fn remove_tree(fs: &dyn kaas_shared::fs::Fs, path: &Path) -> io::Result<()> {
-    let entries = match fs.list_dir(path) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let child = path.join(&entry.name);
-        if entry.is_dir {
-            remove_tree(fs, &child)?;
-        } else {
-            match fs.remove_file(&child) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    match fs.remove_dir(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
     }
 }
 
@@ -157,6 +123,7 @@ fn remove_tree(fs: &dyn kaas_shared::fs::Fs, path: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
     use kaas_shared::fs::MemFs;
+    use std::path::Path;
     use std::sync::Arc;
 
     fn store() -> TopicStore {
@@ -184,7 +151,7 @@ mod tests {
         assert_eq!(loaded[0].partitions, 1);
         // Nothing of the first incarnation is left.
         let left = store.fs.list_dir(Path::new("/data")).map_err(crate::Error::Io)?;
-        assert!(left.iter().all(|e| !e.name.starts_with(RECLAIM_PREFIX)), "{left:?}");
+        assert!(left.iter().all(|e| !reclaim::is_reclaim_dir_name(&e.name)), "{left:?}");
         Ok(())
     }
 

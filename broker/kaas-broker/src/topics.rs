@@ -70,12 +70,22 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+/// Who decides which partitions this broker leads.
+#[derive(Debug, Clone, Copy)]
+pub enum Leadership {
+    /// Local mode: the lease shim leads every partition as soon as it is opened.
+    Local(LocalLease),
+    /// Cluster mode: partitions are opened stat-only; the takeover driver follows
+    /// assignment.json.
+    Cluster,
+}
+
 /// All topics, by name and by id.
 #[derive(Debug)]
 pub struct TopicRegistry {
     engine: Engine,
     store: Option<TopicStore>,
-    lease: LocalLease,
+    leadership: Leadership,
     log_defaults: kaas_storage::LogConfig,
     topics: RwLock<Topics>,
     /// Serialises topic admin so two CreateTopics of one name cannot both win.
@@ -90,11 +100,11 @@ struct Topics {
 
 impl TopicRegistry {
     /// Opens every topic found on the volume (none in memory mode) and takes its partitions over.
-    pub fn open(engine: Engine, store: Option<TopicStore>, lease: LocalLease, log_defaults: kaas_storage::LogConfig) -> Result<TopicRegistry> {
+    pub fn open(engine: Engine, store: Option<TopicStore>, leadership: Leadership, log_defaults: kaas_storage::LogConfig) -> Result<TopicRegistry> {
         let registry = TopicRegistry {
             engine,
             store,
-            lease,
+            leadership,
             log_defaults,
             topics: RwLock::new(Topics::default()),
             admin: Mutex::new(()),
@@ -168,6 +178,7 @@ impl TopicRegistry {
         let partitions = (0..new.partitions)
             .map(|p| self.open_partition(&new.name, id, p, &new.configs))
             .collect::<Result<Vec<_>>>()?;
+        // NB: in cluster mode the new partitions are led only once the controller places them.
         let topic = Arc::new(Topic {
             name: new.name,
             id,
@@ -275,10 +286,98 @@ impl TopicRegistry {
     fn open_partition(&self, topic: &str, id: Uuid, index: i32, configs: &BTreeMap<String, String>) -> Result<Arc<Partition>> {
         let config = topic_config::log_config(configs, &self.log_defaults);
         let partition = self.engine.open_partition(topic, id, index, config)?;
-        let epoch = self.lease.takeover_epoch(partition.stored_epoch()?);
-        let report = partition.take_over(epoch)?;
-        info!(topic, partition = index, epoch, reason = "local lease leads every partition", ?report, "took over partition");
+        if let Leadership::Local(lease) = self.leadership {
+            let epoch = lease.takeover_epoch(partition.stored_epoch()?);
+            let report = partition.take_over(epoch)?;
+            info!(topic, partition = index, epoch, reason = "local lease leads every partition", ?report, "took over partition");
+        }
         Ok(partition)
+    }
+
+    /// Cluster mode: opens topics that appeared on the volume and abandons topics whose
+    /// directory no longer carries their identity (deleted, or deleted and recreated). A
+    /// recreated topic is opened afresh under its new identity.
+    pub fn refresh_from_volume(&self) -> Result<()> {
+        let Some(store) = &self.store else { return Ok(()) };
+        let on_disk = store.load_all()?;
+        let _admin = self.admin.lock();
+        for known in self.list() {
+            if !on_disk.iter().any(|f| f.name == known.name && f.topic_id == known.id) {
+                self.forget(&known, "topic directory deleted or replaced");
+            }
+        }
+        for file in on_disk {
+            match self.get(&file.name) {
+                Some(known) if known.id == file.topic_id => {
+                    let current = known.partition_count();
+                    if file.partitions > current {
+                        let added = (current..file.partitions)
+                            .map(|p| self.open_partition(&file.name, file.topic_id, p, &file.configs))
+                            .collect::<Result<Vec<_>>>()?;
+                        known.state.write().partitions.extend(added);
+                    }
+                    if known.configs() != file.configs {
+                        let log_config = topic_config::log_config(&file.configs, &self.log_defaults);
+                        let mut state = known.state.write();
+                        for p in &state.partitions {
+                            p.set_config(log_config);
+                        }
+                        state.configs = file.configs;
+                    }
+                }
+                _ => {
+                    let partitions = (0..file.partitions)
+                        .map(|p| self.open_partition(&file.name, file.topic_id, p, &file.configs))
+                        .collect::<Result<Vec<_>>>()?;
+                    info!(topic = %file.name, id = %file.topic_id, partitions = partitions.len(), "topic found on the volume");
+                    self.insert(Arc::new(Topic {
+                        name: file.name,
+                        id: file.topic_id,
+                        state: RwLock::new(TopicState { configs: file.configs, partitions }),
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops a topic whose incarnation is gone: abandon, never relinquish (seed 000, gh #219) —
+    /// a relinquish could write the dead incarnation's state into a recreated directory.
+    fn forget(&self, topic: &Topic, reason: &str) {
+        {
+            let mut topics = self.topics.write();
+            if topics.by_id.get(&topic.id).is_some_and(|t| t.name == topic.name) {
+                topics.by_id.remove(&topic.id);
+            }
+            if topics.by_name.get(&topic.name).is_some_and(|t| t.id == topic.id) {
+                topics.by_name.remove(&topic.name);
+            }
+        }
+        for (index, partition) in topic.partitions().iter().enumerate() {
+            let epoch = partition.leader_epoch();
+            partition.abandon();
+            info!(topic = %topic.name, partition = index, epoch, reason, "partition abandoned");
+        }
+    }
+
+    /// Takes a partition over at `epoch` (cluster mode, driven by assignment.json).
+    pub fn take_over(&self, topic: &str, id: Uuid, index: i32, epoch: i32) -> Result<kaas_storage::TakeoverReport> {
+        let t = self.get(topic).filter(|t| t.id == id).ok_or_else(|| Error::UnknownTopicOrPartition(format!("{topic} ({id})")))?;
+        let p = t.partition(index).ok_or_else(|| Error::UnknownTopicOrPartition(format!("{topic}/{index}")))?;
+        Ok(p.take_over(epoch)?)
+    }
+
+    /// Every partition this broker leads right now: (topic, id, partition, epoch).
+    pub fn led(&self) -> Vec<(String, Uuid, i32, i32)> {
+        let mut out = Vec::new();
+        for topic in self.list() {
+            for (index, p) in topic.partitions().iter().enumerate() {
+                if p.is_leader() {
+                    out.push((topic.name.clone(), topic.id, index as i32, p.leader_epoch()));
+                }
+            }
+        }
+        out
     }
 
     fn insert(&self, topic: Arc<Topic>) {

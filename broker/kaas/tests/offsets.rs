@@ -91,10 +91,15 @@ async fn retention_bytes_deletes_old_segments() -> TestResult {
     assert!(trimmed, "retention never advanced the log start ({low}, {high})");
     assert_eq!(high, 400);
     // Whole segments went away on disk too, and what is left is readable from the new start.
+    // (Retention may have run mid-produce; poll until a later round has caught up.)
     let dir = kaas.data_dir().join("retained").join("0");
-    let on_disk: u64 = std::fs::read_dir(&dir)?.filter_map(Result::ok).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
-    assert!(on_disk < 5 * 1024 * 1024, "{on_disk} bytes still on disk");
+    let size = || -> u64 {
+        std::fs::read_dir(&dir).map(|d| d.filter_map(Result::ok).filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(u64::MAX)
+    };
+    let shrunk = tokio::task::block_in_place(|| common::wait_for(Duration::from_secs(30), || size() < 5 * 1024 * 1024));
+    assert!(shrunk, "{} bytes still on disk", size());
+    // Retention may move the start on between these reads; what is read is never below it.
     let got = kaas.consume("retained", 0, Offset::Beginning, 1)?;
-    assert_eq!(got[0].offset(), low);
+    assert!(got[0].offset() >= low, "read {} below the log start {low}", got[0].offset());
     Ok(())
 }

@@ -99,7 +99,7 @@ fn resolve(broker: &Broker, key: PartitionKey, position: FetchPosition, by_id: b
     let partition = match &topic {
         None => Err(unknown),
         Some(t) => t.partition(key.partition).ok_or(ResponseError::UnknownTopicOrPartition).and_then(|p| {
-            if !p.is_leader() {
+            if !p.is_leader() || super::fenced(broker) {
                 return Err(ResponseError::NotLeaderOrFollower);
             }
             check_leader_epoch(&p, position.current_leader_epoch)?;

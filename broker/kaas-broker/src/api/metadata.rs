@@ -14,11 +14,7 @@ use crate::router::{Reply, RequestContext};
 use crate::topics::{NewTopic, Topic};
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: MetadataRequest) -> Reply<MetadataResponse> {
-    let node = BrokerId(broker.config.node_id);
-    let brokers = vec![MetadataResponseBroker::default()
-        .with_node_id(node)
-        .with_host(str_bytes(broker.config.advertise_host.clone()))
-        .with_port(i32::from(broker.config.advertise_port))];
+    let (brokers, controller) = brokers_and_controller(broker);
     // v0 means "all topics" with an empty list; v1+ uses null for all.
     let all_topics = request.topics.is_none() || (ctx.version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
     let topics = if all_topics {
@@ -39,7 +35,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
         MetadataResponse::default()
             .with_brokers(brokers)
             .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
-            .with_controller_id(node)
+            .with_controller_id(controller)
             .with_topics(topics)
             .with_cluster_authorized_operations(i32::MIN),
     )
@@ -84,20 +80,31 @@ fn lookup_by_id(broker: &Broker, id: Uuid) -> MetadataResponseTopic {
 }
 
 fn describe_topic(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
-    let node = BrokerId(broker.config.node_id);
+    let assignment = broker.cluster.as_ref().map(|c| c.view.current());
     let partitions = topic
         .partitions()
         .iter()
         .enumerate()
         .map(|(index, p)| {
-            let leading = p.is_leader();
-            MetadataResponsePartition::default()
-                .with_partition_index(index as i32)
-                .with_error_code(if leading { 0 } else { ResponseError::LeaderNotAvailable.code() })
-                .with_leader_id(if leading { node } else { BrokerId(-1) })
-                .with_leader_epoch(p.leader_epoch())
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(if leading { vec![node] } else { vec![] })
+            let index = index as i32;
+            // Local mode: this broker leads what it has taken over. Cluster mode: whoever the
+            // assignment names, whether or not that is this broker.
+            let leader = match &assignment {
+                None => p.is_leader().then(|| (broker.config.node_id, p.leader_epoch())),
+                Some(a) => a.partition(&topic.name, index).map(|pa| (pa.leader, pa.leader_epoch)),
+            };
+            let response = MetadataResponsePartition::default().with_partition_index(index);
+            match leader {
+                Some((leader, epoch)) => response
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(epoch)
+                    .with_replica_nodes(vec![BrokerId(leader)])
+                    .with_isr_nodes(vec![BrokerId(leader)]),
+                None => response
+                    .with_error_code(ResponseError::LeaderNotAvailable.code())
+                    .with_leader_id(BrokerId(-1))
+                    .with_leader_epoch(p.leader_epoch()),
+            }
         })
         .collect();
     MetadataResponseTopic::default()
@@ -106,4 +113,20 @@ fn describe_topic(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
         .with_is_internal(topic.is_internal())
         .with_partitions(partitions)
         .with_topic_authorized_operations(i32::MIN)
+}
+
+/// The brokers clients may connect to and the controller id: this broker alone in local mode,
+/// the assignment's brokers (and always this one) in a cluster.
+fn brokers_and_controller(broker: &Broker) -> (Vec<MetadataResponseBroker>, BrokerId) {
+    let me = (broker.config.node_id, broker.config.advertise_host.clone(), broker.config.advertise_port);
+    let describe = |(id, host, port): (i32, String, u16)| {
+        MetadataResponseBroker::default().with_node_id(BrokerId(id)).with_host(str_bytes(host)).with_port(i32::from(port))
+    };
+    let Some(cluster) = &broker.cluster else { return (vec![describe(me)], BrokerId(broker.config.node_id)) };
+    let assignment = cluster.view.current();
+    let mut all: Vec<(i32, String, u16)> = assignment.brokers.iter().map(|(id, e)| (*id, e.host.clone(), e.port)).collect();
+    if !all.iter().any(|(id, _, _)| *id == me.0) {
+        all.push(me);
+    }
+    (all.into_iter().map(describe).collect(), BrokerId(assignment.controller_id))
 }

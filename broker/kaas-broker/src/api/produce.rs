@@ -60,6 +60,8 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Produc
 }
 
 fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) -> Result<(Arc<Partition>, AppendOutcome), (ResponseError, Option<String>)> {
+    // NB: led_partition also refuses when this broker is fenced: the controller may already
+    // be moving the partition, and an acknowledgement now could be lost.
     let partition = led_partition(broker, topic, index).map_err(|e| (e, None))?;
     // NB: the request's bytes are shared with the rest of the frame; offsets are patched into
     // a private copy, which is also exactly what gets written.

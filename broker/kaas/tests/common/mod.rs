@@ -15,6 +15,7 @@ use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+pub mod cluster;
 pub mod wire;
 
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;

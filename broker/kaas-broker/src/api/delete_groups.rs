@@ -1,0 +1,25 @@
+//! DeleteGroups: empty groups only, each deletion durable before it is reported.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
+
+use crate::broker::Broker;
+use crate::router::{Reply, RequestContext};
+
+pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: DeleteGroupsRequest) -> Reply<DeleteGroupsResponse> {
+    let groups = broker.groups.clone();
+    Reply::Later(Box::pin(async move {
+        let results = join_all(request.groups_names.into_iter().map(|id| {
+            let groups = groups.clone();
+            async move {
+                let error = groups.delete_group(&id).await;
+                DeletableGroupResult::default().with_group_id(id).with_error_code(error.map_or(0, |e| e.code()))
+            }
+        }))
+        .await;
+        DeleteGroupsResponse::default().with_results(results)
+    }))
+}

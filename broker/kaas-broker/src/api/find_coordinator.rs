@@ -1,0 +1,65 @@
+//! FindCoordinator: this broker answers for the groups whose shard it owns (all of them in
+//! local mode). Transactions do not exist yet, so a TRANSACTION key has no coordinator.
+
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::router::{Reply, RequestContext};
+
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FindCoordinatorRequest) -> Reply<FindCoordinatorResponse> {
+    // v0–3 ask for one key; v4+ batch them (KIP-699).
+    let keys: Vec<String> = if ctx.version >= 4 { request.coordinator_keys.iter().map(|k| k.to_string()).collect() } else { vec![request.key.to_string()] };
+    let answers: Vec<Coordinator> = keys.into_iter().map(|key| find(broker, request.key_type, key)).collect();
+    let mut response = FindCoordinatorResponse::default();
+    if ctx.version >= 4 {
+        response.coordinators = answers;
+    } else if let Some(a) = answers.into_iter().next() {
+        response.error_code = a.error_code;
+        response.error_message = if ctx.version >= 1 { a.error_message } else { None };
+        response.node_id = a.node_id;
+        response.host = a.host;
+        response.port = a.port;
+    }
+    Reply::Now(response)
+}
+
+fn find(broker: &Broker, key_type: i8, key: String) -> Coordinator {
+    let answer = Coordinator::default().with_key(str_bytes(key.clone())).with_node_id(BrokerId(-1)).with_host(str_bytes("")).with_port(-1);
+    let error = match key_type {
+        KEY_TYPE_GROUP if key.is_empty() => Some((ResponseError::InvalidRequest, "the group id is empty")),
+        KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, answer, &key),
+        KEY_TYPE_GROUP if !broker.groups.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the group's shard is not loaded here")),
+        KEY_TYPE_GROUP => None,
+        KEY_TYPE_TRANSACTION => Some((ResponseError::CoordinatorNotAvailable, "transactions are not supported yet")),
+        _ => Some((ResponseError::InvalidRequest, "unknown key type")),
+    };
+    match error {
+        Some((e, message)) => answer.with_error_code(e.code()).with_error_message(Some(str_bytes(message))),
+        None => answer
+            .with_node_id(BrokerId(broker.config.node_id))
+            .with_host(str_bytes(broker.config.advertise_host.clone()))
+            .with_port(i32::from(broker.config.advertise_port)),
+    }
+}
+
+/// Cluster mode: the coordinator is whoever assignment.json places the group's shard on.
+fn in_cluster(broker: &Broker, answer: Coordinator, key: &str) -> Coordinator {
+    let Some(cluster) = &broker.cluster else { return answer };
+    let assignment = cluster.view.current();
+    let shard = kaas_groups::shard_of(key);
+    let placed = assignment.consumer_groups.get(&shard).and_then(|s| assignment.brokers.get(&s.coordinator).map(|e| (s.coordinator, e)));
+    match placed {
+        Some((id, endpoint)) => answer.with_node_id(BrokerId(id)).with_host(str_bytes(endpoint.host.clone())).with_port(i32::from(endpoint.port)),
+        None => answer
+            .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+            .with_error_message(Some(str_bytes("the group's shard is not placed yet"))),
+    }
+}

@@ -1,0 +1,51 @@
+//! OffsetFetch: one group (v1–7) or many (v8+). Without transactions no offset is ever pending,
+//! so `require_stable` is always satisfied.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics};
+use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
+
+use super::{str_bytes, topic_name};
+use crate::broker::Broker;
+use crate::groups::OffsetView;
+use crate::router::{Reply, RequestContext};
+
+type Found = Vec<(String, Vec<(i32, Option<OffsetView>)>)>;
+
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetFetchRequest) -> Reply<OffsetFetchResponse> {
+    let response = OffsetFetchResponse::default();
+    if ctx.version >= 8 {
+        let groups = request
+            .groups
+            .into_iter()
+            .map(|g| {
+                let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
+                let out = OffsetFetchResponseGroup::default();
+                match broker.groups.fetch_offsets(&g.group_id, topics) {
+                    Err(e) => out.with_group_id(g.group_id).with_error_code(e.code()),
+                    Ok(found) => out.with_group_id(g.group_id).with_topics(convert(found, |t, ps| {
+                        let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartitions::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))));
+                        OffsetFetchResponseTopics::default().with_name(topic_name(t)).with_partitions(ps.collect())
+                    })),
+                }
+            })
+            .collect();
+        return Reply::Now(response.with_groups(groups));
+    }
+    let topics = request.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
+    Reply::Now(match broker.groups.fetch_offsets(&request.group_id, topics) {
+        Err(e) => response.with_error_code(e.code()),
+        Ok(found) => response.with_topics(convert(found, |t, ps| {
+            let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartition::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))));
+            OffsetFetchResponseTopic::default().with_name(topic_name(t)).with_partitions(ps.collect())
+        })),
+    })
+}
+
+/// Builds each topic's answer; a partition without a committed offset reads as offset -1 with
+/// empty metadata, as in Kafka.
+fn convert<T>(found: Found, topic: impl Fn(String, Vec<(i32, OffsetView)>) -> T) -> Vec<T> {
+    let none = || OffsetView { offset: -1, leader_epoch: -1, metadata: String::new() };
+    found.into_iter().map(|(t, ps)| topic(t, ps.into_iter().map(|(p, v)| (p, v.unwrap_or_else(none))).collect())).collect()
+}

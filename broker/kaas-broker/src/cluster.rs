@@ -1,0 +1,202 @@
+//! Cluster mode (seed 003): the controller role, the heartbeat server and client, and the loop
+//! that follows assignment.json and drives take-overs. Every broker runs all of it; the Lease
+//! decides which one acts as controller.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kaas_controller::controller::{Controller, ControllerConfig, LeaseView};
+use kaas_controller::heartbeat_client::{self, BeatSource, HeartbeatStatus};
+use kaas_controller::heartbeat_server::HeartbeatHub;
+use kaas_controller::topics::VolumeTopics;
+use kaas_shared::brokers::{self, BrokerRegistration};
+use kaas_shared::{assignment, names};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::broker::Broker;
+use crate::config::ClusterSettings;
+use crate::coordinator::{AssignmentView, Rejected};
+use crate::error::Result;
+use crate::takeover_driver;
+
+/// The cluster parts of a broker.
+#[derive(Debug)]
+pub struct Cluster {
+    pub settings: ClusterSettings,
+    pub view: AssignmentView,
+    pub controller: Arc<Controller>,
+    pub hub: Arc<HeartbeatHub>,
+    pub incarnation: Uuid,
+}
+
+impl Cluster {
+    /// Builds the cluster parts over the broker's volume.
+    pub fn new(settings: ClusterSettings, broker_id: i32, fs: kaas_shared::fs::FsRef, layout: kaas_shared::layout::Layout) -> Cluster {
+        let hub = HeartbeatHub::new();
+        let config = ControllerConfig {
+            identity: settings.identity.clone(),
+            broker_id,
+            lease_duration: settings.lease_duration,
+            renew_interval: settings.renew_interval,
+            session_timeout: settings.session_timeout,
+            recompute_interval: Duration::from_secs(2),
+            group_shards: kaas_groups::SHARD_COUNT,
+        };
+        let topics = Arc::new(VolumeTopics::new(fs.clone(), layout.clone()));
+        let controller = Controller::new(config, fs, layout, settings.lease.clone(), topics, hub.clone());
+        let view = AssignmentView::new(broker_id, controller.lease_view(), HeartbeatStatus::new(), settings.fence_timeout);
+        Cluster { settings, view, controller, hub, incarnation: Uuid::new_v4() }
+    }
+}
+
+/// What the heartbeat tells the controller about this broker.
+#[derive(Debug)]
+struct Beats(Arc<Broker>);
+
+impl BeatSource for Beats {
+    fn partitions_led(&self) -> Vec<String> {
+        self.0.topics.led().into_iter().map(|(topic, _, partition, _)| names::partition_key(&topic, partition)).collect()
+    }
+    fn assignment_version(&self) -> i64 {
+        self.0.cluster.as_ref().map_or(0, |c| c.view.current().assignment_version)
+    }
+    fn draining(&self) -> bool {
+        self.0.cluster.as_ref().is_some_and(|c| c.view.draining())
+    }
+}
+
+/// Starts every cluster task of `broker`; they stop when `stop` fires.
+pub async fn spawn(broker: Arc<Broker>, stop: watch::Receiver<bool>) -> Result<JoinSet<()>> {
+    let Some(cluster) = broker.cluster.as_ref() else { return Ok(JoinSet::new()) };
+    let settings = &cluster.settings;
+    let mut tasks = JoinSet::new();
+
+    let listener = tokio::net::TcpListener::bind(settings.heartbeat_listen).await?;
+    let bound = listener.local_addr()?;
+    let heartbeat_address =
+        if settings.heartbeat_advertise.is_empty() { bound.to_string() } else { settings.heartbeat_advertise.clone() };
+    let service = cluster.hub.service();
+    let mut server_stop = stop.clone();
+    tasks.spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let result = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            })
+            .await;
+        if let Err(e) = result {
+            warn!(error = %e, "heartbeat server stopped");
+        }
+    });
+
+    let fs = broker.engine.fs().clone();
+    let layout = broker.engine.layout().clone();
+    let registration = BrokerRegistration {
+        broker_id: broker.config.node_id,
+        host: broker.config.advertise_host.clone(),
+        port: broker.config.advertise_port,
+        heartbeat: heartbeat_address.clone(),
+        incarnation: cluster.incarnation,
+    };
+    brokers::register(&*fs, &layout, &registration)?;
+    info!(broker = broker.config.node_id, identity = %settings.identity, heartbeat = %heartbeat_address, "registered on the volume");
+
+    tasks.spawn(cluster.controller.clone().run(stop.clone()));
+
+    let (address_tx, address_rx) = watch::channel(None);
+    tasks.spawn(resolve_controller(cluster.controller.lease_view(), fs.clone(), layout.clone(), address_tx, stop.clone()));
+    tasks.spawn(heartbeat_client::run(
+        broker.config.node_id,
+        cluster.incarnation.to_string(),
+        Arc::new(Beats(broker.clone())),
+        address_rx,
+        cluster.view.heartbeat.clone(),
+        stop.clone(),
+    ));
+    tasks.spawn(follow_assignments(broker.clone(), stop));
+    Ok(tasks)
+}
+
+/// Keeps `address` at the heartbeat endpoint of the broker holding the Lease.
+async fn resolve_controller(
+    mut lease: watch::Receiver<LeaseView>,
+    fs: kaas_shared::fs::FsRef,
+    layout: kaas_shared::layout::Layout,
+    address: watch::Sender<Option<String>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let holder = lease.borrow_and_update().holder.clone();
+        let resolved = holder.as_deref().and_then(ClusterSettings::broker_id_of).and_then(|id| {
+            brokers::list(&*fs, &layout).ok()?.into_iter().find(|r| r.broker_id == id).map(|r| r.heartbeat)
+        });
+        address.send_if_modified(|a| {
+            let changed = *a != resolved;
+            *a = resolved.clone();
+            changed
+        });
+        // The registration may appear after the Lease changes hands: look again shortly.
+        tokio::select! {
+            _ = lease.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Follows assignment.json: on every push and every second, refresh topics from the volume,
+/// apply a newer assignment, and converge leadership to it.
+async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    let Some(cluster) = broker.cluster.as_ref() else { return };
+    loop {
+        let round = broker.clone();
+        let outcome = tokio::task::spawn_blocking(move || follow_round(&round)).await;
+        if let Ok(Err(e)) = outcome {
+            warn!(error = %e, "following the assignment failed; retrying");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = cluster.view.heartbeat.assignment_changed.notified() => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+fn follow_round(broker: &Broker) -> Result<()> {
+    let Some(cluster) = broker.cluster.as_ref() else { return Ok(()) };
+    broker.topics.refresh_from_volume()?;
+    if let Some(candidate) = assignment::read(&**broker.engine.fs(), broker.engine.layout())? {
+        let (epoch, version) = (candidate.controller_epoch, candidate.assignment_version);
+        match cluster.view.apply_if_new(candidate) {
+            Ok(_) => info!(controller_epoch = epoch, version, "applied assignment"),
+            Err(Rejected::NotNewer) => {}
+            Err(e @ Rejected::StaleController { .. }) => warn!(controller_epoch = epoch, version, reason = %e, "refused assignment"),
+        }
+    }
+    let current = cluster.view.current();
+    takeover_driver::reconcile(&broker.topics, &current, broker.config.node_id);
+    takeover_driver::reconcile_groups(&broker.groups, &current, broker.config.node_id);
+    Ok(())
+}
+
+/// SIGTERM drain (seed 000): announce it on the heartbeat, wait (bounded) for the controller to
+/// move this broker's partitions away, then relinquish whatever remains.
+pub async fn drain(broker: &Broker) {
+    let Some(cluster) = broker.cluster.as_ref() else { return };
+    cluster.view.start_draining();
+    info!(broker = broker.config.node_id, led = broker.topics.led().len(), "draining: asking the controller to move partitions away");
+    let deadline = Instant::now() + cluster.settings.drain_timeout;
+    while Instant::now() < deadline && !broker.topics.led().is_empty() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = broker.topics.led();
+    if left.is_empty() {
+        info!(broker = broker.config.node_id, "drained: every partition moved away");
+    } else {
+        warn!(broker = broker.config.node_id, remaining = left.len(), "drain timed out; relinquishing the rest");
+    }
+}

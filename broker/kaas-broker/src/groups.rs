@@ -1,0 +1,283 @@
+//! The group coordinator: Kafka's classic consumer-group protocol and committed offsets, with
+//! group state kept in group shards on the shared volume (`kaas-groups`).
+//!
+//! Groups are spread over [`kaas_groups::SHARD_COUNT`] shards by a stable hash of the group
+//! id; a shard is owned (written) by one broker at a time, taken over and relinquished like a
+//! partition. In local mode this broker owns every shard; in a cluster the runtime calls
+//! [`Coordinator::take_over`] / [`Coordinator::relinquish`] as assignment.json moves shards.
+//!
+//! Seed 001, for the code here that reaches the volume (all of it goes through
+//! [`kaas_groups::ShardLog`], which answers the three questions in its crate docs):
+//! 1. every change is one appended frame (or a renamed snapshot), never an edit in place;
+//! 2. a commit is acknowledged only after its fsync; group records that cannot be written now
+//!    are rewritten by the next rebalance or retention check (the state they describe is
+//!    re-derived from memory, so the re-drive converges);
+//! 3. one writer per shard, fenced by the epoch stamped in every shard file name.
+
+mod admin;
+mod config;
+mod group;
+mod join;
+mod membership;
+mod offsets;
+mod record;
+mod shard;
+mod timers;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use kafka_protocol::ResponseError as E;
+use kaas_groups::{SHARD_COUNT, ShardLog, shard_of};
+use kaas_shared::fs::FsRef;
+use kaas_shared::layout::Layout;
+use tokio::sync::oneshot;
+use tracing::info;
+
+pub use admin::{DescribedGroup, ListedGroup};
+pub use config::GroupConfig;
+pub use group::{GroupState, JoinResult, SyncResult};
+pub use join::JoinRequest;
+pub use membership::{HeartbeatRequest, Leaving, SyncRequest};
+pub use offsets::{CommitOffset, CommitRequest};
+
+use crate::broker::now_ms;
+use crate::leadership::LocalLease;
+use shard::{CoordinatorShard, GroupRef};
+
+/// An answer that is ready, or one that comes when the group moves on (a rebalance, an fsync).
+#[derive(Debug)]
+pub enum Answer<T> {
+    Now(T),
+    Wait(oneshot::Receiver<T>),
+}
+
+impl<T> Answer<T> {
+    /// Resolves the answer; a waiter dropped without an answer (the shard was unloaded) becomes
+    /// `lost`.
+    pub async fn resolve(self, lost: impl FnOnce() -> T) -> T {
+        match self {
+            Answer::Now(t) => t,
+            Answer::Wait(rx) => rx.await.unwrap_or_else(|_| lost()),
+        }
+    }
+}
+
+/// The Kafka error a group-storage failure becomes.
+pub(crate) fn storage_error(e: &kaas_groups::Error) -> E {
+    match e {
+        kaas_groups::Error::NotOwner | kaas_groups::Error::Fenced { .. } => E::NotCoordinator,
+        kaas_groups::Error::TooLarge(_) => E::InvalidCommitOffsetSize,
+        _ => E::CoordinatorNotAvailable,
+    }
+}
+
+/// The group coordinator of this broker.
+#[derive(Debug)]
+pub struct Coordinator {
+    config: GroupConfig,
+    shards: Vec<CoordinatorShard>,
+    ticker_started: AtomicBool,
+    closed: AtomicBool,
+}
+
+impl Coordinator {
+    /// Opens every shard stat-only (no descriptors, nothing loaded).
+    pub fn open(fs: FsRef, layout: &Layout, config: GroupConfig) -> crate::Result<Arc<Coordinator>> {
+        let shards = (0..SHARD_COUNT)
+            .map(|s| Ok(CoordinatorShard::new(ShardLog::open(fs.clone(), layout.group_shard_dir(s))?, config.initial_rebalance_delay)))
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(Arc::new(Coordinator { config, shards, ticker_started: AtomicBool::new(false), closed: AtomicBool::new(false) }))
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// Local mode: takes every shard over at one past the newest epoch on the volume.
+    pub fn take_over_all(&self, lease: &LocalLease) -> crate::Result<()> {
+        for shard in 0..SHARD_COUNT {
+            let stored = self.shards[shard as usize].log.stored_epoch()?;
+            self.take_over(shard, lease.takeover_epoch(stored))?;
+        }
+        Ok(())
+    }
+
+    /// Takes one shard over at `epoch` (the cluster runtime's GroupTakeoverDriver entry point).
+    pub fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
+        let s = self.shard_at(shard)?;
+        let groups = s.take_over(epoch)?;
+        info!(shard, epoch, groups, "group shard taken over");
+        Ok(())
+    }
+
+    /// Hands one shard over: persisted, then unloaded.
+    pub fn relinquish(&self, shard: u32) -> crate::Result<()> {
+        self.shard_at(shard)?.relinquish()
+    }
+
+    /// Drops one shard without persisting anything.
+    pub fn abandon(&self, shard: u32) -> crate::Result<()> {
+        self.shard_at(shard)?.abandon();
+        Ok(())
+    }
+
+    fn shard_at(&self, shard: u32) -> crate::Result<&CoordinatorShard> {
+        self.shards.get(shard as usize).ok_or_else(|| crate::Error::InvalidRequest(format!("no group shard {shard}")))
+    }
+
+    /// Shutdown: stops the clock and relinquishes every owned shard.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for (i, shard) in self.shards.iter().enumerate() {
+            if let Err(e) = shard.relinquish() {
+                tracing::error!(shard = i, error = %e, "relinquishing a group shard failed; the next owner replays its log");
+            }
+        }
+    }
+
+    /// The epoch this broker owns `shard` at, if it owns it (the GroupTakeoverDriver's diff).
+    pub fn owned_epoch(&self, shard: u32) -> Option<i32> {
+        self.shards.get(shard as usize)?.log.epoch()
+    }
+
+    /// Whether this broker coordinates `group_id` now (FindCoordinator).
+    pub fn coordinates(&self, group_id: &str) -> bool {
+        self.shards[shard_of(group_id) as usize].is_owned()
+    }
+
+    /// The owned shard of a group, starting the clock on first use (it needs a runtime, which
+    /// the broker's handlers always have).
+    fn shard(self: &Arc<Self>, group_id: &str) -> Result<&CoordinatorShard, E> {
+        if !self.ticker_started.swap(true, Ordering::AcqRel) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => drop(h.spawn(timers::run(Arc::downgrade(self)))),
+                Err(_) => self.ticker_started.store(false, Ordering::Release),
+            }
+        }
+        let shard = &self.shards[shard_of(group_id) as usize];
+        if shard.is_owned() { Ok(shard) } else { Err(E::NotCoordinator) }
+    }
+
+    pub fn join(self: &Arc<Self>, req: JoinRequest) -> Answer<JoinResult> {
+        let shard = match self.shard(&req.group_id) {
+            Ok(s) => s,
+            Err(e) => return Answer::Now(JoinResult::error(e, &req.member_id)),
+        };
+        if let Err(e) = req.validate(&self.config) {
+            return Answer::Now(JoinResult::error(e, &req.member_id));
+        }
+        let group = if req.member_id.is_empty() {
+            shard.get_or_create(&req.group_id)
+        } else {
+            match shard.get(&req.group_id) {
+                Some(g) => g,
+                None => return Answer::Now(JoinResult::error(E::UnknownMemberId, &req.member_id)),
+            }
+        };
+        let mut g = group.lock();
+        join::join(&mut g, req, &self.config, &shard.log, Instant::now(), now_ms())
+    }
+
+    pub fn sync(self: &Arc<Self>, req: SyncRequest) -> Answer<SyncResult> {
+        let group = match self.existing(&req.group_id) {
+            Ok((_, g)) => g,
+            Err(e) => return Answer::Now(SyncResult::error(e)),
+        };
+        let Ok(shard) = self.shard(&req.group_id) else { return Answer::Now(SyncResult::error(E::NotCoordinator)) };
+        membership::sync(&group, req, &shard.log, self.config.max_member_metadata_bytes.saturating_mul(64), Instant::now())
+    }
+
+    pub fn heartbeat(self: &Arc<Self>, req: &HeartbeatRequest) -> Option<E> {
+        match self.existing(&req.group_id) {
+            Ok((_, group)) => membership::heartbeat(&mut group.lock(), req, Instant::now()),
+            Err(e) => Some(e),
+        }
+    }
+
+    /// LeaveGroup: the top-level error, and each member's.
+    pub fn leave(self: &Arc<Self>, group_id: &str, leaving: &[Leaving]) -> Result<Vec<Option<E>>, E> {
+        let (shard, group) = match self.existing(group_id) {
+            Ok(found) => found,
+            Err(E::UnknownMemberId) => return Ok(vec![Some(E::UnknownMemberId); leaving.len()]),
+            Err(e) => return Err(e),
+        };
+        let mut g = group.lock();
+        if g.is(GroupState::Dead) {
+            return Err(E::CoordinatorNotAvailable);
+        }
+        Ok(membership::leave(&mut g, leaving, &shard.log, Instant::now(), now_ms()))
+    }
+
+    /// OffsetCommit: validates against the group, appends, and returns the durability wait.
+    /// `v9_errors`: from OffsetCommit v9 an unknown group is GROUP_ID_NOT_FOUND.
+    pub fn commit(self: &Arc<Self>, req: CommitRequest, v9_errors: bool) -> Result<impl Future<Output = Result<(), E>> + Send + 'static, E> {
+        let shard = self.shard(&req.group_id)?;
+        if req.group_id.is_empty() {
+            return Err(E::InvalidGroupId);
+        }
+        let group = match shard.get(&req.group_id) {
+            Some(g) => g,
+            None if req.generation < 0 => shard.get_or_create(&req.group_id),
+            None if v9_errors => return Err(E::GroupIdNotFound),
+            None => return Err(E::IllegalGeneration),
+        };
+        let pending = {
+            let mut g = group.lock();
+            offsets::validate_commit(&g, &req)?;
+            if let Some(m) = g.members.get_mut(&req.member_id) {
+                m.touch(Instant::now()); // a commit counts as a heartbeat, as in Kafka
+            }
+            offsets::append_commit(&g, &group, &shard.log, req, now_ms())?
+        };
+        Ok(pending.wait())
+    }
+
+    /// OffsetFetch of one group: `None` topics means every committed offset. An unknown group
+    /// has no offsets (Kafka answers -1, not an error).
+    #[allow(clippy::type_complexity)]
+    pub fn fetch_offsets(self: &Arc<Self>, group_id: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Result<Vec<(String, Vec<(i32, Option<OffsetView>)>)>, E> {
+        let shard = self.shard(group_id)?;
+        let group = shard.get(group_id);
+        let view = |v: record::OffsetValue| OffsetView { offset: v.offset, leader_epoch: v.leader_epoch, metadata: v.metadata };
+        let Some(group) = group else {
+            return Ok(topics.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect())).collect());
+        };
+        let g = group.lock();
+        Ok(match topics {
+            Some(topics) => topics.into_iter().map(|(t, ps)| {
+                let parts = ps.into_iter().map(|p| (p, offsets::committed(&g, &t, p).map(view))).collect();
+                (t, parts)
+            }).collect(),
+            None => offsets::all_committed(&g).into_iter().map(|(t, ps)| (t, ps.into_iter().map(|(p, v)| (p, Some(view(v)))).collect())).collect(),
+        })
+    }
+
+    /// OffsetDelete: per-partition errors once the deletion is durable.
+    pub async fn delete_offsets(self: &Arc<Self>, group_id: &str, partitions: &[(String, i32)]) -> Result<Vec<Option<E>>, E> {
+        let (shard, group) = self.existing(group_id).map_err(|e| if e == E::UnknownMemberId { E::GroupIdNotFound } else { e })?;
+        let (errors, seq) = offsets::delete_offsets(&mut group.lock(), &shard.log, partitions)?;
+        if let Some(seq) = seq {
+            shard.log.wait_durable(seq).await.map_err(|e| storage_error(&e))?;
+        }
+        Ok(errors)
+    }
+
+    /// The owned shard and an existing group; UNKNOWN_MEMBER_ID if there is no such group.
+    fn existing(self: &Arc<Self>, group_id: &str) -> Result<(&CoordinatorShard, GroupRef), E> {
+        let shard = self.shard(group_id)?;
+        shard.get(group_id).map(|g| (shard, g)).ok_or(E::UnknownMemberId)
+    }
+}
+
+/// A committed offset as OffsetFetch reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetView {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+#[cfg(test)]
+mod tests;

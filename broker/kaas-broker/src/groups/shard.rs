@@ -1,0 +1,107 @@
+//! A coordinator shard: the groups whose id hashes to it, over its [`ShardLog`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::ResponseError;
+use kaas_groups::ShardLog;
+use parking_lot::Mutex;
+
+use super::group::{Committed, Group};
+use super::record::{GroupValue, Key, OffsetValue};
+
+pub(crate) type GroupRef = Arc<Mutex<Group>>;
+
+#[derive(Debug)]
+pub(crate) struct CoordinatorShard {
+    pub(crate) log: ShardLog,
+    groups: Mutex<HashMap<String, GroupRef>>,
+    initial_delay: Duration,
+}
+
+impl CoordinatorShard {
+    pub(crate) fn new(log: ShardLog, initial_delay: Duration) -> CoordinatorShard {
+        CoordinatorShard { log, groups: Mutex::new(HashMap::new()), initial_delay }
+    }
+
+    pub(crate) fn is_owned(&self) -> bool {
+        self.log.epoch().is_some()
+    }
+
+    /// Loads the shard at `epoch` and rebuilds its groups from the live records. A record this
+    /// build cannot read is an error, not a skip: the shard is left unowned.
+    pub(crate) fn take_over(&self, epoch: i32) -> Result<usize, crate::Error> {
+        let entries = self.log.take_over(epoch)?;
+        let now = Instant::now();
+        let mut groups: HashMap<String, Group> = HashMap::new();
+        let mut offsets = Vec::new();
+        let bad = |what: &str, key: &str| crate::Error::InvalidRequest(format!("unreadable {what} record {key:?} in group shard {}", self.log.dir().display()));
+        for e in entries {
+            let Some(value) = e.value else { continue };
+            match Key::parse(&e.key) {
+                Some(Key::Group { g }) => {
+                    let v: GroupValue = serde_json::from_slice(&value).map_err(|_| bad("group", &e.key))?;
+                    groups.insert(g.clone(), Group::restore(&g, v, now, self.initial_delay));
+                }
+                Some(Key::Offset { g, t, p }) => {
+                    let v: OffsetValue = serde_json::from_slice(&value).map_err(|_| bad("offset", &e.key))?;
+                    offsets.push((g, t, p, v));
+                }
+                None => {
+                    self.log.relinquish().ok();
+                    return Err(bad("unknown", &e.key));
+                }
+            }
+        }
+        for (g, t, p, v) in offsets {
+            let state_ms = v.commit_ms;
+            let group = groups.entry(g.clone()).or_insert_with(|| Group::new(&g, state_ms, self.initial_delay));
+            group.offsets.insert((t, p), Committed { value: Some(v), seq: 0 });
+        }
+        let count = groups.len();
+        *self.groups.lock() = groups.into_iter().map(|(k, g)| (k, Arc::new(Mutex::new(g)))).collect();
+        Ok(count)
+    }
+
+    /// Hands the shard over: waiters are told to find the new coordinator, the state is
+    /// persisted as a snapshot and dropped.
+    pub(crate) fn relinquish(&self) -> Result<(), crate::Error> {
+        self.unload(ResponseError::NotCoordinator);
+        Ok(self.log.relinquish()?)
+    }
+
+    /// Deletion or forced move: nothing is written.
+    pub(crate) fn abandon(&self) {
+        self.unload(ResponseError::NotCoordinator);
+        self.log.abandon();
+    }
+
+    fn unload(&self, error: ResponseError) {
+        for (_, g) in self.groups.lock().drain() {
+            let mut g = g.lock();
+            g.fail_all(error);
+            g.set_state(super::GroupState::Dead, crate::broker::now_ms());
+        }
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<GroupRef> {
+        self.groups.lock().get(id).cloned()
+    }
+
+    pub(crate) fn get_or_create(&self, id: &str) -> GroupRef {
+        self.groups.lock().entry(id.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Group::new(id, crate::broker::now_ms(), self.initial_delay)))).clone()
+    }
+
+    /// Drops a group that is Dead (deleted or expired), unless it was already replaced.
+    pub(crate) fn remove(&self, id: &str, group: &GroupRef) {
+        let mut groups = self.groups.lock();
+        if groups.get(id).is_some_and(|g| Arc::ptr_eq(g, group)) {
+            groups.remove(id);
+        }
+    }
+
+    pub(crate) fn all(&self) -> Vec<(String, GroupRef)> {
+        self.groups.lock().iter().map(|(k, g)| (k.clone(), g.clone())).collect()
+    }
+}

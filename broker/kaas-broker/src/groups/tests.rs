@@ -1,0 +1,143 @@
+//! State-machine tests of the coordinator over the in-memory filesystem.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError as E;
+use kaas_shared::fs::{FsRef, MemFs};
+use kaas_shared::layout::Layout;
+
+use super::*;
+
+fn coordinator(fs: &FsRef) -> Arc<Coordinator> {
+    let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..GroupConfig::default() };
+    let c = Coordinator::open(fs.clone(), &Layout::new("/data"), config).unwrap();
+    c.take_over_all(&LocalLease::new(0)).unwrap();
+    c
+}
+
+fn join_req(member: &str, instance: Option<&str>) -> JoinRequest {
+    JoinRequest {
+        group_id: "g".into(),
+        member_id: member.into(),
+        instance_id: instance.map(str::to_owned),
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 60_000,
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"sub"))],
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        require_known_member_id: true,
+        supports_skip_assignment: false,
+    }
+}
+
+fn sync_req(member: &str, generation: i32, assignments: Vec<(String, Bytes)>) -> SyncRequest {
+    SyncRequest { group_id: "g".into(), generation, member_id: member.into(), instance_id: None, protocol_type: None, protocol_name: None, assignments }
+}
+
+async fn get<T>(a: Answer<T>) -> T {
+    match a {
+        Answer::Now(t) => t,
+        Answer::Wait(rx) => tokio::time::timeout(Duration::from_secs(5), rx).await.unwrap().unwrap(),
+    }
+}
+
+/// Joins one dynamic member through the MEMBER_ID_REQUIRED handshake.
+async fn join_one(c: &Arc<Coordinator>) -> JoinResult {
+    let first = get(c.join(join_req("", None))).await;
+    assert_eq!(first.error, Some(E::MemberIdRequired));
+    get(c.join(join_req(&first.member_id, None))).await
+}
+
+#[tokio::test]
+async fn join_sync_rebalance_and_fencing() {
+    let fs: FsRef = Arc::new(MemFs::new());
+    let c = coordinator(&fs);
+    let a = join_one(&c).await;
+    assert_eq!((a.error, a.generation, a.leader.as_str()), (None, 1, a.member_id.as_str()));
+    assert_eq!(a.members.len(), 1, "the leader gets the members");
+    let s = get(c.sync(sync_req(&a.member_id, 1, vec![(a.member_id.clone(), Bytes::from_static(b"all"))]))).await;
+    assert_eq!((s.error, &s.assignment[..]), (None, &b"all"[..]));
+
+    // A second member: the first learns of the rebalance by heartbeat and rejoins.
+    let first = get(c.join(join_req("", None))).await;
+    let b_join = c.join(join_req(&first.member_id, None));
+    let hb = |m: &str, generation| c.heartbeat(&HeartbeatRequest { group_id: "g".into(), generation, member_id: m.into(), instance_id: None });
+    assert_eq!(hb(&a.member_id, 1), Some(E::RebalanceInProgress));
+    let (a2, b) = tokio::join!(get(c.join(join_req(&a.member_id, None))), get(b_join));
+    assert_eq!((a2.generation, b.generation), (2, 2));
+    assert_eq!(a2.leader, a.member_id, "the leader stays the leader");
+    assert!(b.members.is_empty());
+    // The old generation is fenced everywhere.
+    assert_eq!(hb(&a.member_id, 1), Some(E::IllegalGeneration));
+    assert_eq!(hb("stranger", 2), Some(E::UnknownMemberId));
+    let stale = CommitRequest { group_id: "g".into(), generation: 1, member_id: a.member_id.clone(), instance_id: None, retention_ms: -1, offsets: vec![] };
+    assert!(matches!(c.commit(stale, false), Err(E::IllegalGeneration)));
+    let early = CommitRequest { generation: 2, ..CommitRequest { group_id: "g".into(), generation: 1, member_id: b.member_id.clone(), instance_id: None, retention_ms: -1, offsets: vec![] } };
+    assert!(matches!(c.commit(early, false), Err(E::RebalanceInProgress)), "no commits before the assignment is synced");
+
+    let b_sync = c.sync(sync_req(&b.member_id, 2, vec![]));
+    let a_sync = get(c.sync(sync_req(&a.member_id, 2, vec![(a.member_id.clone(), Bytes::from_static(b"A")), (b.member_id.clone(), Bytes::from_static(b"B"))]))).await;
+    assert_eq!(&a_sync.assignment[..], b"A");
+    assert_eq!(&get(b_sync).await.assignment[..], b"B");
+    assert_eq!(hb(&b.member_id, 2), None);
+
+    // b leaves; a is told to rejoin and ends up alone in generation 3.
+    assert_eq!(c.leave("g", &[Leaving { member_id: b.member_id.clone(), instance_id: None }]).unwrap(), vec![None]);
+    assert_eq!(hb(&a.member_id, 2), Some(E::RebalanceInProgress));
+    assert_eq!(get(c.join(join_req(&a.member_id, None))).await.generation, 3);
+}
+
+#[tokio::test]
+async fn sessions_expire_and_static_members_are_replaced_without_rebalance() {
+    let fs: FsRef = Arc::new(MemFs::new());
+    let c = coordinator(&fs);
+    let a = get(c.join(join_req("", Some("i1")))).await;
+    assert_eq!(a.generation, 1, "static members skip the member-id handshake");
+    get(c.sync(SyncRequest { instance_id: Some("i1".into()), ..sync_req(&a.member_id, 1, vec![(a.member_id.clone(), Bytes::from_static(b"x"))]) })).await;
+
+    // The same instance restarts: new member id, same generation, old id fenced.
+    let again = get(c.join(join_req("", Some("i1")))).await;
+    assert_eq!((again.error, again.generation), (None, 1));
+    assert_ne!(again.member_id, a.member_id);
+    let old = HeartbeatRequest { group_id: "g".into(), generation: 1, member_id: a.member_id.clone(), instance_id: Some("i1".into()) };
+    assert_eq!(c.heartbeat(&old), Some(E::FencedInstanceId));
+    let s = get(c.sync(SyncRequest { instance_id: Some("i1".into()), ..sync_req(&again.member_id, 1, vec![]) })).await;
+    assert_eq!(&s.assignment[..], b"x", "the assignment survives the restart");
+
+    // Its session lapses: the clock removes it and the group empties.
+    let shard = c.shard("g").unwrap();
+    let group = shard.get("g").unwrap();
+    let later = Instant::now() + Duration::from_secs(11);
+    timers::tick_group(&mut group.lock(), &shard.log, later, now_ms());
+    timers::tick_group(&mut group.lock(), &shard.log, later, now_ms());
+    assert!(group.lock().is(GroupState::Empty));
+}
+
+#[tokio::test]
+async fn offsets_are_durable_across_coordinators_and_deletable() {
+    let fs: FsRef = Arc::new(MemFs::new());
+    let c = coordinator(&fs);
+    let offset = |p, o| CommitOffset { topic: "t".into(), partition: p, offset: o, leader_epoch: 3, metadata: "m".into() };
+    let simple = CommitRequest { group_id: "g".into(), generation: -1, member_id: String::new(), instance_id: None, retention_ms: -1, offsets: vec![offset(0, 10), offset(1, 20)] };
+    c.commit(simple.clone(), false).unwrap().await.unwrap();
+    c.close();
+
+    let c2 = coordinator(&fs);
+    let got = c2.fetch_offsets("g", Some(vec![("t".into(), vec![0, 1, 2])])).unwrap();
+    let offsets: Vec<Option<i64>> = got[0].1.iter().map(|(_, v)| v.as_ref().map(|v| v.offset)).collect();
+    assert_eq!(offsets, [Some(10), Some(20), None]);
+    assert_eq!(c2.list(&[], &[]).len(), 1);
+    assert_eq!(c2.delete_offsets("g", &[("t".into(), 0)]).await.unwrap(), vec![None]);
+    assert_eq!(c2.fetch_offsets("g", None).unwrap()[0].1.len(), 1);
+    assert_eq!(c2.delete_group("g").await, None);
+    assert_eq!(c2.delete_group("g").await, Some(E::GroupIdNotFound));
+    drop(c2); // a crash: no relinquish
+
+    let c3 = coordinator(&fs);
+    assert!(c3.fetch_offsets("g", None).unwrap().is_empty());
+    assert!(c3.list(&[], &[]).is_empty());
+}

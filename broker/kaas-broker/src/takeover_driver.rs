@@ -1,0 +1,92 @@
+//! The TakeoverDriver and GroupTakeoverDriver (seed 003): makes this broker lead exactly the partitions the applied
+//! assignment gives it, at the epochs it gives. Idempotent and re-driven every round, so a
+//! take-over that failed (topic directory not there yet, a transient I/O error) is retried
+//! until it holds — seed 001's rule 2.
+
+use std::collections::BTreeMap;
+
+use kaas_shared::assignment::Assignment;
+use kaas_shared::names;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::groups::Coordinator;
+use crate::topics::TopicRegistry;
+
+/// Converges the registry's leadership to `assignment` for broker `me`.
+pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32) {
+    let desired: BTreeMap<String, (Uuid, i32)> = assignment
+        .led_by(me)
+        .map(|(topic, partition, a)| (names::partition_key(topic, partition), (a.topic_id, a.leader_epoch)))
+        .collect();
+    let version = assignment.assignment_version;
+    for (topic, id, partition, epoch) in registry.led() {
+        let key = names::partition_key(&topic, partition);
+        let keep = desired.get(&key).is_some_and(|(want_id, want_epoch)| *want_id == id && *want_epoch == epoch);
+        if keep {
+            continue;
+        }
+        let Some(p) = registry.get(&topic).and_then(|t| t.partition(partition)) else { continue };
+        let reason = match assignment.partitions.get(&key) {
+            Some(a) if a.leader != me => format!("assignment v{version} moved it to broker {}", a.leader),
+            Some(a) => format!("assignment v{version} re-assigned it at epoch {}", a.leader_epoch),
+            None => format!("assignment v{version} no longer places it"),
+        };
+        match p.relinquish() {
+            Ok(()) => info!(partition = %key, epoch, %reason, "relinquished partition"),
+            Err(e) => warn!(partition = %key, epoch, %reason, error = %e, "relinquish failed; handles closed, the next leader recovers"),
+        }
+    }
+    for (key, (id, epoch)) in &desired {
+        let Ok((topic, partition)) = names::parse_partition_key(key) else { continue };
+        let led_now = registry
+            .get(topic)
+            .filter(|t| t.id == *id)
+            .and_then(|t| t.partition(partition))
+            .is_some_and(|p| p.is_leader() && p.leader_epoch() == *epoch);
+        if led_now {
+            continue;
+        }
+        match registry.take_over(topic, *id, partition, *epoch) {
+            Ok(report) => info!(
+                partition = %key,
+                epoch,
+                reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch),
+                log_end_offset = report.log_end_offset,
+                truncated_bytes = report.truncated_bytes,
+                "took over partition"
+            ),
+            Err(e) => warn!(partition = %key, epoch, error = %e, "take-over failed; retrying next round"),
+        }
+    }
+}
+
+/// The GroupTakeoverDriver: owns exactly the group shards the assignment gives this broker, at
+/// their epochs; shards placed elsewhere are relinquished (persisted, then unloaded).
+pub fn reconcile_groups(groups: &Coordinator, assignment: &Assignment, me: i32) {
+    let version = assignment.assignment_version;
+    for shard in 0..kaas_groups::SHARD_COUNT {
+        let desired = assignment.consumer_groups.get(&shard).filter(|s| s.coordinator == me).map(|s| s.epoch);
+        let owned = groups.owned_epoch(shard);
+        if owned == desired {
+            continue;
+        }
+        if let Some(epoch) = owned {
+            let reason = match assignment.consumer_groups.get(&shard) {
+                Some(s) if s.coordinator != me => format!("assignment v{version} moved it to broker {}", s.coordinator),
+                Some(s) => format!("assignment v{version} re-assigned it at epoch {}", s.epoch),
+                None => format!("assignment v{version} no longer places it"),
+            };
+            match groups.relinquish(shard) {
+                Ok(()) => info!(shard, epoch, %reason, "relinquished group shard"),
+                Err(e) => warn!(shard, epoch, %reason, error = %e, "group shard relinquish failed; the next owner replays its log"),
+            }
+        }
+        if let Some(epoch) = desired {
+            match groups.take_over(shard, epoch) {
+                Ok(()) => info!(shard, epoch, reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch), "took over group shard"),
+                Err(e) => warn!(shard, epoch, error = %e, "group shard take-over failed; retrying next round"),
+            }
+        }
+    }
+}

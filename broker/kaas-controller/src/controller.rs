@@ -1,0 +1,240 @@
+//! The controller loop: hold or follow the Lease; while holding it, recompute the placement on
+//! every trigger (first win, topic change, broker join/leave/drain, a 2 s poll), write
+//! assignment.json and push ASSIGNMENT_CHANGED.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use kaas_shared::assignment::{self, Assignment, BrokerEndpoint};
+use kaas_shared::brokers;
+use kaas_shared::fs::FsRef;
+use kaas_shared::layout::Layout;
+use tokio::sync::{Notify, watch};
+use tracing::{info, warn};
+
+use crate::Result;
+use crate::balancer::{self, Placement};
+use crate::heartbeat_server::{HeartbeatHub, Role};
+use crate::lease::{LeaseAction, LeaseState, LeaseStore, decide};
+use crate::topics::TopicSource;
+
+/// Timings and identity of one broker's controller loop.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// This broker's pod name: the Lease holder identity.
+    pub identity: String,
+    pub broker_id: i32,
+    pub lease_duration: Duration,
+    /// How often the Lease is renewed (or checked, by followers).
+    pub renew_interval: Duration,
+    /// A broker silent for this long is gone (`session.timeout`, > fence timeout + margin).
+    pub session_timeout: Duration,
+    /// Recompute at least this often while controller.
+    pub recompute_interval: Duration,
+    pub group_shards: u32,
+}
+
+/// The Lease as this broker last saw it: who controls, at which epoch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseView {
+    pub holder: Option<String>,
+    pub epoch: i64,
+}
+
+/// One broker's controller role.
+#[derive(Debug)]
+pub struct Controller {
+    config: ControllerConfig,
+    fs: FsRef,
+    layout: Layout,
+    lease: Arc<dyn LeaseStore>,
+    topics: Arc<dyn TopicSource>,
+    hub: Arc<HeartbeatHub>,
+    view: watch::Sender<LeaseView>,
+    /// Wakes the loop for an immediate recompute (topic created or deleted).
+    pub recompute: Notify,
+}
+
+impl Controller {
+    pub fn new(
+        config: ControllerConfig,
+        fs: FsRef,
+        layout: Layout,
+        lease: Arc<dyn LeaseStore>,
+        topics: Arc<dyn TopicSource>,
+        hub: Arc<HeartbeatHub>,
+    ) -> Arc<Controller> {
+        Arc::new(Controller { config, fs, layout, lease, topics, hub, view: watch::Sender::new(LeaseView::default()), recompute: Notify::new() })
+    }
+
+    /// The Lease as last seen; brokers fence stale assignments against its epoch.
+    pub fn lease_view(&self) -> watch::Receiver<LeaseView> {
+        self.view.subscribe()
+    }
+
+    /// Runs until `stop` fires; then releases the Lease if held (keeping its epoch).
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut won_at: Option<Instant> = None;
+        let mut last_recompute = Instant::now() - self.config.recompute_interval;
+        loop {
+            match self.lease_round().await {
+                Ok(Role::Controller { epoch }) => {
+                    let first = won_at.is_none();
+                    let won = *won_at.get_or_insert_with(Instant::now);
+                    if first || last_recompute.elapsed() >= self.config.recompute_interval || self.membership_changed() {
+                        if let Err(e) = self.recompute(epoch, won.elapsed() < self.config.session_timeout) {
+                            warn!(epoch, error = %e, "recompute failed; retrying");
+                        }
+                        last_recompute = Instant::now();
+                    }
+                }
+                Ok(Role::Follower) => won_at = None,
+                Err(e) => warn!(error = %e, "lease round failed; retrying"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.renew_interval) => {}
+                _ = self.recompute.notified() => last_recompute = Instant::now() - self.config.recompute_interval,
+                _ = stop.changed() => break,
+            }
+        }
+        self.release().await;
+    }
+
+    /// Reads the Lease, acts on it, and publishes the outcome.
+    async fn lease_round(&self) -> Result<Role> {
+        let current = self.lease.get().await?;
+        let floor = assignment::read(&*self.fs, &self.layout).ok().flatten().map_or(0, |a| a.controller_epoch);
+        let now = SystemTime::now();
+        let action = decide(&self.config.identity, now, current.as_ref().map(|l| &l.state), floor);
+        let version = current.as_ref().map(|l| l.version.clone());
+        let held_epoch = current.as_ref().map_or(0, |l| l.state.transitions);
+        let role = match action {
+            LeaseAction::Acquire { transitions } => {
+                let state = self.held(now, transitions);
+                if self.lease.put(state, version).await? {
+                    info!(epoch = transitions, identity = %self.config.identity, reason = "lease free or expired", "won the controller lease");
+                    Role::Controller { epoch: transitions }
+                } else {
+                    Role::Follower
+                }
+            }
+            LeaseAction::Renew => {
+                if self.lease.put(self.held(now, held_epoch), version).await? {
+                    Role::Controller { epoch: held_epoch }
+                } else {
+                    warn!(epoch = held_epoch, reason = "renewal lost a write race", "lost the controller lease");
+                    Role::Follower
+                }
+            }
+            LeaseAction::Follow { .. } => Role::Follower,
+        };
+        let was = self.hub.role();
+        if was != role && matches!(was, Role::Controller { .. }) {
+            info!(?was, now = ?role, "no longer the controller");
+        }
+        self.hub.set_role(role);
+        let view = match role {
+            Role::Controller { epoch } => LeaseView { holder: Some(self.config.identity.clone()), epoch },
+            Role::Follower => match self.lease.get().await? {
+                Some(l) => LeaseView { holder: l.state.holder, epoch: l.state.transitions },
+                None => LeaseView::default(),
+            },
+        };
+        self.view.send_if_modified(|v| {
+            let changed = *v != view;
+            *v = view;
+            changed
+        });
+        Ok(role)
+    }
+
+    fn held(&self, now: SystemTime, transitions: i64) -> LeaseState {
+        LeaseState { holder: Some(self.config.identity.clone()), renew_time: now, duration: self.config.lease_duration, transitions }
+    }
+
+    /// Whether a broker joined, left or started draining since the assignment on disk.
+    fn membership_changed(&self) -> bool {
+        let Ok(Some(current)) = assignment::read(&*self.fs, &self.layout) else { return true };
+        let alive = self.hub.alive(self.config.session_timeout);
+        let eligible: BTreeSet<i32> = alive.iter().filter(|(_, s)| !s.draining).map(|(id, _)| *id).collect();
+        let placed: BTreeSet<i32> = current.brokers.keys().copied().collect();
+        eligible != placed
+    }
+
+    /// Computes the placement and writes it if anything changed.
+    fn recompute(&self, epoch: i64, in_grace: bool) -> Result<()> {
+        let previous = assignment::read(&*self.fs, &self.layout)?.unwrap_or_default();
+        let sessions = self.hub.alive(self.config.session_timeout);
+        let registered: BTreeMap<i32, brokers::BrokerRegistration> =
+            brokers::list(&*self.fs, &self.layout)?.into_iter().map(|r| (r.broker_id, r)).collect();
+        let mut alive: BTreeSet<i32> = sessions.keys().copied().filter(|id| registered.contains_key(id)).collect();
+        if in_grace {
+            // A freshly elected controller has not heard from everyone yet: brokers of the
+            // previous assignment that are still registered keep their work meanwhile.
+            alive.extend(previous.brokers.keys().filter(|id| registered.contains_key(id)));
+        }
+        let draining: BTreeSet<i32> = sessions.iter().filter(|(_, s)| s.draining).map(|(id, _)| *id).collect();
+        let topics = self.topics.list()?;
+        let before = Placement { partitions: previous.partitions.clone(), consumer_groups: previous.consumer_groups.clone() };
+        let placement = balancer::balance(&before, &topics, &alive, &draining, self.config.group_shards);
+        let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
+            .iter()
+            .filter(|id| !draining.contains(id) || placement.partitions.values().any(|p| p.leader == **id))
+            .filter_map(|id| registered.get(id).map(|r| (*id, BrokerEndpoint { host: r.host.clone(), port: r.port })))
+            .collect();
+        if placement == before && endpoints == previous.brokers && previous.controller_epoch == epoch {
+            return Ok(());
+        }
+        let next = Assignment {
+            controller_epoch: epoch,
+            assignment_version: previous.assignment_version + 1,
+            controller_id: self.config.broker_id,
+            brokers: endpoints,
+            partitions: placement.partitions,
+            consumer_groups: placement.consumer_groups,
+        };
+        log_moves(&previous, &next, &alive, &draining);
+        assignment::write(&*self.fs, &self.layout, &next)?;
+        info!(epoch, version = next.assignment_version, partitions = next.partitions.len(), brokers = ?next.brokers.keys().collect::<Vec<_>>(), "assignment written");
+        self.hub.push_assignment_changed(epoch, next.assignment_version);
+        Ok(())
+    }
+
+    /// Gives the Lease up (holder cleared, epoch kept) so a successor need not wait it out.
+    async fn release(&self) {
+        if !matches!(self.hub.role(), Role::Controller { .. }) {
+            return;
+        }
+        self.hub.set_role(Role::Follower);
+        if let Ok(Some(current)) = self.lease.get().await {
+            if current.state.holder.as_deref() == Some(self.config.identity.as_str()) {
+                let released = LeaseState { holder: None, ..current.state };
+                let epoch = released.transitions;
+                if let Ok(true) = self.lease.put(released, Some(current.version)).await {
+                    info!(epoch, reason = "shutdown", "released the controller lease");
+                }
+            }
+        }
+    }
+}
+
+/// One log line per leadership change, naming partition, epoch and reason.
+fn log_moves(previous: &Assignment, next: &Assignment, alive: &BTreeSet<i32>, draining: &BTreeSet<i32>) {
+    for (key, p) in &next.partitions {
+        let before = previous.partitions.get(key).filter(|b| b.topic_id == p.topic_id);
+        let reason = match before {
+            None => "new partition".to_string(),
+            Some(b) if b.leader == p.leader && b.leader_epoch == p.leader_epoch => continue,
+            Some(b) if !alive.contains(&b.leader) => format!("leader {} is gone (no heartbeat within the session timeout)", b.leader),
+            Some(b) if draining.contains(&b.leader) => format!("leader {} is draining", b.leader),
+            Some(_) => "rebalance".to_string(),
+        };
+        info!(partition = %key, leader = p.leader, epoch = p.leader_epoch, from = before.map(|b| b.leader), %reason, "partition leadership assigned");
+    }
+    for (shard, s) in &next.consumer_groups {
+        if previous.consumer_groups.get(shard) != Some(s) {
+            info!(shard, coordinator = s.coordinator, epoch = s.epoch, "group shard coordinator assigned");
+        }
+    }
+}

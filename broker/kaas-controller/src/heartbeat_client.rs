@@ -1,0 +1,135 @@
+//! The broker side of the heartbeat: find the controller, keep a stream open, beat every
+//! second, remember when the controller last acknowledged (for fencing) and relay its
+//! ASSIGNMENT_CHANGED pushes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{Notify, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+use tracing::{debug, info};
+
+use crate::proto::heartbeat_client::HeartbeatClient;
+use crate::proto::{BrokerBeat, controller_message};
+
+/// How often a broker beats.
+pub const BEAT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the broker tells the controller in every beat.
+pub trait BeatSource: Send + Sync + std::fmt::Debug {
+    fn partitions_led(&self) -> Vec<String>;
+    fn assignment_version(&self) -> i64;
+    fn draining(&self) -> bool;
+}
+
+/// What the heartbeat learned, for the rest of the broker.
+#[derive(Debug)]
+pub struct HeartbeatStatus {
+    last_ack: Mutex<Option<Instant>>,
+    /// Woken on every ASSIGNMENT_CHANGED push.
+    pub assignment_changed: Notify,
+}
+
+impl HeartbeatStatus {
+    pub fn new() -> Arc<HeartbeatStatus> {
+        Arc::new(HeartbeatStatus { last_ack: Mutex::new(None), assignment_changed: Notify::new() })
+    }
+
+    /// Whether the controller has not acknowledged a beat for longer than `fence_timeout`.
+    /// A fenced broker acknowledges no writes: the controller may already be moving its
+    /// partitions (it waits `session.timeout` > `fence.timeout` + margin before it does).
+    pub fn fenced(&self, fence_timeout: Duration) -> bool {
+        self.last_ack.lock().is_none_or(|t| t.elapsed() > fence_timeout)
+    }
+
+    /// Time since the last acknowledgement (metrics, logs).
+    pub fn since_last_ack(&self) -> Option<Duration> {
+        self.last_ack.lock().map(|t| t.elapsed())
+    }
+}
+
+/// Keeps beating the controller at the address `controller` names until `stop` fires.
+pub async fn run(
+    broker_id: i32,
+    incarnation: String,
+    source: Arc<dyn BeatSource>,
+    mut controller: watch::Receiver<Option<String>>,
+    status: Arc<HeartbeatStatus>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut seq = 0u64;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let target = controller.borrow_and_update().clone();
+        let Some(address) = target else {
+            tokio::select! {
+                _ = controller.changed() => continue,
+                _ = stop.changed() => return,
+            }
+        };
+        let session = beat_session(broker_id, &incarnation, &source, &address, &status, &mut seq);
+        tokio::select! {
+            result = session => {
+                if let Err(e) = result {
+                    debug!(broker = broker_id, controller = %address, error = %e, "heartbeat stream ended");
+                }
+                // Reconnect soon, to the same or a new controller.
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+            _ = controller.changed() => info!(broker = broker_id, "controller moved; reconnecting"),
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+async fn beat_session(
+    broker_id: i32,
+    incarnation: &str,
+    source: &Arc<dyn BeatSource>,
+    address: &str,
+    status: &HeartbeatStatus,
+    seq: &mut u64,
+) -> crate::Result<()> {
+    let channel = Endpoint::from_shared(format!("http://{address}"))?
+        .connect_timeout(Duration::from_secs(1))
+        .tcp_nodelay(true)
+        .connect()
+        .await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut inbound = HeartbeatClient::new(channel).stream(ReceiverStream::new(rx)).await?.into_inner();
+    let mut tick = tokio::time::interval(BEAT_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                *seq += 1;
+                let beat = BrokerBeat {
+                    broker_id,
+                    incarnation: incarnation.to_string(),
+                    draining: source.draining(),
+                    partitions_led: source.partitions_led(),
+                    seq: *seq,
+                    assignment_version: source.assignment_version(),
+                };
+                if tx.send(beat).await.is_err() {
+                    return Ok(());
+                }
+            }
+            message = inbound.message() => match message? {
+                None => return Ok(()),
+                Some(m) => match m.kind {
+                    Some(controller_message::Kind::Ack(_)) => *status.last_ack.lock() = Some(Instant::now()),
+                    Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
+                    None => {}
+                },
+            },
+        }
+    }
+}

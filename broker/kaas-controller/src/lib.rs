@@ -1,0 +1,23 @@
+//! The kaas controller: whichever broker holds the `kaas-controller` Lease (seed 003).
+//!
+//! - [`lease`]: the election, a pure decision function over a narrow Lease store;
+//! - [`balancer`]: partition leaders and group-shard coordinators, even, sticky, minimal moves;
+//! - [`controller`]: the loop that recomputes and writes assignment.json while holding the Lease;
+//! - [`heartbeat_server`] / [`heartbeat_client`]: the gRPC stream every broker keeps open to the
+//!   controller, which is both the alive set and the ASSIGNMENT_CHANGED push.
+
+pub mod balancer;
+pub mod controller;
+pub mod error;
+pub mod heartbeat_client;
+pub mod heartbeat_server;
+pub mod lease;
+pub mod topics;
+
+/// Code generated from proto/heartbeat.proto.
+#[allow(missing_debug_implementations, unreachable_pub, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("kaas.heartbeat.v1");
+}
+
+pub use error::{Error, Result};

@@ -1,0 +1,48 @@
+//! Where the controller learns which topics exist.
+
+use kaas_shared::fs::FsRef;
+use kaas_shared::layout::Layout;
+use kaas_shared::{identity, topic_file};
+use tracing::warn;
+
+use crate::Result;
+use crate::balancer::TopicInfo;
+
+/// The topics the cluster should serve. In Kubernetes these are the KafkaTopic resources; the
+/// volume implementation reads the topic.json files their reconciler writes.
+pub trait TopicSource: Send + Sync + std::fmt::Debug {
+    fn list(&self) -> Result<Vec<TopicInfo>>;
+}
+
+/// Topics as the topic directories on the volume describe them: topic.json whose identity
+/// stamp agrees. Directories being reclaimed (names starting with '.') are not topics.
+#[derive(Debug, Clone)]
+pub struct VolumeTopics {
+    fs: FsRef,
+    layout: Layout,
+}
+
+impl VolumeTopics {
+    pub fn new(fs: FsRef, layout: Layout) -> VolumeTopics {
+        VolumeTopics { fs, layout }
+    }
+}
+
+impl TopicSource for VolumeTopics {
+    fn list(&self) -> Result<Vec<TopicInfo>> {
+        let root = self.layout.root();
+        let entries = self.fs.list_dir(root).map_err(|e| kaas_shared::Error::io("list", root, e))?;
+        let mut topics = Vec::new();
+        for entry in entries.iter().filter(|e| e.is_dir && !e.name.starts_with('.') && !e.name.starts_with("__")) {
+            let dir = self.layout.topic_dir(&entry.name);
+            let Some(file) = topic_file::read(&*self.fs, &dir)? else { continue };
+            if file.name != entry.name || identity::verify(&*self.fs, &dir, file.topic_id).is_err() {
+                warn!(dir = %dir.display(), "topic.json and identity stamp disagree; not placing this topic");
+                continue;
+            }
+            topics.push(TopicInfo { name: file.name, id: file.topic_id, partitions: file.partitions });
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(topics)
+    }
+}

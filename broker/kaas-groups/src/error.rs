@@ -1,0 +1,42 @@
+//! Errors of the group shard storage.
+
+use std::path::PathBuf;
+
+/// What can go wrong storing group state.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("volume: {0}")]
+    Volume(#[from] kaas_shared::Error),
+    #[error("group shard {path} is owned at epoch {current}; take-over at {requested} refused")]
+    Fenced {
+        path: PathBuf,
+        requested: i32,
+        current: i32,
+    },
+    #[error("this broker does not own the group shard")]
+    NotOwner,
+    #[error("group shard storage failed earlier ({0}); refusing writes until the next take-over")]
+    Poisoned(String),
+    #[error("corrupt group snapshot {path}: {reason}")]
+    CorruptSnapshot { path: PathBuf, reason: String },
+    #[error("group shard entry too large: {0} bytes")]
+    TooLarge(usize),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Three brokers on one shared directory behave as one Kafka cluster (issue 5): election,
+//! assignment, produce/consume through any broker, broker death, controller death, SIGTERM
+//! drain — with real librdkafka clients and no acknowledged record lost.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestResult;
+use common::cluster::Cluster;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+const SETTLE: Duration = Duration::from_secs(30);
+
+async fn create_topic(cluster: &Cluster, name: &str, partitions: i32) -> TestResult {
+    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+    let results = admin.create_topics([&NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new()).await?;
+    for r in results {
+        r.map_err(|(t, e)| format!("creating {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn producer(cluster: &Cluster) -> TestResult<FutureProducer> {
+    Ok(cluster
+        .client_config()
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "60000")
+        .set("linger.ms", "2")
+        .create()?)
+}
+
+/// Produces `count` records round-robin over `partitions`; returns partition → acked values.
+async fn produce(p: &FutureProducer, topic: &str, partitions: i32, tag: &str, count: usize) -> TestResult<BTreeMap<i32, Vec<(i64, String)>>> {
+    let mut pending = Vec::new();
+    for i in 0..count {
+        let partition = (i as i32) % partitions;
+        let value = format!("{tag}-{i}");
+        let f = p.send_result(FutureRecord::<(), String>::to(topic).partition(partition).payload(&value)).map_err(|(e, _)| e)?;
+        pending.push((partition, value, f));
+    }
+    let mut acked: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
+    for (partition, value, f) in pending {
+        let delivery = f.await?.map_err(|(e, _)| e)?;
+        acked.entry(partition).or_default().push((delivery.offset, value));
+    }
+    Ok(acked)
+}
+
+/// Reads every partition from the beginning up to its high watermark.
+fn read_all(cluster: &Cluster, topic: &str, partitions: i32) -> TestResult<BTreeMap<i32, Vec<(i64, String)>>> {
+    let consumer: BaseConsumer = cluster.client_config().set("group.id", "cluster-tests").set("enable.auto.commit", "false").create()?;
+    let mut out = BTreeMap::new();
+    for p in 0..partitions {
+        let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(20))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+        consumer.assign(&tpl)?;
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while (got.len() as i64) < high {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("{topic}/{p}: read {} of {high}", got.len()).into());
+            }
+            if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+                let m = m?;
+                got.push((m.offset(), String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned()));
+            }
+        }
+        out.insert(p, got);
+    }
+    Ok(out)
+}
+
+/// Every acknowledged record is in the log at its acknowledged offset, once, in order.
+fn assert_no_loss(acked: &[BTreeMap<i32, Vec<(i64, String)>>], log: &BTreeMap<i32, Vec<(i64, String)>>) {
+    for batch in acked {
+        for (partition, records) in batch {
+            let on_disk: BTreeMap<i64, &String> = log.get(partition).map(|v| v.iter().map(|(o, s)| (*o, s)).collect()).unwrap_or_default();
+            for (offset, value) in records {
+                assert_eq!(on_disk.get(offset), Some(&value), "acknowledged {partition}@{offset} = {value} is missing or different");
+            }
+        }
+    }
+    for (partition, records) in log {
+        let values: BTreeSet<&String> = records.iter().map(|(_, v)| v).collect();
+        assert_eq!(values.len(), records.len(), "partition {partition} has duplicates");
+        assert!(records.windows(2).all(|w| w[1].0 == w[0].0 + 1), "partition {partition} offsets are not dense");
+    }
+}
+
+fn leaders(a: &kaas_shared::assignment::Assignment) -> BTreeMap<i32, usize> {
+    let mut l = BTreeMap::new();
+    for p in a.partitions.values() {
+        *l.entry(p.leader).or_default() += 1;
+    }
+    l
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_brokers_serve_one_cluster_and_survive_broker_and_controller_loss() -> TestResult {
+    let mut cluster = Cluster::start(3).await?;
+    // Election: exactly one controller, epoch 1; every broker in the assignment.
+    let first = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    assert_eq!(first.controller_epoch, 1);
+    let holder = cluster.lease.snapshot().and_then(|l| l.holder).ok_or("nobody holds the lease")?;
+    assert_eq!(holder, format!("kaas-{}", first.controller_id));
+
+    // A topic created through the Kafka API is placed evenly and taken over.
+    create_topic(&cluster, "orders", 6).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 6 && a.brokers.len() == 3).await?;
+    assert!(leaders(&placed).values().all(|n| *n == 2), "{:?}", leaders(&placed));
+    cluster.wait_led(SETTLE, &placed).await?;
+    let producer = producer(&cluster)?;
+    let mut acked = vec![produce(&producer, "orders", 6, "before", 600).await?];
+
+    // kill -9 a broker that is not the controller: its partitions move, writes go on.
+    let victim = *cluster.nodes.keys().find(|id| **id != placed.controller_id).ok_or("no victim")?;
+    cluster.kill(victim).await;
+    let moved = cluster.wait_assignment(SETTLE, |a| a.partitions.values().all(|p| p.leader != victim) && a.partitions.len() == 6).await?;
+    for (key, p) in &placed.partitions {
+        let now = &moved.partitions[key];
+        assert!(now.leader_epoch >= p.leader_epoch, "{key}: epoch went backwards");
+        if p.leader == victim {
+            assert!(now.leader_epoch > p.leader_epoch, "{key}: a moved partition must get a new epoch");
+        }
+    }
+    cluster.wait_led(SETTLE, &moved).await?;
+    acked.push(produce(&producer, "orders", 6, "after-broker-death", 600).await?);
+
+    // kill -9 the controller: a new one wins with a higher epoch; nothing rewinds.
+    let old_controller = moved.controller_id;
+    cluster.kill(old_controller).await;
+    let survivor = *cluster.nodes.keys().next().ok_or("no survivor")?;
+    let recovered = cluster
+        .wait_assignment(SETTLE, |a| a.controller_epoch > moved.controller_epoch && a.partitions.values().all(|p| p.leader == survivor))
+        .await?;
+    assert_eq!(recovered.controller_id, survivor);
+    assert!(recovered.assignment_version > moved.assignment_version);
+    cluster.wait_led(SETTLE, &recovered).await?;
+    acked.push(produce(&producer, "orders", 6, "after-controller-death", 600).await?);
+
+    assert_no_loss(&acked, &read_all(&cluster, "orders", 6)?);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_drain_moves_partitions_before_exit_and_restart_rejoins() -> TestResult {
+    let mut cluster = Cluster::start(3).await?;
+    cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    create_topic(&cluster, "drained", 6).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 6 && a.brokers.len() == 3).await?;
+    cluster.wait_led(SETTLE, &placed).await?;
+    let producer = Arc::new(producer(&cluster)?);
+    let mut acked = vec![produce(&producer, "drained", 6, "before", 300).await?];
+
+    // Produce continuously while broker 2 drains.
+    let writer = {
+        let producer = producer.clone();
+        tokio::spawn(async move { produce(&producer, "drained", 6, "during", 1500).await.map_err(|e| e.to_string()) })
+    };
+    let draining = 2;
+    cluster.shut_down(draining).await;
+    let after = cluster.wait_assignment(SETTLE, |a| a.partitions.values().all(|p| p.leader != draining)).await?;
+    cluster.wait_led(SETTLE, &after).await?;
+    acked.push(writer.await??);
+
+    // The drained broker comes back and gets work again.
+    cluster.start_node(draining).await?;
+    let rebalanced = cluster.wait_assignment(SETTLE, |a| a.partitions.values().any(|p| p.leader == draining)).await?;
+    cluster.wait_led(SETTLE, &rebalanced).await?;
+    acked.push(produce(&producer, "drained", 6, "after", 300).await?);
+    assert_no_loss(&acked, &read_all(&cluster, "drained", 6)?);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_zombie_leader_is_fenced_and_its_late_writes_are_never_served() -> TestResult {
+    let mut cluster = Cluster::start(3).await?;
+    cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    create_topic(&cluster, "zombie", 3).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 3 && a.brokers.len() == 3).await?;
+    cluster.wait_led(SETTLE, &placed).await?;
+    let producer = producer(&cluster)?;
+    let mut acked = vec![produce(&producer, "zombie", 3, "before", 300).await?];
+
+    // Pause (SIGSTOP) a leader that is not the controller.
+    let (key, pa) = placed.partitions.iter().find(|(_, p)| p.leader != placed.controller_id).ok_or("no candidate")?;
+    let (key, zombie_id) = (key.clone(), pa.leader);
+    let partition_index: i32 = key.rsplit('/').next().and_then(|p| p.parse().ok()).ok_or("bad key")?;
+    let (zombie, zombie_address) = cluster.pause(zombie_id).await?;
+    let stale = zombie.topics.partition("zombie", partition_index).ok_or("zombie lost its partition")?;
+
+    // The controller moves its partitions; clients carry on against the new leaders.
+    let moved = cluster.wait_assignment(SETTLE, |a| a.partitions.values().all(|p| p.leader != zombie_id)).await?;
+    cluster.wait_led(SETTLE, &moved).await?;
+    assert!(moved.partitions[&key].leader_epoch > pa.leader_epoch);
+    acked.push(produce(&producer, "zombie", 3, "after", 300).await?);
+
+    // While paused it still believes it leads, and by now it is fenced: a write that slipped
+    // in lands in the dead epoch's segment and is never acknowledged.
+    assert!(stale.is_leader(), "the zombie should still believe it leads {key}");
+    assert!(zombie.cluster.as_ref().is_some_and(|c| c.view.write_fenced()), "the zombie must be fenced");
+    let mut batch = kaas_storage::testing::BatchBuilder::new().record(None, Some(b"ZOMBIE WRITE")).build();
+    if let Ok(outcome) = stale.append(&mut batch, kaas_storage::AppendOptions { leader_epoch: stale.leader_epoch(), now_ms: 0 }) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), stale.wait_durable(outcome.last_offset)).await;
+    }
+
+    // Resume (SIGCONT): it catches up with the assignment and lets go of its stale epoch,
+    // writing nothing (the rebalance may hand it the partition back, at a new epoch).
+    let stale_epoch = stale.leader_epoch();
+    cluster.resume(zombie_id, zombie.clone(), zombie_address).await?;
+    let deadline = std::time::Instant::now() + SETTLE;
+    while zombie.topics.led().iter().any(|(t, _, p, e)| t == "zombie" && *p == partition_index && *e == stale_epoch) {
+        assert!(std::time::Instant::now() < deadline, "the resumed zombie never let go of {key}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    acked.push(produce(&producer, "zombie", 3, "later", 300).await?);
+    let log = read_all(&cluster, "zombie", 3)?;
+    assert!(log.values().flatten().all(|(_, v)| v != "ZOMBIE WRITE"), "a zombie write was served");
+    assert_no_loss(&acked, &log);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_and_recreating_a_topic_never_leaks_the_old_incarnation() -> TestResult {
+    let cluster = Cluster::start(3).await?;
+    cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    create_topic(&cluster, "phoenix", 3).await?;
+    let first = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 3 && a.brokers.len() == 3).await?;
+    cluster.wait_led(SETTLE, &first).await?;
+    let producer = producer(&cluster)?;
+    produce(&producer, "phoenix", 3, "old", 300).await?;
+    let old_id = first.partitions.values().next().map(|p| p.topic_id).ok_or("no partitions")?;
+
+    // Delete and recreate at once, while the old incarnation's leaders still hold it.
+    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+    let deleted = admin.delete_topics(&["phoenix"], &AdminOptions::new()).await?;
+    assert!(deleted[0].is_ok(), "{deleted:?}");
+    create_topic(&cluster, "phoenix", 3).await?;
+    let second = cluster
+        .wait_assignment(SETTLE, |a| a.partitions.len() == 3 && a.partitions.values().all(|p| p.topic_id != old_id))
+        .await?;
+    cluster.wait_led(SETTLE, &second).await?;
+    // Every broker dropped the old incarnation (abandon) and no old state reached the new dirs.
+    for node in cluster.nodes.values() {
+        assert!(node.broker.topics.get("phoenix").is_some_and(|t| t.id != old_id));
+    }
+    for p in 0..3 {
+        let dir = cluster.data().join("phoenix").join(p.to_string());
+        let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap_or_default();
+        assert!(!manifest.contains("\"highWatermark\": 100"), "old high watermark in the new incarnation: {manifest}");
+    }
+    let acked = vec![produce(&producer, "phoenix", 3, "new", 30).await?];
+    let log = read_all(&cluster, "phoenix", 3)?;
+    assert!(log.values().flatten().all(|(_, v)| v.starts_with("new-")), "old records in the recreated topic");
+    assert_no_loss(&acked, &log);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn group_offsets_survive_a_coordinator_move() -> TestResult {
+    use rdkafka::consumer::CommitMode;
+    let mut cluster = Cluster::start(3).await?;
+    let first = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3 && a.consumer_groups.len() == 16).await?;
+    create_topic(&cluster, "grouped", 3).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 3).await?;
+    cluster.wait_led(SETTLE, &placed).await?;
+    let producer = producer(&cluster)?;
+    produce(&producer, "grouped", 3, "m", 300).await?;
+
+    let group = "movers";
+    let consume = |cluster: &Cluster, count: usize| -> TestResult<Vec<String>> {
+        let consumer: BaseConsumer = cluster
+            .client_config()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()?;
+        consumer.subscribe(&["grouped"])?;
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while got.len() < count {
+            if std::time::Instant::now() > deadline {
+                return Err(format!("consumed {} of {count}", got.len()).into());
+            }
+            if let Some(m) = consumer.poll(Duration::from_millis(200)) {
+                let m = m?;
+                got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned());
+            }
+        }
+        consumer.commit_consumer_state(CommitMode::Sync)?;
+        Ok(got)
+    };
+    let part_one = tokio::task::block_in_place(|| consume(&cluster, 300))?;
+    assert_eq!(part_one.len(), 300);
+
+    // Kill the broker coordinating the group's shard; the shard moves with its offsets.
+    let shard = kaas_groups::shard_of(group);
+    let coordinator = first.consumer_groups[&shard].coordinator;
+    cluster.kill(coordinator).await;
+    let moved = cluster
+        .wait_assignment(SETTLE, |a| a.consumer_groups.get(&shard).is_some_and(|s| s.coordinator != coordinator) && a.partitions.values().all(|p| p.leader != coordinator))
+        .await?;
+    cluster.wait_led(SETTLE, &moved).await?;
+    produce(&producer, "grouped", 3, "n", 30).await?;
+    let part_two = tokio::task::block_in_place(|| consume(&cluster, 30))?;
+    assert!(part_two.iter().all(|v| v.starts_with("n-")), "the group resumed before its committed offsets: {part_two:?}");
+    Ok(())
+}

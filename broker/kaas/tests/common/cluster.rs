@@ -1,0 +1,174 @@
+//! In-process kaas clusters: several brokers in this test process over one temporary volume,
+//! sharing an in-memory `kaas-controller` Lease. Each broker has its own Kafka listener and
+//! heartbeat server on 127.0.0.1, so real clients talk to them exactly as to separate processes.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kaas_broker::config::{ClusterSettings, StorageMode};
+use kaas_broker::{Broker, BrokerConfig, Server, cluster};
+use kaas_controller::lease::MemoryLease;
+use kaas_shared::assignment::{self, Assignment};
+use kaas_shared::fs::RealFs;
+use kaas_shared::layout::Layout;
+use rdkafka::ClientConfig;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::TestResult;
+
+/// One in-process broker.
+pub struct Node {
+    pub id: i32,
+    pub broker: Arc<Broker>,
+    pub bootstrap: String,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+/// A cluster of nodes over one data directory.
+pub struct Cluster {
+    pub data: PathBuf,
+    pub lease: Arc<MemoryLease>,
+    pub nodes: BTreeMap<i32, Node>,
+    _tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start(brokers: i32) -> TestResult<Cluster> {
+        // The brokers log into the test output (RUST_LOG=info shows every leadership change).
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+        let tmp = tempfile::tempdir()?;
+        let mut cluster = Cluster { data: tmp.path().join("data"), lease: Arc::new(MemoryLease::new()), nodes: BTreeMap::new(), _tmp: tmp };
+        for id in 0..brokers {
+            cluster.start_node(id).await?;
+        }
+        Ok(cluster)
+    }
+
+    pub async fn start_node(&mut self, id: i32) -> TestResult {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let config = BrokerConfig {
+            node_id: id,
+            listen: addr,
+            advertise_host: "127.0.0.1".into(),
+            advertise_port: addr.port(),
+            storage: StorageMode::Disk(self.data.clone()),
+            auto_create_topics: true,
+            cluster: Some(ClusterSettings::for_tests(&format!("kaas-{id}"), self.lease.clone())),
+            ..BrokerConfig::local_in_memory()
+        };
+        let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = cluster::spawn(broker.clone(), stop_rx.clone()).await?;
+        let mut server_stop = stop_rx;
+        tasks.spawn(Server::new(listener, broker.clone()).run(async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        }));
+        self.nodes.insert(id, Node { id, broker, bootstrap: addr.to_string(), stop, tasks });
+        Ok(())
+    }
+
+    /// kill -9: every task of the node stops at once; nothing is relinquished or persisted.
+    pub async fn kill(&mut self, id: i32) {
+        if let Some(mut node) = self.nodes.remove(&id) {
+            node.tasks.abort_all();
+            while node.tasks.join_next().await.is_some() {}
+        }
+    }
+
+    /// SIGTERM: drain, stop the tasks, relinquish the rest.
+    pub async fn shut_down(&mut self, id: i32) {
+        if let Some(mut node) = self.nodes.remove(&id) {
+            cluster::drain(&node.broker).await;
+            let _ = node.stop.send(true);
+            while node.tasks.join_next().await.is_some() {}
+            let broker = node.broker.clone();
+            let _ = tokio::task::spawn_blocking(move || broker.close()).await;
+        }
+    }
+
+    pub fn bootstrap(&self) -> String {
+        self.nodes.values().map(|n| n.bootstrap.clone()).collect::<Vec<_>>().join(",")
+    }
+
+    pub fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.bootstrap());
+        c
+    }
+
+    pub fn assignment(&self) -> Option<Assignment> {
+        assignment::read(&RealFs, &Layout::new(&self.data)).ok().flatten()
+    }
+
+    pub fn data(&self) -> &Path {
+        &self.data
+    }
+
+    /// Polls until `cond` holds for the assignment on the volume.
+    pub async fn wait_assignment(&self, timeout: Duration, cond: impl Fn(&Assignment) -> bool) -> TestResult<Assignment> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(a) = self.assignment() {
+                if cond(&a) {
+                    return Ok(a);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("assignment never satisfied the condition; last: {:?}", self.assignment()).into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Polls until every partition of `assignment` is led, by the broker it names, at its epoch.
+    pub async fn wait_led(&self, timeout: Duration, a: &Assignment) -> TestResult {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let all = a.partitions.iter().all(|(key, p)| {
+                self.nodes.get(&p.leader).is_some_and(|n| {
+                    n.broker.topics.led().iter().any(|(t, id, part, epoch)| {
+                        kaas_shared::names::partition_key(t, *part) == *key && *id == p.topic_id && *epoch == p.leader_epoch
+                    })
+                })
+            });
+            if all {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err("partitions were not taken over in time".into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Cluster {
+    /// Pauses a node as SIGSTOP would: every task stops, nothing is relinquished, its storage
+    /// keeps its descriptors and its belief that it leads. Returns the paused broker.
+    pub async fn pause(&mut self, id: i32) -> TestResult<(Arc<Broker>, String)> {
+        let mut node = self.nodes.remove(&id).ok_or("no such node")?;
+        node.tasks.abort_all();
+        while node.tasks.join_next().await.is_some() {}
+        Ok((node.broker, node.bootstrap))
+    }
+
+    /// Resumes a paused node (SIGCONT): its tasks start again on the same listener address.
+    pub async fn resume(&mut self, id: i32, broker: Arc<Broker>, bootstrap: String) -> TestResult {
+        let listener = tokio::net::TcpListener::bind(&bootstrap).await?;
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = cluster::spawn(broker.clone(), stop_rx.clone()).await?;
+        let mut server_stop = stop_rx;
+        tasks.spawn(Server::new(listener, broker.clone()).run(async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        }));
+        self.nodes.insert(id, Node { id, broker, bootstrap, stop, tasks });
+        Ok(())
+    }
+}

@@ -1,0 +1,357 @@
+//! Consumer groups with real clients: rdkafka consumers in classic groups (eager and
+//! cooperative), static membership, committed offsets across restarts and crashes, admin
+//! operations, and the error codes of stale or bad requests on the wire.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::wire::Wire;
+use common::{Kaas, TestResult};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::{GroupId, HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, SyncGroupRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use rdkafka::admin::AdminOptions;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::FutureRecord;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+fn consumer(kaas: &Kaas, group: &str, extra: &[(&str, &str)]) -> TestResult<BaseConsumer> {
+    let mut c = kaas.config();
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("heartbeat.interval.ms", "300");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    Ok(c.create()?)
+}
+
+fn assigned(c: &BaseConsumer) -> Vec<i32> {
+    c.assignment().map(|tpl| tpl.elements().iter().map(|e| e.partition()).collect()).unwrap_or_default()
+}
+
+/// Polls every consumer until `done` holds for their assignments, or fails at the deadline.
+fn poll_until(consumers: &[&BaseConsumer], timeout: Duration, what: &str, mut done: impl FnMut(&[Vec<i32>]) -> bool) -> TestResult<Vec<Vec<i32>>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        for c in consumers {
+            if let Some(Err(e)) = c.poll(Duration::from_millis(20)) {
+                eprintln!("poll: {e}");
+            }
+        }
+        let now: Vec<Vec<i32>> = consumers.iter().map(|c| assigned(c)).collect();
+        if done(&now) {
+            return Ok(now);
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{what}: assignments {now:?} at the deadline").into());
+        }
+    }
+}
+
+/// Every partition in `0..n` owned exactly once, and every consumer owns at least one.
+fn covers_exactly_once(n: i32) -> impl FnMut(&[Vec<i32>]) -> bool {
+    move |a: &[Vec<i32>]| {
+        let all: Vec<i32> = a.iter().flatten().copied().collect();
+        let set: BTreeSet<i32> = all.iter().copied().collect();
+        all.len() == n as usize && set == (0..n).collect() && a.iter().all(|p| !p.is_empty())
+    }
+}
+
+async fn produce(kaas: &Kaas, topic: &str, partitions: i32, per_partition: usize) -> TestResult {
+    let producer = kaas.producer(&[("linger.ms", "0")])?;
+    for p in 0..partitions {
+        for i in 0..per_partition {
+            producer
+                .send(FutureRecord::<(), String>::to(topic).partition(p).payload(&format!("p{p}-m{i}")), Duration::from_secs(30))
+                .await
+                .map_err(|(e, _)| e)?;
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_consumers_share_six_partitions_and_rebalance_on_leave_and_death() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("six", 6, &[]).await?;
+    let (a, b, c) = (consumer(&kaas, "g3", &[])?, consumer(&kaas, "g3", &[])?, consumer(&kaas, "g3", &[])?);
+    for x in [&a, &b, &c] {
+        x.subscribe(&["six"])?;
+    }
+    let split = poll_until(&[&a, &b, &c], Duration::from_secs(60), "three-way split", covers_exactly_once(6))?;
+    assert!(split.iter().all(|p| p.len() == 2), "range gives two each: {split:?}");
+
+    // A member leaving (close sends LeaveGroup) hands its partitions to the others.
+    drop(c);
+    poll_until(&[&a, &b], Duration::from_secs(60), "after a leave", covers_exactly_once(6))?;
+
+    // A member that dies (joins on the raw wire, then goes silent) is expired after its
+    // session timeout and the survivors cover everything again.
+    let bootstrap = kaas.bootstrap.clone();
+    let ghost = std::thread::spawn(move || -> TestResult<i32> {
+        let mut wire = Wire::connect(&bootstrap)?;
+        let join = |member: &str| {
+            JoinGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("g3")))
+                .with_session_timeout_ms(6000)
+                .with_rebalance_timeout_ms(30_000)
+                .with_member_id(StrBytes::from_string(member.to_string()))
+                .with_protocol_type(StrBytes::from_static_str("consumer"))
+                .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range")).with_metadata(subscription("six"))])
+        };
+        let first = wire.call(5, &join(""))?;
+        assert_eq!(first.error_code, ResponseError::MemberIdRequired.code());
+        let joined = wire.call(5, &join(&first.member_id))?;
+        assert_eq!(joined.error_code, 0);
+        let sync = SyncGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("g3")))
+            .with_generation_id(joined.generation_id)
+            .with_member_id(joined.member_id.clone());
+        let synced = wire.call(3, &sync)?;
+        assert_eq!(synced.error_code, 0);
+        Ok(joined.generation_id)
+    });
+    poll_until(&[&a, &b], Duration::from_secs(60), "the ghost joined", |s| s.iter().flatten().count() < 6)?;
+    let ghost_generation = ghost.join().map_err(|_| "ghost thread panicked")??;
+    assert!(ghost_generation > 1);
+    poll_until(&[&a, &b], Duration::from_secs(60), "after the ghost's session expired", covers_exactly_once(6))?;
+    Ok(())
+}
+
+/// A ConsumerProtocol subscription (v0) to one topic.
+fn subscription(topic: &str) -> bytes::Bytes {
+    let mut b = vec![0, 0, 0, 0, 0, 1];
+    b.extend((topic.len() as i16).to_be_bytes());
+    b.extend(topic.as_bytes());
+    b.extend((-1i32).to_be_bytes());
+    bytes::Bytes::from(b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cooperative_sticky_and_roundrobin_assignors() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("coop", 4, &[]).await?;
+    for (group, strategy) in [("coop-g", "cooperative-sticky"), ("rr-g", "roundrobin")] {
+        let extra = [("partition.assignment.strategy", strategy)];
+        let a = consumer(&kaas, group, &extra)?;
+        a.subscribe(&["coop"])?;
+        poll_until(&[&a], Duration::from_secs(60), strategy, covers_exactly_once(4))?;
+        let b = consumer(&kaas, group, &extra)?;
+        b.subscribe(&["coop"])?;
+        let split = poll_until(&[&a, &b], Duration::from_secs(60), strategy, covers_exactly_once(4))?;
+        assert!(split.iter().all(|p| p.len() == 2), "{strategy}: {split:?}");
+        drop(b);
+        poll_until(&[&a], Duration::from_secs(60), strategy, covers_exactly_once(4))?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_member_rejoins_without_a_rebalance() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("static", 4, &[]).await?;
+    let a = consumer(&kaas, "static-g", &[("group.instance.id", "a")])?;
+    let b = consumer(&kaas, "static-g", &[("group.instance.id", "b")])?;
+    a.subscribe(&["static"])?;
+    b.subscribe(&["static"])?;
+    let before = poll_until(&[&a, &b], Duration::from_secs(60), "static split", covers_exactly_once(4))?;
+    let generation = describe_generation(&kaas, "static-g")?;
+    // A static member closing does not leave the group; its replacement takes its place.
+    drop(b);
+    let b2 = consumer(&kaas, "static-g", &[("group.instance.id", "b")])?;
+    b2.subscribe(&["static"])?;
+    let after = poll_until(&[&a, &b2], Duration::from_secs(60), "static rejoin", covers_exactly_once(4))?;
+    assert_eq!(before, after, "the same partitions come back to the same instances");
+    // a kept its partitions throughout and no new generation was started.
+    assert_eq!(describe_generation(&kaas, "static-g")?, generation);
+    Ok(())
+}
+
+/// The group's current generation. DescribeGroups does not report it, so probe it with
+/// heartbeats of a described member: only the current generation is answered without error.
+fn describe_generation(kaas: &Kaas, group: &str) -> TestResult<i32> {
+    use kafka_protocol::messages::DescribeGroupsRequest;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let d = wire.call(5, &DescribeGroupsRequest::default().with_groups(vec![GroupId(StrBytes::from_string(group.to_string()))]))?;
+    let g = d.groups.first().ok_or("no group described")?;
+    assert_eq!(g.group_state.as_str(), "Stable");
+    let m = g.members.first().ok_or("no members")?;
+    for generation in 1..50 {
+        let hb = HeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+            .with_generation_id(generation)
+            .with_member_id(m.member_id.clone())
+            .with_group_instance_id(m.group_instance_id.clone());
+        if wire.call(3, &hb)?.error_code == 0 {
+            return Ok(generation);
+        }
+    }
+    Err("no generation accepted".into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_survive_stop_restart_and_kill9() -> TestResult {
+    let mut kaas = Kaas::start()?;
+    kaas.create_topic("resume", 2, &[]).await?;
+    produce(&kaas, "resume", 2, 10).await?;
+
+    let read_and_commit = |kaas: &Kaas, n: usize| -> TestResult<Vec<(i32, i64)>> {
+        let c = consumer(kaas, "resume-g", &[])?;
+        c.subscribe(&["resume"])?;
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.len() < n {
+            if Instant::now() > deadline {
+                return Err(format!("read {} of {n}", seen.len()).into());
+            }
+            if let Some(m) = c.poll(Duration::from_millis(100)) {
+                let m = m?;
+                seen.push((m.partition(), m.offset()));
+                c.commit_message(&m, CommitMode::Sync)?;
+            }
+        }
+        Ok(seen)
+    };
+    let first = read_and_commit(&kaas, 6)?;
+    // Per partition: the next offset to read, if anything of it was read and committed.
+    let next_expected = |seen: &[(i32, i64)]| -> Vec<(i32, Option<i64>)> {
+        (0..2).map(|p| (p, seen.iter().filter(|(q, _)| *q == p).map(|(_, o)| o + 1).max())).collect()
+    };
+    let committed = next_expected(&first);
+
+    for crash in [false, true] {
+        if crash { kaas.kill9()? } else { kaas.stop()? }
+        kaas.restart()?;
+        let c = consumer(&kaas, "resume-g", &[])?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("resume", 0);
+        tpl.add_partition("resume", 1);
+        let fetched = c.committed_offsets(tpl, Duration::from_secs(20))?;
+        for (p, o) in &committed {
+            let e = fetched.find_partition("resume", *p).ok_or("partition missing")?;
+            assert_eq!(e.offset(), o.map_or(Offset::Invalid, Offset::Offset), "partition {p} after {}", if crash { "kill -9" } else { "restart" });
+        }
+    }
+    // Resuming reads exactly from the committed offsets: nothing skipped, nothing repeated.
+    let resumed = read_and_commit(&kaas, 20 - 6)?;
+    for (p, o) in committed {
+        let first_read = resumed.iter().filter(|(q, _)| *q == p).map(|(_, off)| *off).min();
+        assert_eq!(first_read, Some(o.unwrap_or(0)).filter(|o| *o < 10), "partition {p} resumes at its commit");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_lists_describes_deletes_groups_and_offsets() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("adm", 2, &[]).await?;
+    produce(&kaas, "adm", 2, 2).await?;
+    {
+        let c = consumer(&kaas, "adm-g", &[])?;
+        c.subscribe(&["adm"])?;
+        poll_until(&[&c], Duration::from_secs(60), "adm", covers_exactly_once(2))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("adm", 0, Offset::Offset(1))?;
+        tpl.add_partition_offset("adm", 1, Offset::Offset(2))?;
+        c.commit(&tpl, CommitMode::Sync)?;
+        // A non-empty group cannot be deleted.
+        let admin = kaas.admin()?;
+        let r = admin.delete_groups(&["adm-g"], &AdminOptions::new()).await?;
+        assert!(matches!(r[0], Err((_, rdkafka::types::RDKafkaErrorCode::NonEmptyGroup))), "{r:?}");
+    }
+    // kafka-python's admin client lists (with state filters) and describes.
+    let script = r#"
+import sys
+from kafka import KafkaAdminClient
+a = KafkaAdminClient(bootstrap_servers=sys.argv[1])
+assert "adm-g" in repr(a.list_groups()), a.list_groups()
+assert "adm-g" in repr(a.list_groups(states_filter=["Empty"]))
+assert "adm-g" not in repr(a.list_groups(states_filter=["Stable"]))
+d = a.describe_groups(["adm-g"])
+assert "Empty" in repr(d), d
+print("ok")
+"#;
+    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())).args(["-c", script, &kaas.bootstrap]).output()?;
+    assert!(out.status.success(), "kafka-python admin failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+
+    // OffsetDelete on the wire, then the group itself through rdkafka's AdminClient.
+    use kafka_protocol::messages::OffsetDeleteRequest;
+    use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let del = wire.call(0, &OffsetDeleteRequest::default().with_group_id(GroupId(StrBytes::from_static_str("adm-g"))).with_topics(vec![
+        OffsetDeleteRequestTopic::default().with_name(TopicName(StrBytes::from_static_str("adm"))).with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+    ]))?;
+    assert_eq!(del.error_code, 0);
+    assert_eq!(del.topics[0].partitions[0].error_code, 0);
+    let c = consumer(&kaas, "adm-g", &[])?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition("adm", 0);
+    tpl.add_partition("adm", 1);
+    let fetched = c.committed_offsets(tpl, Duration::from_secs(20))?;
+    assert_eq!(fetched.find_partition("adm", 0).ok_or("p0")?.offset(), Offset::Invalid);
+    assert_eq!(fetched.find_partition("adm", 1).ok_or("p1")?.offset(), Offset::Offset(2));
+    drop(c);
+
+    let admin = kaas.admin()?;
+    let r = admin.delete_groups(&["adm-g", "no-such-group"], &AdminOptions::new()).await?;
+    assert!(r[0].is_ok(), "{r:?}");
+    assert!(matches!(r[1], Err((_, rdkafka::types::RDKafkaErrorCode::GroupIdNotFound))), "{r:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_generations_unknown_members_and_unknown_partitions_are_refused() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("bad", 1, &[]).await?;
+    let a = consumer(&kaas, "bad-g", &[])?;
+    a.subscribe(&["bad"])?;
+    poll_until(&[&a], Duration::from_secs(60), "bad", covers_exactly_once(1))?;
+
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let group = || GroupId(StrBytes::from_static_str("bad-g"));
+    let commit = |generation: i32, member: &str, topic: &'static str, partition: i32| {
+        OffsetCommitRequest::default().with_group_id(group()).with_generation_id_or_member_epoch(generation).with_member_id(StrBytes::from_string(member.to_string())).with_topics(vec![
+            OffsetCommitRequestTopic::default().with_name(TopicName(StrBytes::from_static_str(topic))).with_partitions(vec![OffsetCommitRequestPartition::default().with_partition_index(partition).with_committed_offset(1)]),
+        ])
+    };
+    let code = |r: &kafka_protocol::messages::OffsetCommitResponse| r.topics[0].partitions[0].error_code;
+    assert_eq!(code(&wire.call(8, &commit(5, "nobody", "bad", 0))?), ResponseError::UnknownMemberId.code());
+    assert_eq!(code(&wire.call(8, &commit(-1, "", "bad", 0))?), ResponseError::UnknownMemberId.code(), "a simple commit to an active group");
+    assert_eq!(code(&wire.call(8, &commit(-1, "", "bad", 7))?), ResponseError::UnknownTopicOrPartition.code());
+    assert_eq!(code(&wire.call(8, &commit(-1, "", "nope", 0))?), ResponseError::UnknownTopicOrPartition.code());
+    // A group that does not exist: ILLEGAL_GENERATION before v9, GROUP_ID_NOT_FOUND from v9.
+    let other = |v: i16| -> TestResult<i16> {
+        let mut w = Wire::connect(&kaas.bootstrap)?;
+        let r = w.call(v, &commit(3, "m", "bad", 0).with_group_id(GroupId(StrBytes::from_static_str("ghost-g"))))?;
+        Ok(code(&r))
+    };
+    assert_eq!(other(8)?, ResponseError::IllegalGeneration.code());
+    assert_eq!(other(9)?, ResponseError::GroupIdNotFound.code());
+    let hb = HeartbeatRequest::default().with_group_id(group()).with_generation_id(1).with_member_id(StrBytes::from_static_str("nobody"));
+    assert_eq!(wire.call(3, &hb)?.error_code, ResponseError::UnknownMemberId.code());
+    // Oversized member metadata is refused without disturbing the group.
+    let huge = JoinGroupRequest::default()
+        .with_group_id(group())
+        .with_session_timeout_ms(6000)
+        .with_rebalance_timeout_ms(6000)
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range")).with_metadata(bytes::Bytes::from(vec![0u8; 2 * 1024 * 1024]))]);
+    assert_eq!(wire.call(5, &huge)?.error_code, ResponseError::InvalidRequest.code());
+    let bad_session = huge.clone().with_session_timeout_ms(10).with_protocols(vec![JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range"))]);
+    assert_eq!(wire.call(5, &bad_session)?.error_code, ResponseError::InvalidSessionTimeout.code());
+    // The group is still stable with its one member, who can still commit.
+    poll_until(&[&a], Duration::from_secs(5), "still assigned", covers_exactly_once(1))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset("bad", 0, Offset::Offset(0))?;
+    a.commit(&tpl, CommitMode::Sync)?;
+    Ok(())
+}
