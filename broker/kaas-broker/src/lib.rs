@@ -15,6 +15,7 @@ pub mod error;
 pub mod fetch_session;
 pub mod frame;
 pub mod groups;
+pub mod http;
 pub mod leadership;
 pub mod router;
 pub mod server;

@@ -2,13 +2,17 @@
 //!
 //! Without `MY_POD_NAME` it runs in local mode: the cluster runtime is off and a local lease
 //! shim leads every partition, stored under `--data-dir` (or in memory with `--in-memory`).
+//! With `MY_POD_NAME` (a StatefulSet pod `<name>-<ordinal>`) it joins the cluster on the shared
+//! volume: the `kaas-controller` Lease, heartbeats, assignment.json (seed 003).
+
+mod kube_lease;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{ArgAction, Parser, ValueEnum};
-use kaas_broker::config::StorageMode;
+use kaas_broker::config::{ClusterSettings, StorageMode};
 use kaas_broker::{Broker, BrokerConfig, Server};
 use tokio::net::TcpListener;
 use tracing::info;
@@ -56,6 +60,36 @@ struct Args {
     /// How often retention and time-based segment rolls run, in milliseconds.
     #[arg(long, env = "KAAS_HOUSEKEEPING_INTERVAL_MS", default_value_t = 30_000)]
     housekeeping_interval_ms: u64,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "KAAS_HTTP_LISTEN", default_value = "127.0.0.1:9095")]
+    http_listen: SocketAddr,
+    /// Cluster mode: this pod's name (`<statefulset>-<ordinal>`; the ordinal is the broker id).
+    #[arg(long, env = "MY_POD_NAME")]
+    pod_name: Option<String>,
+    /// Cluster mode: the namespace of the Lease [default: the pod's service-account namespace].
+    #[arg(long, env = "MY_POD_NAMESPACE")]
+    namespace: Option<String>,
+    /// Cluster mode: the controller Lease's name.
+    #[arg(long, env = "KAAS_LEASE_NAME", default_value = "kaas-controller")]
+    lease_name: String,
+    /// Cluster mode: where the heartbeat gRPC server binds.
+    #[arg(long, env = "KAAS_HEARTBEAT_LISTEN", default_value = "0.0.0.0:9094")]
+    heartbeat_listen: SocketAddr,
+    /// Cluster mode: host:port peers dial for the heartbeat [default: the bound address].
+    #[arg(long, env = "KAAS_HEARTBEAT_ADVERTISE")]
+    heartbeat_advertise: Option<String>,
+    /// Cluster mode: stop acknowledging writes after this long without a heartbeat ack (fence.timeout).
+    #[arg(long, env = "KAAS_FENCE_TIMEOUT_MS", default_value_t = 6_000)]
+    fence_timeout_ms: u64,
+    /// Cluster mode: move a silent broker's partitions after this long (session.timeout > fence.timeout + margin).
+    #[arg(long, env = "KAAS_SESSION_TIMEOUT_MS", default_value_t = 10_000)]
+    session_timeout_ms: u64,
+    /// Cluster mode: the Lease duration.
+    #[arg(long, env = "KAAS_LEASE_DURATION_MS", default_value_t = 15_000)]
+    lease_duration_ms: u64,
+    /// Cluster mode: how long SIGTERM waits for partitions to move away before relinquishing them.
+    #[arg(long, env = "KAAS_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
+    drain_timeout_ms: u64,
     /// Log format.
     #[arg(long, env = "KAAS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -70,8 +104,13 @@ enum LogFormat {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_logging(args.log_format);
-    if std::env::var_os("MY_POD_NAME").is_some() {
-        bail!("MY_POD_NAME is set, which asks for cluster mode; this build runs in local mode only (unset MY_POD_NAME)");
+    if let Some(pod) = &args.pod_name {
+        if ClusterSettings::broker_id_of(pod).is_none() {
+            bail!("MY_POD_NAME={pod:?} does not end in -<ordinal>; cluster mode needs a StatefulSet pod name (unset MY_POD_NAME for local mode)");
+        }
+        if args.session_timeout_ms <= args.fence_timeout_ms + 1_000 {
+            bail!("session timeout ({} ms) must exceed the fence timeout ({} ms) by at least a second, or a zombie could acknowledge writes after its partitions moved", args.session_timeout_ms, args.fence_timeout_ms);
+        }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     runtime.block_on(run(args))
@@ -89,8 +128,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         log_defaults.retention_ms = ms;
     }
     let storage = if args.in_memory { StorageMode::InMemory } else { StorageMode::Disk(args.data_dir.clone()) };
+    let cluster = match &args.pod_name {
+        None => None,
+        Some(pod) => Some(cluster_settings(&args, pod).await?),
+    };
+    let node_id = args.pod_name.as_deref().and_then(ClusterSettings::broker_id_of).unwrap_or(args.node_id);
     let config = BrokerConfig {
-        node_id: args.node_id,
+        node_id,
+        cluster,
         listen: bound,
         advertise_host,
         advertise_port,
@@ -107,17 +152,58 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let config = config.clone();
         tokio::task::spawn_blocking(move || Broker::open(config)).await?.context("opening the broker")?
     };
+    let broker_for_http = broker.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let housekeeping = tokio::spawn(broker.clone().housekeeping_loop(stop_rx));
+    let housekeeping = tokio::spawn(broker.clone().housekeeping_loop(stop_rx.clone()));
+    let mut cluster_tasks = kaas_broker::cluster::spawn(broker.clone(), stop_rx.clone()).await.context("starting the cluster runtime")?;
+    let http = tokio::net::TcpListener::bind(args.http_listen).await.with_context(|| format!("binding {}", args.http_listen))?;
+    let mut http_stop = stop_rx.clone();
+    let http_task = tokio::spawn(async move {
+        let app = kaas_broker::http::router(broker_for_http);
+        let _ = axum::serve(http, app).with_graceful_shutdown(async move {
+            let _ = http_stop.wait_for(|s| *s).await;
+        }).await;
+    });
     // Tests and scripts wait for this line.
     println!("kaas listening on {bound} (advertised as {}:{}; storage: {})", config.advertise_host, config.advertise_port, describe(&config.storage));
-    Server::new(listener, broker.clone()).run(shutdown_signal()).await;
+    let draining = broker.clone();
+    // SIGTERM drains first (partitions move away while this broker still serves), then the
+    // listener stops.
+    Server::new(listener, broker.clone())
+        .run(async move {
+            shutdown_signal().await;
+            kaas_broker::cluster::drain(&draining).await;
+        })
+        .await;
     let _ = stop_tx.send(true);
     let _ = housekeeping.await;
+    while cluster_tasks.join_next().await.is_some() {}
+    let _ = http_task.await;
     let closing = broker.clone();
     tokio::task::spawn_blocking(move || closing.close()).await?;
     info!("kaas stopped");
     Ok(())
+}
+
+/// Cluster settings from the flags, with the Lease in the pod's namespace.
+async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSettings> {
+    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    let namespace = match &args.namespace {
+        Some(ns) => ns.clone(),
+        None => client.default_namespace().to_string(),
+    };
+    let ms = std::time::Duration::from_millis;
+    Ok(ClusterSettings {
+        identity: pod.to_string(),
+        heartbeat_listen: args.heartbeat_listen,
+        heartbeat_advertise: args.heartbeat_advertise.clone().unwrap_or_default(),
+        lease: std::sync::Arc::new(kube_lease::KubeLease::new(client, &namespace, &args.lease_name)),
+        lease_duration: ms(args.lease_duration_ms),
+        renew_interval: ms((args.lease_duration_ms / 5).clamp(200, 2_000)),
+        fence_timeout: ms(args.fence_timeout_ms),
+        session_timeout: ms(args.session_timeout_ms),
+        drain_timeout: ms(args.drain_timeout_ms),
+    })
 }
 
 fn describe(storage: &StorageMode) -> String {

@@ -1,0 +1,111 @@
+//! `/healthz`, `/readyz` and `/metrics` for Kubernetes probes and Prometheus.
+//!
+//! - `/healthz`: the process serves (200), with what it leads (`partitions_led`) — all read from
+//!   the broker's one view of assignment.json.
+//! - `/readyz`: 200 once the broker can do its job: in local mode at once; in a cluster once it
+//!   has applied an assignment and the controller acknowledges its heartbeat (not fenced).
+//! - `/metrics`: Prometheus text.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::broker::Broker;
+
+/// The gauges `/metrics` reports, refreshed at every scrape.
+#[derive(Debug, Default)]
+struct Gauges {
+    partitions_led: Gauge,
+    topics: Gauge,
+    assignment_version: Gauge,
+    controller_epoch: Gauge,
+    is_controller: Gauge,
+    fenced: Gauge,
+    draining: Gauge,
+}
+
+#[derive(Debug)]
+struct Metrics {
+    registry: Registry,
+    gauges: Gauges,
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("kaas");
+        let gauges = Gauges::default();
+        registry.register("partitions_led", "Partitions this broker leads", gauges.partitions_led.clone());
+        registry.register("topics", "Topics this broker knows", gauges.topics.clone());
+        registry.register("assignment_version", "Version of the applied assignment.json", gauges.assignment_version.clone());
+        registry.register("controller_epoch", "Controller epoch of the applied assignment", gauges.controller_epoch.clone());
+        registry.register("is_controller", "1 while this broker holds the kaas-controller Lease", gauges.is_controller.clone());
+        registry.register("fenced", "1 while this broker refuses writes (heartbeat unacknowledged)", gauges.fenced.clone());
+        registry.register("draining", "1 once SIGTERM started a drain", gauges.draining.clone());
+        Metrics { registry, gauges }
+    }
+
+    fn refresh(&self, broker: &Broker) {
+        let g = &self.gauges;
+        g.partitions_led.set(broker.topics.led().len() as i64);
+        g.topics.set(broker.topics.list().len() as i64);
+        if let Some(cluster) = &broker.cluster {
+            let a = cluster.view.current();
+            g.assignment_version.set(a.assignment_version);
+            g.controller_epoch.set(a.controller_epoch);
+            g.is_controller.set(i64::from(matches!(cluster.hub.role(), kaas_controller::heartbeat_server::Role::Controller { .. })));
+            g.fenced.set(i64::from(cluster.view.write_fenced()));
+            g.draining.set(i64::from(cluster.view.draining()));
+        }
+    }
+}
+
+type AppState = (Arc<Broker>, Arc<Metrics>);
+
+/// The probe and metrics routes.
+pub fn router(broker: Arc<Broker>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state((broker, Arc::new(Metrics::new())))
+}
+
+async fn healthz(State((broker, _)): State<AppState>) -> Response {
+    let (version, fenced) = broker.cluster.as_ref().map_or((0, false), |c| (c.view.current().assignment_version, c.view.write_fenced()));
+    let body = serde_json::json!({
+        "status": "ok",
+        "node_id": broker.config.node_id,
+        "partitions_led": broker.topics.led().len(),
+        "assignment_version": version,
+        "fenced": fenced,
+    });
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+async fn readyz(State((broker, _)): State<AppState>) -> Response {
+    let Some(cluster) = &broker.cluster else { return (StatusCode::OK, "ready\n").into_response() };
+    let applied = cluster.view.current().assignment_version > 0;
+    let fenced = cluster.view.write_fenced();
+    if applied && !fenced && !cluster.view.draining() {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        let why = format!("not ready: assignment applied={applied} fenced={fenced} draining={}\n", cluster.view.draining());
+        (StatusCode::SERVICE_UNAVAILABLE, why).into_response()
+    }
+}
+
+async fn metrics(State((broker, metrics)): State<AppState>) -> Response {
+    metrics.refresh(&broker);
+    let mut text = String::new();
+    match encode(&mut text, &metrics.registry) {
+        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
