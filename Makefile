@@ -17,6 +17,8 @@ test: deps
 	$(CARGO) build --locked --workspace --all-targets
 	$(CARGO) test --locked --workspace --no-fail-fast
 	$(MAKE) e2e-selftest
+	$(MAKE) operator-test
+	$(MAKE) conformance
 
 deps:
 	scripts/install-deps.sh
@@ -36,3 +38,12 @@ clean-data:
 
 # The e2e harness: a real Kubernetes control plane and a process kubelet (e2e/README.md).
 include e2e/e2e.mk
+
+# The operator: generated CRDs/config, the OLM bundle, and its e2e scenarios (operator/README or
+# operator/operator.mk).
+include operator/operator.mk
+
+# Apache Kafka as the reference: conformance suite and bench-compare (e2e/conformance/README.md).
+# `make test` runs the suite last (above), so it is not a prerequisite of `test` here.
+CONFORMANCE_IN_TEST := 0
+include e2e/conformance/conformance.mk

@@ -81,7 +81,8 @@ pub fn rename_aside(fs: &dyn Fs, root: &Path, topic: &str, id: Uuid) -> Result<b
     // Durability: without the directory fsync a crash could bring the old name back, and a
     // recreated topic would find the dead incarnation's directory at its path (the identity
     // check would still refuse it, but it would have to be reclaimed again).
-    fs.sync_dir(root).map_err(|e| Error::io("fsync dir", root, e))?;
+    fs.sync_dir(root)
+        .map_err(|e| Error::io("fsync dir", root, e))?;
     Ok(true)
 }
 
@@ -110,7 +111,8 @@ pub fn sweep(fs: &dyn Fs, root: &Path) -> Result<SweepReport> {
         }
     }
     if !report.removed.is_empty() {
-        fs.sync_dir(root).map_err(|e| Error::io("fsync dir", root, e))?;
+        fs.sync_dir(root)
+            .map_err(|e| Error::io("fsync dir", root, e))?;
     }
     Ok(report)
 }
@@ -167,10 +169,21 @@ mod tests {
         for topic in ["t", "a-b-c", "x.y_z"] {
             let name = reclaim_dir_name(id, topic);
             assert!(is_reclaim_dir_name(&name));
-            assert_eq!(parse_reclaim_dir_name(&name).unwrap(), (id, topic.to_owned()));
+            assert_eq!(
+                parse_reclaim_dir_name(&name).unwrap(),
+                (id, topic.to_owned())
+            );
         }
-        for bad in [".reclaim-", ".reclaim-nope-t", "orders", &format!(".reclaim-{id}")] {
-            assert!(matches!(parse_reclaim_dir_name(bad), Err(Error::BadName { .. })), "{bad}");
+        for bad in [
+            ".reclaim-",
+            ".reclaim-nope-t",
+            "orders",
+            &format!(".reclaim-{id}"),
+        ] {
+            assert!(
+                matches!(parse_reclaim_dir_name(bad), Err(Error::BadName { .. })),
+                "{bad}"
+            );
         }
     }
 
@@ -218,9 +231,18 @@ mod tests {
             touch(&fs, &root.join("t").join("x"));
             assert!(rename_aside(&fs, root, "t", id).unwrap());
         }
-        let names: Vec<_> = fs.list_dir(root).unwrap().into_iter().map(|e| e.name).collect();
+        let names: Vec<_> = fs
+            .list_dir(root)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names.len(), 2, "{names:?}");
-        assert!(names.iter().all(|n| parse_reclaim_dir_name(n).unwrap().1 == "t"));
+        assert!(
+            names
+                .iter()
+                .all(|n| parse_reclaim_dir_name(n).unwrap().1 == "t")
+        );
     }
 
     /// MemFs with NFS's one extra rule: a `.nfsXXXX` ghost cannot be unlinked while `held`.
@@ -244,7 +266,9 @@ mod tests {
             self.inner.open(p, m)
         }
         fn remove_file(&self, p: &Path) -> io::Result<()> {
-            let ghost = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".nfs"));
+            let ghost = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(".nfs"));
             if ghost && self.held.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err(io::Error::from(io::ErrorKind::ResourceBusy));
             }
@@ -288,8 +312,14 @@ mod tests {
 
     #[test]
     fn retry_later_errors() {
-        assert!(is_retry_later(&io::Error::from(io::ErrorKind::ResourceBusy)));
-        assert!(is_retry_later(&io::Error::from(io::ErrorKind::DirectoryNotEmpty)));
-        assert!(!is_retry_later(&io::Error::from(io::ErrorKind::PermissionDenied)));
+        assert!(is_retry_later(&io::Error::from(
+            io::ErrorKind::ResourceBusy
+        )));
+        assert!(is_retry_later(&io::Error::from(
+            io::ErrorKind::DirectoryNotEmpty
+        )));
+        assert!(!is_retry_later(&io::Error::from(
+            io::ErrorKind::PermissionDenied
+        )));
     }
 }

@@ -38,7 +38,9 @@ fn find(broker: &Broker, key_type: i8, key: String) -> Coordinator {
         KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, answer, &key),
         KEY_TYPE_GROUP if !broker.groups.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the group's shard is not loaded here")),
         KEY_TYPE_GROUP => None,
-        KEY_TYPE_TRANSACTION => Some((ResponseError::CoordinatorNotAvailable, "transactions are not supported yet")),
+        // Not retriable on purpose: a client asking for a transaction coordinator should fail
+        // now with a clear message, not retry until its timeout.
+        KEY_TYPE_TRANSACTION => Some((ResponseError::InvalidRequest, "transactions are not supported by this kaas version yet")),
         _ => Some((ResponseError::InvalidRequest, "unknown key type")),
     };
     match error {

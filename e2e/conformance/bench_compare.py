@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: kaas and Apache Kafka (pinned in pom.xml) on this machine, in one run.
+
+Both brokers run at once on the same local disk; the workloads alternate between them (the order
+rotates from one workload to the next). Three targets:
+
+  kaas         local mode, every acks=all produce answered after its bytes are fsynced
+  kafka        Apache Kafka with its shipped defaults: acknowledged from the page cache
+  kafka-fsync  the same broker, topics created with flush.messages=1: Kafka fsyncs every append
+               before answering, the durability kaas gives
+
+For each message size (100 B, 1 KiB, 16 KiB) and partition count (1, 8), acks=all:
+  - kaas-bench produce (librdkafka, flat out for BENCH_SECONDS) and kaas-bench consume,
+  - Kafka's ProducerPerformance (Java client, flat out; it has no duration option, so a 5 MB
+    probe measures its rate on the target first and the run gets BENCH_SECONDS worth of records)
+    and ConsumerPerformance on what it wrote (which subscribes, so it needs consumer groups),
+then end-to-end latency (produce -> consume, java/E2ELatency.java) at a fixed rate: 50 % of
+the slowest target's flat-out ProducerPerformance rate for 1 KiB on 1 partition, the same
+offered load for all three.
+
+Broker CPU (% of one core: utime+stime over wall time, from /proc/PID/stat) and peak RSS (VmRSS
+sampled every 200 ms) are measured for each run. Results go to --out (Markdown) and stdout.
+
+Environment: BENCH_SECONDS (default 10; 3 gives a quick run), BENCH_SIZES (e.g. "1024"),
+BENCH_PARTITIONS (e.g. "1"), BENCH_TARGETS (e.g. "kaas,kafka-fsync").
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import conformance as conf  # noqa: E402  (shared: paths, jar fetch, builds, broker start/stop)
+
+HERE = conf.HERE
+REPO = conf.REPO
+BIN = conf.BIN
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+TARGET_TITLE = {"kaas": "kaas", "kafka": "Kafka (defaults)", "kafka-fsync": "Kafka (flush.messages=1)"}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+@dataclasses.dataclass
+class Figures:
+    workload: str
+    tool: str
+    target: str
+    mb_s: float | None = None
+    msg_s: float | None = None
+    p50: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    cpu: float | None = None
+    rss_mib: float | None = None
+    error: str = ""
+
+
+class Meter:
+    """Broker CPU and peak RSS over one run, from /proc."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.peak_kib = 0
+        self._stop = threading.Event()
+
+    def _cpu_ticks(self) -> int:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+
+    def _rss_kib(self) -> int:
+        m = re.search(r"^VmRSS:\s+(\d+)", Path(f"/proc/{self.pid}/status").read_text(), re.M)
+        return int(m.group(1)) if m else 0
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self.peak_kib = max(self.peak_kib, self._rss_kib())
+
+    def __enter__(self) -> "Meter":
+        self.t0, self.c0 = time.monotonic(), self._cpu_ticks()
+        self.peak_kib = self._rss_kib()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.cpu = 100.0 * (self._cpu_ticks() - self.c0) / CLK_TCK / max(time.monotonic() - self.t0, 1e-9)
+        self.rss_mib = max(self.peak_kib, self._rss_kib()) / 1024
+
+
+def sh(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, str, str]:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return -1, out, "timed out"
+
+
+PERF_ENV = dict(os.environ, KAFKA_HEAP_OPTS="-Xmx512M", KAFKA_JVM_FAST="")
+
+
+class Bench:
+    def __init__(self, seconds: int, out_dir: Path):
+        self.seconds = seconds
+        self.out_dir = out_dir
+        self.results: list[Figures] = []
+        self.logf = open(out_dir / "bench.log", "w")
+
+    def record(self, cmd: list[str], rc: int, out: str, err: str) -> None:
+        self.logf.write(f"$ {' '.join(cmd)}\n[exit {rc}]\n{out}\n{err[-4000:]}\n")
+        self.logf.flush()
+
+    def kafka_tool(self, *args: str, timeout: float = 600) -> tuple[int, str, str]:
+        cmd = ["nice", "-n", "10", str(BIN / "kafka-class.sh"), *args]
+        rc, out, err = sh(cmd, timeout, PERF_ENV)
+        self.record(cmd, rc, out, err)
+        return rc, out, err
+
+    def create_topic(self, bootstrap: str, topic: str, partitions: int, fsync: bool) -> None:
+        extra = ["--config", "flush.messages=1"] if fsync else []
+        rc, out, err = self.kafka_tool("topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+                                       "--partitions", str(partitions), "--replication-factor", "1", *extra)
+        if rc != 0:
+            raise RuntimeError(f"creating {topic}: {conf.first_error(err + out)}")
+
+    def kaas_bench(self, bootstrap: str, *args: str) -> tuple[dict | None, str]:
+        cmd = ["nice", "-n", "10", str(REPO / "target" / "release" / "kaas-bench"), "--bootstrap", bootstrap, *args]
+        rc, out, err = sh(cmd, self.seconds * 6 + 120)
+        self.record(cmd, rc, out, err)
+        rows = [l.split() for l in out.splitlines() if l and not l.startswith("scenario")]
+        if rc != 0 or not rows:
+            return None, conf.first_error(err or out)
+        r = rows[-1]
+        num = lambda s: None if s == "-" else float(s)  # noqa: E731
+        return {"mb_s": num(r[-5]), "msg_s": num(r[-4]), "p50": num(r[-3]), "p99": num(r[-2]), "p999": num(r[-1])}, ""
+
+    def measure(self, fig: Figures, pid: int, fn) -> Figures:
+        with Meter(pid) as m:
+            vals, err = fn()
+        if vals:
+            for k, v in vals.items():
+                setattr(fig, k, v)
+        fig.error = err
+        fig.cpu, fig.rss_mib = m.cpu, m.rss_mib
+        self.results.append(fig)
+        status = f"{fig.mb_s:.1f} MB/s" if fig.mb_s is not None else f"failed: {err}"
+        log(f"  {fig.workload:<14} {fig.tool:<22} {fig.target:<12} {status}; broker CPU {fig.cpu:.0f} %, RSS {fig.rss_mib:.0f} MiB")
+        return fig
+
+    def producer_perf(self, bootstrap: str, topic: str, records: int, size: int) -> tuple[dict | None, str]:
+        rc, out, err = self.kafka_tool(
+            "producer-perf", "--topic", topic, "--num-records", str(records), "--record-size", str(size),
+            "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all")
+        m = re.search(r"records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max latency, "
+                      r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th, (\d+) ms 99.9th", out)
+        if rc != 0 or not m:
+            return None, conf.first_error(err + out)
+        return {"msg_s": float(m[1]), "mb_s": float(m[2]), "p50": float(m[3]), "p99": float(m[4]), "p999": float(m[5])}, ""
+
+    def consumer_perf(self, bootstrap: str, topic: str, records: int) -> tuple[dict | None, str]:
+        rc, out, err = self.kafka_tool("consumer-perf", "--bootstrap-server", bootstrap, "--topic", topic,
+                                       "--messages", str(records), "--timeout", "20000", timeout=300)
+        lines = [l for l in out.splitlines() if re.match(r"^\d{4}-", l)]
+        if rc != 0 or not lines or re.search(r"^Error|\] ERROR ", err + out, re.M):
+            return None, conf.first_error(err + out)
+        # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms,
+        # fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec: the fetch.* figures leave the group join out.
+        f = [x.strip() for x in lines[-1].split(",")]
+        return {"mb_s": float(f[8]), "msg_s": float(f[9])}, ""
+
+    def e2e(self, java_cp: str, bootstrap: str, topic: str, rate: int, size: int) -> tuple[dict | None, str]:
+        cmd = ["nice", "-n", "10", "java", "-Xmx1G", f"-Dlog4j2.configurationFile={HERE / 'log4j2-tools.properties'}",
+               "-cp", java_cp, "E2ELatency", bootstrap, topic, str(rate), str(size), str(self.seconds)]
+        rc, out, err = sh(cmd, self.seconds * 4 + 120)
+        self.record(cmd, rc, out, err)
+        m = re.search(r"^E2E\t(\d+)\t([\d.]+)\t([\d.]+)\t([\d.]+)\t([\d.]+)", out, re.M)
+        if rc != 0 or not m or int(m[1]) == 0:
+            return None, conf.first_error(err + out)
+        return {"msg_s": float(m[2]), "mb_s": float(m[2]) * size / 1e6, "p50": float(m[3]), "p99": float(m[4]), "p999": float(m[5])}, ""
+
+
+def fmt(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:,.{digits}f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def render(results: list[Figures], targets: list[str], header: str) -> str:
+    out = [header, "", "### Every run", "",
+           "| workload | tool | broker | MB/s | msg/s | p50 ms | p99 ms | p99.9 ms | broker CPU % | broker RSS MiB | note |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for f in results:
+        out.append(f"| {f.workload} | {f.tool} | {TARGET_TITLE[f.target]} | {fmt(f.mb_s)} | {fmt(f.msg_s, 0)} | {fmt(f.p50, 2)} | "
+                   f"{fmt(f.p99, 2)} | {fmt(f.p999, 2)} | {fmt(f.cpu, 0)} | {fmt(f.rss_mib, 0)} | {conf.shorten(f.error, 90)} |")
+    # Ratios kaas / Kafka: throughput (>1: kaas faster), p99 latency (<1: kaas faster).
+    others = [t for t in targets if t != "kaas"]
+    if "kaas" in targets and others:
+        cols = []
+        for t in others:
+            cols += [f"MB/s vs {TARGET_TITLE[t]}", f"p99 vs {TARGET_TITLE[t]}", f"CPU vs {TARGET_TITLE[t]}"]
+        out += ["", "### kaas / Kafka (throughput above 1 and latency or CPU below 1 favour kaas)", "",
+                "| workload | tool | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+        index = {(f.workload, f.tool, f.target): f for f in results}
+        for (w, tool) in dict.fromkeys((f.workload, f.tool) for f in results):
+            k = index.get((w, tool, "kaas"))
+            cells = []
+            for t in others:
+                o = index.get((w, tool, t))
+                cells += [ratio(k and k.mb_s, o and o.mb_s), ratio(k and k.p99, o and o.p99),
+                          ratio(k and k.cpu if k and k.mb_s else None, o and o.cpu)]
+            out.append(f"| {w} | {tool} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(REPO / "target" / "bench-compare" / "results.md"))
+    args = ap.parse_args()
+    seconds = int(os.environ.get("BENCH_SECONDS", "10"))
+    sizes = [int(s) for s in os.environ.get("BENCH_SIZES", "100,1024,16384").split(",")]
+    partition_counts = [int(p) for p in os.environ.get("BENCH_PARTITIONS", "1,8").split(",")]
+    targets = os.environ.get("BENCH_TARGETS", "kaas,kafka,kafka-fsync").split(",")
+    out_dir = Path(args.out).parent
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+
+    libs = conf.kafka_libs()
+    java_cp = f"{libs}/*:{conf.build_java(libs)}"
+    for exe in ("kaas", "kaas-bench"):
+        if not (REPO / "target" / "release" / exe).exists():
+            raise SystemExit(f"target/release/{exe} is missing: cargo build --release -p kaas -p kaas-bench")
+
+    work = Path(tempfile.mkdtemp(prefix="kaas-bench-compare."))
+    brokers = {}
+    if "kaas" in targets:
+        brokers["kaas"] = conf.Broker("kaas", work)
+    if "kafka" in targets or "kafka-fsync" in targets:
+        brokers["kafka"] = conf.Broker("kafka", work)
+    bench = Bench(seconds, out_dir)
+    try:
+        for name, b in brokers.items():
+            env = dict(os.environ)
+            script = "kafka-start.sh" if name == "kafka" else "kaas-start.sh"
+            # Kafka with its distribution's JVM settings (1 GiB heap); both brokers niced alike.
+            env.pop("KAFKA_HEAP_OPTS", None)
+            p = subprocess.run(["nice", "-n", "10", str(BIN / script), str(b.dir)], capture_output=True, text=True, env=env)
+            if p.returncode != 0:
+                raise SystemExit(f"{name} did not start:\n{p.stderr}")
+            b.bootstrap = p.stdout.strip().splitlines()[-1]
+            b.pid = int((b.dir / "pid").read_text())
+            log(f"{name} on {b.bootstrap} (pid {b.pid})")
+
+        def broker_of(target: str):
+            return brokers["kaas" if target == "kaas" else "kafka"]
+
+        rotation = 0
+        pp_rate: dict[str, float] = {}
+        for size in sizes:
+            for parts in partition_counts:
+                workload = f"{size} B, {parts} p"
+                order = targets[rotation % len(targets):] + targets[: rotation % len(targets)]
+                rotation += 1
+                for target in order:
+                    b = broker_of(target)
+                    stem = f"{target}-{size}-{parts}p"
+                    fsync = target == "kafka-fsync"
+                    bench.create_topic(b.bootstrap, f"kb-{stem}", parts, fsync)
+                    bench.create_topic(b.bootstrap, f"pp-{stem}", parts, fsync)
+                    bench.measure(Figures(workload, "kaas-bench produce", target), b.pid,
+                                      lambda: bench.kaas_bench(b.bootstrap, "produce", "--topic", f"kb-{stem}", "--partitions",
+                                                               str(parts), "--size", str(size), "--seconds", str(seconds), "--acks", "all"))
+                    bench.measure(Figures(workload, "kaas-bench consume", target), b.pid,
+                                  lambda: bench.kaas_bench(b.bootstrap, "consume", "--topic", f"kb-{stem}", "--partitions", str(parts)))
+                    # ProducerPerformance has no duration option: a probe of 5 MB (not counted)
+                    # measures its rate on this target, and the run gets BENCH_SECONDS of that.
+                    probe, _ = bench.producer_perf(b.bootstrap, f"pp-{stem}", max(5_000_000 // size, 100), size)
+                    rate = probe["msg_s"] if probe else 1000
+                    records = int(min(max(rate * seconds, 1000), 20_000_000))
+                    pf = bench.measure(Figures(workload, "ProducerPerformance", target), b.pid,
+                                       lambda: bench.producer_perf(b.bootstrap, f"pp-{stem}", records, size))
+                    if size == 1024 and parts == 1 and pf.msg_s:
+                        pp_rate[target] = pf.msg_s
+                    bench.measure(Figures(workload, "ConsumerPerformance", target), b.pid,
+                                  lambda: bench.consumer_perf(b.bootstrap, f"pp-{stem}", records))
+
+        if pp_rate:
+            rate = int(0.5 * min(pp_rate.values()))
+            workload = f"e2e 1024 B @ {rate:,}/s"
+            log(f"end-to-end latency at {rate} msg/s (50 % of the slowest ProducerPerformance 1 KiB/1 p rate)")
+            for target in targets:
+                b = broker_of(target)
+                topic = f"e2e-{target}"
+                bench.create_topic(b.bootstrap, topic, 1, target == "kafka-fsync")
+                bench.measure(Figures(workload, "E2ELatency", target), b.pid,
+                              lambda: bench.e2e(java_cp, b.bootstrap, topic, rate, 1024))
+    finally:
+        for b in brokers.values():
+            b.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    disk = subprocess.run(["df", "--output=source", tempfile.gettempdir()], capture_output=True, text=True).stdout.split()[-1]
+    kafka_version = libs.parent.name.removeprefix("kafka-")
+    header = (f"## bench-compare: kaas {conf.git_rev()} vs Apache Kafka {kafka_version}, BENCH_SECONDS={seconds}, "
+              f"{os.cpu_count()} cores, data on {disk} ({time.monotonic() - started:.0f} s; load average "
+              f"{' '.join(load_before)} before, {' '.join(Path('/proc/loadavg').read_text().split()[:3])} after)\n\n"
+              "acks=all everywhere; clients with default settings; broker and clients share the machine. "
+              "CPU is the broker's, in % of one core; RSS its peak. ConsumerPerformance subscribes (a consumer "
+              "group); kaas-bench consume assigns. E2ELatency: produce->consume at the same fixed rate for every broker.")
+    table = render(bench.results, targets, header)
+    Path(args.out).write_text(table)
+    print(table)
+    print(f"written to {args.out}; every command and its output in {out_dir / 'bench.log'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the conformance suite and bench-compare need beyond scripts/install-deps.sh
+# (which the top-level `make deps` runs: the kafka-python virtualenv, build tools), then fetches
+# what is missing into the cache. Quick when everything is there.
+#  - Debian packages: a JDK 17+ (javac) and Maven, if absent.
+#  - The pinned Apache Kafka jars (pom.xml) into $KAAS_CACHE/kafka-<version>/libs.
+#  - franz-go's Go modules (franzgo/go.mod) into the Go module cache.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+missing=()
+command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+command -v go >/dev/null || { echo "conformance: Go is not installed (franz-go needs it)" >&2; exit 1; }
+"$CONFORMANCE_DIR/bin/fetch-kafka.sh" >/dev/null
+(cd "$CONFORMANCE_DIR/franzgo" && nice -n 10 go mod download)

@@ -1,0 +1,41 @@
+# Apache Kafka as the reference; the top-level Makefile includes this file. See
+# e2e/conformance/README.md.
+#
+#   make conformance        the conformance suite against Apache Kafka and kaas (part of `make test`)
+#   make conformance-deps   fetch what it needs: Kafka jars (Maven), franz-go modules, JDK/Maven
+#   make bench-compare      side-by-side benchmark (BENCH_SECONDS=3 for a quick run)
+#   make kafka-up / kafka-down   an Apache Kafka broker in the background, for trying things by hand
+#
+# Everything heavy runs under `nice -n 10`: the machine is shared with Rust builds.
+
+CONFORMANCE_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
+CONFORMANCE_ARGS ?=
+KAFKA_UP_DIR ?= /tmp/kaas-kafka-up
+
+.PHONY: conformance conformance-deps bench-compare kafka-up kafka-down
+
+conformance-deps: deps
+	@$(CONFORMANCE_DIR)/bin/install-deps.sh
+
+## The conformance suite: fails on any Apache Kafka failure, on a kaas failure not listed in
+## e2e/conformance/expected-failures.tsv, and on a listed one that now passes.
+conformance: conformance-deps build
+	nice -n 10 python3 $(CONFORMANCE_DIR)/conformance.py $(CONFORMANCE_ARGS)
+
+## kaas vs Apache Kafka (defaults and flush.messages=1): ProducerPerformance, ConsumerPerformance,
+## kaas-bench, end-to-end latency. About 15 min with the default BENCH_SECONDS=10.
+bench-compare: conformance-deps build
+	python3 $(CONFORMANCE_DIR)/bench_compare.py
+
+kafka-up: conformance-deps
+	@rm -rf $(KAFKA_UP_DIR) && $(CONFORMANCE_DIR)/bin/kafka-start.sh $(KAFKA_UP_DIR)
+
+kafka-down:
+	@$(CONFORMANCE_DIR)/bin/kafka-stop.sh $(KAFKA_UP_DIR) && rm -rf $(KAFKA_UP_DIR)
+
+# `make test` runs the suite too (after `deps`, before the cargo tests); CONFORMANCE_IN_TEST=0
+# leaves it out, e.g. for a quick local run of the Rust tests alone.
+CONFORMANCE_IN_TEST ?= 1
+ifeq ($(CONFORMANCE_IN_TEST),1)
+test: conformance
+endif

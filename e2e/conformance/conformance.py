@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""The kaas conformance suite: the same scenarios, with the same expectations, against Apache
+Kafka (the reference, pinned in pom.xml) and kaas, with Kafka's own CLI tools, the Java client,
+franz-go and kafka-python.
+
+Prints a table (client x scenario, a verdict per broker, the reason of each failure), writes it
+to --out (Markdown), and exits non-zero if
+  (a) any scenario fails on Apache Kafka (the scenario or the harness is wrong),
+  (b) a scenario fails on kaas that expected-failures.tsv does not list, or
+  (c) a scenario that expected-failures.tsv lists now passes on kaas (so the list stays honest:
+      delete its line in the change that makes it pass).
+
+Standard library only; run it through `make conformance` (which fetches and builds what it
+needs) or by hand: python3 e2e/conformance/conformance.py --help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+BIN = HERE / "bin"
+CACHE = Path(os.environ.get("KAAS_CACHE", Path.home() / ".cache" / "kaas"))
+BROKERS = ("kafka", "kaas")
+BROKER_TITLE = {"kafka": "Apache Kafka", "kaas": "kaas"}
+WAIT_S = 15  # how long a scenario waits for something that should happen
+
+
+class Failed(Exception):
+    """A scenario's expectation did not hold; the message is the reason shown in the table."""
+
+
+@dataclasses.dataclass
+class Result:
+    client: str
+    scenario: str
+    broker: str
+    ok: bool
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    client: str
+    scenario: str
+    issue: str
+    reason: str
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools: one JVM per Kafka CLI invocation, exactly as a user runs them.
+
+
+class Tools:
+    # The admin-client tools take --command-config: bound their API calls like the client
+    # programs', so that a request kaas leaves unanswered fails in seconds, with the client's error.
+    ADMIN_TOOLS = ("topics", "configs", "consumer-groups", "transactions")
+
+    def __init__(self, bootstrap: str, logdir: Path):
+        self.bootstrap = bootstrap
+        self.logdir = logdir
+        self.count = 0
+        self.client_config = logdir / "admin-client.properties"
+        self.client_config.write_text(f"default.api.timeout.ms={WAIT_S * 1000}\nrequest.timeout.ms={WAIT_S * 1000}\n")
+
+    def run(self, tool: str, *args: str, stdin: str | None = None, timeout: float = 60,
+            bootstrap_flag: str = "--bootstrap-server", check: bool = True) -> str:
+        # NB: TransactionsCommand wants --command-config before its sub-command; the others accept
+        # it anywhere, so it goes right after the bootstrap address.
+        config = ["--command-config", str(self.client_config)] if tool in self.ADMIN_TOOLS else []
+        cmd = [str(BIN / "kafka-class.sh"), tool, bootstrap_flag, self.bootstrap, *config, *args]
+        self.count += 1
+        try:
+            p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise Failed(f"`{tool} {' '.join(args)}` did not finish in {timeout:.0f} s") from e
+        with open(self.logdir / "tools.log", "a") as f:
+            f.write(f"$ {' '.join(cmd)}\n[exit {p.returncode}]\n{p.stdout}{p.stderr}\n")
+        # Several tools print an error and still exit 0 (ConsoleConsumer, ConsumerGroupCommand).
+        said_error = re.search(r"^Error|\] ERROR ", p.stdout + p.stderr, re.M)
+        if check and (p.returncode != 0 or said_error):
+            status = f" exited {p.returncode}" if p.returncode else ""
+            raise Failed(f"`{tool} {args[0]}`{status}: {first_error(p.stderr + p.stdout)}")
+        return p.stdout
+
+
+def first_error(text: str) -> str:
+    """The most telling part of a tool's output: its innermost exception, else its Error line,
+    else the last line."""
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    for l in lines:
+        found = list(re.finditer(r"(\w+(?:Exception|Error)): ", l))
+        if found:
+            return shorten(found[-1].group(1) + ": " + l[found[-1].end():])
+    for l in lines:
+        if l.startswith("Error") or " ERROR " in l:
+            return shorten(re.sub(r"^\[[^\]]*\] ERROR ", "", l))
+    return shorten(lines[-1]) if lines else "(no output)"
+
+
+def shorten(s: str, n: int = 200) -> str:
+    s = re.sub(r"\s+", " ", s).replace("|", "/").strip()
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def poll(what: str, cond: Callable[[], bool], seconds: float = WAIT_S) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > deadline:
+            raise Failed(what)
+        time.sleep(0.2)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI scenarios. Each takes the broker's Tools and a per-run name stem; state that one scenario
+# hands the next (a topic, a group) is named from the stem.
+
+
+def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None]]]:
+    topic = f"conf-cli-topics-{stem}"
+    cfg_topic = f"conf-cli-configs-{stem}"
+    con_topic = f"conf-cli-console-{stem}"
+    group = f"conf-cli-group-{stem}"
+    lines = ["h1:a,h2:b\tkey1|value1", "h1:c\tkey2|value2", "h3:\tkey3|"]
+
+    def describe_partitions() -> int:
+        out = t.run("topics", "--describe", "--topic", topic)
+        m = re.search(r"PartitionCount:\s*(\d+)", out)
+        return int(m.group(1)) if m else -1
+
+    def topics_create() -> None:
+        out = t.run("topics", "--create", "--topic", topic, "--partitions", "3",
+                    "--replication-factor", "1", "--config", "retention.ms=3600000")
+        if f"Created topic {topic}." not in out:
+            raise Failed(f"unexpected output: {shorten(out)}")
+
+    def topics_list() -> None:
+        if topic not in t.run("topics", "--list").split():
+            raise Failed("created topic not listed")
+
+    def topics_describe() -> None:
+        out = t.run("topics", "--describe", "--topic", topic)
+        if not re.search(r"PartitionCount:\s*3\b", out):
+            raise Failed(f"PartitionCount is not 3: {shorten(out)}")
+        if "retention.ms=3600000" not in out:
+            raise Failed("retention.ms=3600000 missing from Configs")
+        parts = re.findall(r"Partition:\s*(\d+)\s+Leader:\s*(-?\d+)", out)
+        if sorted(int(p) for p, _ in parts) != [0, 1, 2] or any(int(l) < 0 for _, l in parts):
+            raise Failed(f"partition lines: {parts}")
+
+    def topics_alter() -> None:
+        t.run("topics", "--alter", "--topic", topic, "--partitions", "5")
+        poll("PartitionCount did not become 5", lambda: describe_partitions() == 5)
+
+    def topics_delete() -> None:
+        t.run("topics", "--delete", "--topic", topic)
+        poll("deleted topic still listed", lambda: topic not in t.run("topics", "--list").split())
+
+    def configs_describe() -> None:
+        t.run("topics", "--create", "--topic", cfg_topic, "--partitions", "1", "--replication-factor", "1",
+              "--config", "retention.ms=3600000")
+        out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
+        if "retention.ms=3600000" not in out:
+            raise Failed(f"retention.ms=3600000 missing: {shorten(out)}")
+
+    def configs_alter() -> None:
+        t.run("configs", "--alter", "--entity-type", "topics", "--entity-name", cfg_topic,
+              "--add-config", "retention.ms=7200000,max.message.bytes=2000000")
+        out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
+        if "retention.ms=7200000" not in out or "max.message.bytes=2000000" not in out:
+            raise Failed(f"altered configs missing: {shorten(out)}")
+        t.run("configs", "--alter", "--entity-type", "topics", "--entity-name", cfg_topic,
+              "--delete-config", "max.message.bytes")
+        out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
+        if "max.message.bytes=" in out:
+            raise Failed("deleted config still described")
+
+    def configs_brokers() -> None:
+        out = t.run("configs", "--describe", "--entity-type", "brokers", "--all")
+        if "All configs for broker" not in out:
+            raise Failed(f"no broker configs: {shorten(out)}")
+
+    def console_produce() -> None:
+        t.run("topics", "--create", "--topic", con_topic, "--partitions", "1", "--replication-factor", "1")
+        t.run("console-producer", "--topic", con_topic, "--property", "parse.key=true",
+              "--property", "key.separator=|", "--property", "parse.headers=true",
+              stdin="\n".join(lines) + "\n")
+
+    def console_consume(*extra: str) -> None:
+        out = t.run("console-consumer", "--topic", con_topic, *extra, "--max-messages", str(len(lines)),
+                    "--property", "print.key=true", "--property", "print.headers=true",
+                    "--property", "key.separator=|", "--timeout-ms", str(WAIT_S * 1000))
+        got = out.splitlines()
+        want = ["h1:a,h2:b|key1|value1", "h1:c|key2|value2", "h3:|key3|"]
+        if got != want:
+            raise Failed(f"consumed {got}, expected {want}")
+
+    def groups_list() -> None:
+        if group not in t.run("consumer-groups", "--list").split():
+            raise Failed("group of the console consumer not listed")
+
+    def group_offset() -> str:
+        out = t.run("consumer-groups", "--describe", "--group", group)
+        m = re.search(rf"^{re.escape(group)}\s+{re.escape(con_topic)}\s+0\s+(\S+)\s+(\S+)\s+(\S+)", out, re.M)
+        if not m:
+            raise Failed(f"no row for {con_topic}-0: {shorten(out)}")
+        return " ".join(m.groups())
+
+    def groups_describe() -> None:
+        row = group_offset()
+        if row != f"{len(lines)} {len(lines)} 0":
+            raise Failed(f"current/log-end/lag = {row}, expected {len(lines)} {len(lines)} 0")
+
+    def groups_reset() -> None:
+        t.run("consumer-groups", "--reset-offsets", "--group", group, "--topic", con_topic,
+              "--to-earliest", "--execute")
+        row = group_offset()
+        if row != f"0 {len(lines)} {len(lines)}":
+            raise Failed(f"after reset current/log-end/lag = {row}")
+
+    def groups_delete() -> None:
+        out = t.run("consumer-groups", "--delete", "--group", group)
+        if "successful" not in out:
+            raise Failed(f"unexpected output: {shorten(out)}")
+        poll("deleted group still listed", lambda: group not in t.run("consumer-groups", "--list").split())
+
+    def txn_list() -> None:
+        out = t.run("transactions", "list")
+        if "TransactionalId" not in out:
+            raise Failed(f"no table: {shorten(out)}")
+        if "conformance-txn" not in out:
+            raise Failed("the Java client's transactional id is not listed")
+
+    def txn_describe() -> None:
+        out = t.run("transactions", "describe", "--transactional-id", "conformance-txn")
+        if "CompleteCommit" not in out:
+            raise Failed(f"state is not CompleteCommit: {shorten(out)}")
+
+    def txn_describe_producers() -> None:
+        # Its own topic, written by ConsoleProducer (idempotent by default, so it has producer state).
+        prod_topic = f"conf-cli-producers-{stem}"
+        t.run("topics", "--create", "--topic", prod_topic, "--partitions", "1", "--replication-factor", "1")
+        t.run("console-producer", "--topic", prod_topic, stdin="one\ntwo\n")
+        out = t.run("transactions", "describe-producers", "--topic", prod_topic, "--partition", "0")
+        rows = [l for l in out.splitlines()[1:] if l.strip()]
+        if not rows:
+            raise Failed("no producer state for a partition an idempotent producer wrote")
+
+    return [
+        ("kafka-topics", "create with config", topics_create),
+        ("kafka-topics", "list", topics_list),
+        ("kafka-topics", "describe", topics_describe),
+        ("kafka-topics", "alter partitions", topics_alter),
+        ("kafka-topics", "delete", topics_delete),
+        ("kafka-configs", "describe topic", configs_describe),
+        ("kafka-configs", "alter/delete topic config", configs_alter),
+        ("kafka-configs", "describe brokers", configs_brokers),
+        ("kafka-console", "produce keys+headers", console_produce),
+        ("kafka-console", "consume assign (--partition)", lambda: console_consume("--partition", "0", "--offset", "earliest")),
+        ("kafka-console", "consume group (--group)", lambda: console_consume("--group", group, "--from-beginning")),
+        ("kafka-consumer-groups", "list", groups_list),
+        ("kafka-consumer-groups", "describe", groups_describe),
+        ("kafka-consumer-groups", "reset-offsets", groups_reset),
+        ("kafka-consumer-groups", "delete", groups_delete),
+        ("kafka-transactions", "list", txn_list),
+        ("kafka-transactions", "describe", txn_describe),
+        ("kafka-transactions", "describe-producers", txn_describe_producers),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Client programs: each prints "RESULT<tab>scenario<tab>PASS|FAIL<tab>reason" per scenario.
+
+
+def digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
+            if f.is_file():
+                h.update(f.name.encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def kafka_libs() -> Path:
+    out = subprocess.run([str(BIN / "fetch-kafka.sh")], check=True, capture_output=True, text=True).stdout
+    return Path(out.strip())
+
+
+def build_java(libs: Path) -> Path:
+    """Compiles java/*.java against the pinned kafka-clients into the cache (keyed by content)."""
+    srcs = sorted((HERE / "java").glob("*.java"))
+    out = CACHE / "conformance" / f"java-{digest(HERE / 'java', libs.parent / 'pom.xml')}"
+    if not (out / "Conformance.class").exists():
+        log("compiling " + " ".join(s.name for s in srcs))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent))
+        subprocess.run(["nice", "-n", "10", "javac", "-nowarn", "-cp", f"{libs}/*", "-d", str(tmp), *map(str, srcs)], check=True)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+        prune(out)
+    return out
+
+
+def prune(keep: Path) -> None:
+    """Removes the cached builds of older sources beside `keep` (same name before the hash)."""
+    kind = keep.name.rsplit("-", 1)[0]
+    for old in keep.parent.glob(f"{kind}-*"):
+        if old != keep and old.name.rsplit("-", 1)[0] == kind:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+
+
+def build_franzgo() -> Path:
+    """Builds franzgo/ (its own Go module; modules come from the Go proxy) into the cache."""
+    src = HERE / "franzgo"
+    out = CACHE / "conformance" / f"franzgo-{digest(src)}"
+    if not out.exists():
+        log("building franzgo")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        subprocess.run(["nice", "-n", "10", "go", "build", "-o", str(tmp), "."], cwd=src, check=True)
+        tmp.rename(out)
+        prune(out)
+    return out
+
+
+def python_for_kafka_python() -> str:
+    venv = CACHE / "venv" / "bin" / "python3"
+    return os.environ.get("PYTHON") or (str(venv) if venv.exists() else sys.executable)
+
+
+def run_program(client: str, cmd: list[str], broker: str, logdir: Path, timeout: float) -> list[Result]:
+    start = time.monotonic()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out, err, rc = p.stdout, p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err, rc = "timed out", -1
+    (logdir / f"{client}.log").write_text(f"$ {' '.join(cmd)}\n[exit {rc}]\n{out}\n--- stderr ---\n{err}")
+    results = []
+    for line in out.splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 3 and parts[0] == "RESULT":
+            results.append(Result(client, parts[1], broker, parts[2] == "PASS", shorten(parts[3] if len(parts) > 3 else "")))
+    if not results or rc != 0:
+        results.append(Result(client, "(program)", broker, False, f"exit {rc}: {first_error(err)}"))
+    secs = (time.monotonic() - start) / max(len(results), 1)
+    for r in results:
+        r.seconds = secs
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Brokers
+
+
+class Broker:
+    def __init__(self, name: str, workdir: Path):
+        self.name = name
+        self.dir = workdir / name
+        self.bootstrap = ""
+
+    def start(self) -> None:
+        script = "kafka-start.sh" if self.name == "kafka" else "kaas-start.sh"
+        args = [str(BIN / script), str(self.dir)]
+        if self.name == "kafka":
+            # A small heap is plenty for the suite; the benchmark uses Kafka's default 1 GiB.
+            env = dict(os.environ, KAFKA_HEAP_OPTS=os.environ.get("KAFKA_HEAP_OPTS", "-Xmx512M -Xms512M"))
+            args = ["nice", "-n", "10", *args]
+        else:
+            env = dict(os.environ)
+        p = subprocess.run(args, capture_output=True, text=True, env=env)
+        if p.returncode != 0:
+            raise RuntimeError(f"{self.name} did not start:\n{p.stderr}")
+        self.bootstrap = p.stdout.strip().splitlines()[-1]
+
+    def stop(self) -> None:
+        subprocess.run([str(BIN / "kafka-stop.sh"), str(self.dir)], check=False)
+
+
+def run_suite(broker: Broker, stem: str, programs: dict[str, list[str]], logroot: Path,
+              only_clients: set[str] | None) -> list[Result]:
+    logdir = logroot / broker.name
+    logdir.mkdir(parents=True, exist_ok=True)
+    results: list[Result] = []
+    # The client programs run first: the Java client's transaction is what kafka-transactions
+    # then lists and describes.
+    for client, cmd in programs.items():
+        if only_clients and client not in only_clients:
+            continue
+        log(f"[{broker.name}] {client}")
+        results += run_program(client, [*cmd, broker.bootstrap], broker.name, logdir, timeout=300)
+    tools = Tools(broker.bootstrap, logdir)
+    for client, scenario, fn in cli_scenarios(tools, stem):
+        if only_clients and client not in only_clients:
+            continue
+        start = time.monotonic()
+        try:
+            fn()
+            r = Result(client, scenario, broker.name, True)
+        except Failed as e:
+            r = Result(client, scenario, broker.name, False, str(e))
+        r.seconds = time.monotonic() - start
+        log(f"[{broker.name}] {client}: {scenario}: {'pass' if r.ok else 'FAIL ' + r.reason}")
+        results.append(r)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Expectations and the table
+
+
+def load_expectations(path: Path) -> dict[tuple[str, str], Expectation]:
+    out = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 4:
+            raise SystemExit(f"{path}:{n}: expected 4 tab-separated columns (client, scenario, issue, reason)")
+        e = Expectation(*(p.strip() for p in parts))
+        if (e.client, e.scenario) in out:
+            raise SystemExit(f"{path}:{n}: {e.client} / {e.scenario} listed twice")
+        out[(e.client, e.scenario)] = e
+    return out
+
+
+def judge(results: list[Result], expected: dict[tuple[str, str], Expectation]) -> tuple[list[dict], list[str]]:
+    """Rows of the table and the list of problems that fail the suite."""
+    by_key: dict[tuple[str, str], dict[str, Result]] = {}
+    for r in results:
+        by_key.setdefault((r.client, r.scenario), {})[r.broker] = r
+    rows, problems = [], []
+    for (client, scenario), per in by_key.items():
+        kafka, kaas = per.get("kafka"), per.get("kaas")
+        exp = expected.get((client, scenario))
+        note, verdict = "", ""
+        if kafka and not kafka.ok:
+            problems.append(f"{client} / {scenario} fails on Apache Kafka: {kafka.reason}")
+            note = f"Kafka: {kafka.reason}"
+        if kaas:
+            if kaas.ok and exp:
+                verdict = "pass (listed as expected failure!)"
+                problems.append(f"{client} / {scenario} passes on kaas but expected-failures.tsv lists it "
+                                f"(#{exp.issue}): delete that line")
+            elif kaas.ok:
+                verdict = "pass"
+            elif exp:
+                verdict = f"fail (expected, #{exp.issue})"
+                note = (note + "; " if note else "") + f"{exp.reason} — {kaas.reason}"
+            else:
+                verdict = "FAIL"
+                problems.append(f"{client} / {scenario} fails on kaas: {kaas.reason}")
+                note = (note + "; " if note else "") + kaas.reason
+        rows.append({
+            "client": client, "scenario": scenario,
+            "kafka": "-" if not kafka else ("pass" if kafka.ok else "FAIL"),
+            "kaas": verdict or "-", "note": note,
+        })
+    # An expectation whose scenario no longer exists is stale too.
+    ran = {(r.client, r.scenario) for r in results if r.broker == "kaas"}
+    for key, e in expected.items():
+        if key not in ran and any(r.client == e.client for r in results if r.broker == "kaas"):
+            problems.append(f"expected-failures.tsv lists {e.client} / {e.scenario}, which is not a scenario")
+    return rows, problems
+
+
+def render(rows: list[dict], header: str) -> str:
+    cols = [("client", "client"), ("scenario", "scenario"), ("kafka", "Apache Kafka"), ("kaas", "kaas"), ("note", "reason (kaas failures)")]
+    out = [header, "", "| " + " | ".join(t for _, t in cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(r[k] for k, _ in cols) + " |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--brokers", default="kafka,kaas", help="comma-separated subset of kafka,kaas")
+    ap.add_argument("--clients", default="", help="only these clients (comma-separated), e.g. java,kafka-topics")
+    ap.add_argument("--expected", default=str(HERE / "expected-failures.tsv"))
+    ap.add_argument("--out", default=str(REPO / "target" / "conformance" / "results.md"))
+    ap.add_argument("--kafka-bootstrap", help="use this running Apache Kafka instead of starting one")
+    ap.add_argument("--kaas-bootstrap", help="use this running kaas instead of starting one")
+    ap.add_argument("--sequential", action="store_true", help="one broker after the other (default: both at once)")
+    args = ap.parse_args()
+    brokers = [b for b in args.brokers.split(",") if b]
+    only = set(c for c in args.clients.split(",") if c) or None
+    if only and "kafka-transactions" in only:
+        only.add("java")  # kafka-transactions lists and describes the Java client's transaction
+    started = time.monotonic()
+
+    CACHE.joinpath("conformance").mkdir(parents=True, exist_ok=True)
+    libs = kafka_libs()
+    java_classes = build_java(libs)
+    programs = {
+        "java": ["nice", "-n", "10", "java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256M",
+                 f"-Dlog4j2.configurationFile={HERE / 'log4j2-tools.properties'}",
+                 "-cp", f"{libs}/*:{java_classes}", "Conformance"],
+        "franz-go": [str(build_franzgo())],
+        "kafka-python": [python_for_kafka_python(), str(HERE / "python" / "kafka_python_conformance.py")],
+    }
+    # Each program takes the broker's bootstrap address as its last argument (run_suite adds it).
+
+    workdir = Path(tempfile.mkdtemp(prefix="kaas-conformance."))
+    logroot = Path(args.out).parent / "logs"
+    shutil.rmtree(logroot, ignore_errors=True)
+    stem = uuid.uuid4().hex[:8]
+    objs = {b: Broker(b, workdir) for b in brokers}
+    results: list[Result] = []
+    try:
+        for b, o in objs.items():
+            given = getattr(args, f"{b}_bootstrap")
+            if given:
+                o.bootstrap = given
+            else:
+                log(f"starting {BROKER_TITLE[b]}")
+                o.start()
+            log(f"{BROKER_TITLE[b]} on {o.bootstrap}")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1 if args.sequential else len(objs)) as pool:
+            futs = [pool.submit(run_suite, o, stem, programs, logroot, only) for o in objs.values()]
+            for f in futs:
+                results += f.result()
+    finally:
+        for b, o in objs.items():
+            if not getattr(args, f"{b}_bootstrap"):
+                o.stop()
+                # Keep the brokers' logs beside the results, drop their data.
+                logroot.joinpath(b).mkdir(parents=True, exist_ok=True)
+                for name in ("server.log", "kaas.log", "stdout"):
+                    if (o.dir / name).exists():
+                        shutil.copy(o.dir / name, logroot / b / f"broker-{name}")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    expected = load_expectations(Path(args.expected))
+    rows, problems = judge(results, expected if "kaas" in brokers else {})
+    kafka_version = libs.parent.name.removeprefix("kafka-")
+    header = (f"Conformance: Apache Kafka {kafka_version} (KRaft, single node) and kaas "
+              f"({git_rev()}), {len(rows)} scenarios, {time.monotonic() - started:.0f} s")
+    table = render(rows, header)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(table + ("\n" + "\n".join(f"- {p}" for p in problems) + "\n" if problems else ""))
+    print(table)
+    passed = {b: sum(1 for r in results if r.broker == b and r.ok) for b in brokers}
+    counts = ", ".join(f"{BROKER_TITLE[b]} {passed[b]}/{sum(1 for r in results if r.broker == b)} pass" for b in brokers)
+    print(f"{counts}; table in {args.out}, logs in {logroot}")
+    if problems:
+        print("\nconformance FAILED:")
+        for p in problems:
+            print(f"  - {p}")
+        return 1
+    print("conformance OK (every kaas failure is listed in expected-failures.tsv)")
+    return 0
+
+
+def git_rev() -> str:
+    p = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return (p.stdout.strip() or "?") + ("+changes" if dirty else "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""The kafka-python part of the kaas conformance suite.
+
+Round trips against one broker with kafka-python's default settings (idempotent, acks=all),
+printing one line per scenario:
+
+    RESULT <tab> scenario <tab> PASS|FAIL <tab> reason
+
+Usage: python kafka_python_conformance.py BOOTSTRAP [scenario ...]
+"""
+
+import logging
+import sys
+import time
+import uuid
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+
+WAIT_S = 15  # every step is bounded, so a missing feature fails in seconds
+RECORDS = 200
+RUN = uuid.uuid4().hex[:8]
+BOOTSTRAP = ""
+
+
+class Failed(Exception):
+    pass
+
+
+def check(ok, what):
+    if not ok:
+        raise Failed(what)
+
+
+def topic(scenario):
+    return f"conf-kpy-{scenario.replace(' ', '-')}-{RUN}"
+
+
+def admin_client():
+    return KafkaAdminClient(bootstrap_servers=BOOTSTRAP, request_timeout_ms=WAIT_S * 1000)
+
+
+def create_topic(name, partitions, configs=None):
+    a = admin_client()
+    try:
+        a.create_topics([NewTopic(name, partitions, 1, topic_configs=configs or {})])
+    finally:
+        a.close()
+
+
+def produce(scenario):
+    t = topic(scenario)
+    create_topic(t, 3)
+    p = KafkaProducer(bootstrap_servers=BOOTSTRAP, max_block_ms=WAIT_S * 1000)
+    try:
+        futures = [
+            p.send(t, key=f"k{i}".encode(), value=f"v{i}".encode(), partition=i % 3,
+                   headers=[("h", f"x{i}".encode())])
+            for i in range(RECORDS)
+        ]
+        p.flush(timeout=WAIT_S)
+        nxt = {}
+        for f in futures:
+            m = f.get(timeout=WAIT_S)
+            want = nxt.get(m.partition, 0)
+            check(m.offset == want, f"partition {m.partition} acked offset {m.offset}, expected {want}")
+            nxt[m.partition] = want + 1
+    finally:
+        p.close(timeout=5)
+    return t
+
+
+def poll_until(c, n):
+    got = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < n and time.monotonic() < deadline:
+        for recs in c.poll(timeout_ms=200).values():
+            got.extend(recs)
+    return got
+
+
+def verify(got, want):
+    check(len(got) == want, f"consumed {len(got)} records, expected {want}")
+    last = {}
+    for r in got:
+        i = int(r.key.decode()[1:])
+        check(r.value == f"v{i}".encode(), f"record k{i} has value {r.value!r}")
+        check(list(r.headers) == [("h", f"x{i}".encode())], f"record k{i} has headers {r.headers}")
+        check(r.partition == i % 3, f"record k{i} on partition {r.partition}")
+        check(last.get(r.partition, -1) < i, f"partition {r.partition} out of order at k{i}")
+        last[r.partition] = i
+
+
+def scenario_admin():
+    t = topic("admin")
+    a = admin_client()
+    try:
+        check(a.describe_cluster()["brokers"], "describe_cluster returned no brokers")
+        a.create_topics([NewTopic(t, 2, 1, topic_configs={"retention.ms": "3600000"})])
+        a.create_partitions({t: NewPartitions(4)})
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            n = len(a.describe_topics([t])[0]["partitions"])
+            if n == 4:
+                break
+            check(time.monotonic() < deadline, f"{n} partitions after increasing to 4")
+            time.sleep(0.1)
+        res = a.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t)])
+        value = res.get("topic", {}).get(t, {}).get("retention.ms", {}).get("value")
+        check(value == "3600000", f"retention.ms is {value}")
+        a.delete_topics([t])
+    finally:
+        a.close()
+
+
+def scenario_produce():
+    produce("produce idempotent")
+
+
+def scenario_consume_assign():
+    t = produce("consume assign")
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(t, p) for p in range(3)]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        verify(poll_until(c, RECORDS), RECORDS)
+    finally:
+        c.close()
+
+
+def scenario_group():
+    t = produce("group")
+    g = f"conf-kpy-{RUN}"
+    c = KafkaConsumer(t, bootstrap_servers=BOOTSTRAP, group_id=g, auto_offset_reset="earliest",
+                      enable_auto_commit=False)
+    try:
+        got = poll_until(c, RECORDS)
+        check(got or c.assignment(), f"no partitions assigned within {WAIT_S} s (group never joined)")
+        verify(got, RECORDS)
+        c.commit()
+    finally:
+        c.close(autocommit=False)
+    a = admin_client()
+    try:
+        offsets = a.list_group_offsets(g)[g]
+        total = sum(o.offset for o in offsets.values())
+        check(total == RECORDS, f"committed offsets add up to {total}, expected {RECORDS}")
+    finally:
+        a.close()
+
+
+def scenario_transactions():
+    t = topic("transactions")
+    create_topic(t, 1)
+    p = KafkaProducer(bootstrap_servers=BOOTSTRAP, transactional_id="conformance-kpy-txn",
+                      max_block_ms=WAIT_S * 1000)
+    try:
+        p.init_transactions()
+        for n, commit in ((10, True), (10, False), (1, True)):
+            p.begin_transaction()
+            for _ in range(n):
+                p.send(t, value=b"committed" if commit else b"aborted")
+            p.flush(timeout=WAIT_S)
+            (p.commit_transaction if commit else p.abort_transaction)()
+    finally:
+        p.close(timeout=5)
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed", enable_auto_commit=False)
+    try:
+        tp = TopicPartition(t, 0)
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        got = poll_until(c, 11)
+        for recs in c.poll(timeout_ms=500).values():
+            got.extend(recs)
+        check(all(r.value == b"committed" for r in got), "read_committed consumer saw aborted records")
+        check(len(got) == 11, f"read_committed consumer read {len(got)} records, expected 11")
+    finally:
+        c.close()
+
+
+SCENARIOS = {
+    "admin": scenario_admin,
+    "produce idempotent": scenario_produce,
+    "consume assign": scenario_consume_assign,
+    "group": scenario_group,
+    "transactions": scenario_transactions,
+}
+
+
+def main():
+    global BOOTSTRAP
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    BOOTSTRAP = sys.argv[1]
+    chosen = sys.argv[2:] or list(SCENARIOS)
+    for name in chosen:
+        try:
+            SCENARIOS[name]()
+            print(f"RESULT\t{name}\tPASS\t", flush=True)
+        except Exception as e:  # noqa: BLE001 - every failure is a result to report
+            reason = f"{type(e).__name__}: {e}".replace("\t", " ").replace("\n", " ")
+            print(f"RESULT\t{name}\tFAIL\t{reason}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+package operator
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"kaas/e2e/harness"
+)
+
+const ns = "demo"
+
+const clusterYAML = `
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: shared, namespace: demo}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: kaas-e2e-rwx
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: kc, namespace: demo}
+spec:
+  replicas: 3
+  version: 0.1.0
+  storage: {existingClaim: shared}
+  listener: {advertise: PodIp}
+  config: {log.retention.ms: "600000"}
+`
+
+func topicYAML(name string, partitions int, extra string) string {
+	return fmt.Sprintf("apiVersion: kaas.dev/v1alpha1\nkind: KafkaTopic\nmetadata: {name: %s, namespace: demo}\nspec: {clusterRef: kc, partitions: %d%s}\n", name, partitions, extra)
+}
+
+// jp reads one jsonpath of one object ("" when absent).
+func jp(c *harness.Cluster, kind, name, path string) string {
+	out, err := c.Kubectl("-n", ns, "get", kind, name, "-o", "jsonpath={"+path+"}")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(out)
+}
+
+func waitJP(c *harness.Cluster, timeout time.Duration, kind, name, path, want string) {
+	c.Eventually(timeout, fmt.Sprintf("%s/%s %s = %q", kind, name, path, want), func() (bool, error) {
+		got := jp(c, kind, name, path)
+		return got == want, fmt.Errorf("got %q", got)
+	})
+}
+
+func TestOperator(t *testing.T) {
+	root := repoRoot(t)
+	c := harness.Start(t, harness.Options{Images: map[string]string{
+		"ghcr.io/kaas/kaas-operator:*": operatorBinary(t),
+		"ghcr.io/kaas/kaas:*":          standinBinary(t),
+	}})
+	volume := c.VolumeDir("shared")
+
+	// Install exactly as a user would: CRDs, RBAC and the operator Deployment from config/.
+	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
+	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
+		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
+	}
+	c.Apply(clusterYAML)
+
+	t.Run("cluster objects", func(t *testing.T) {
+		c := c.For(t)
+		waitJP(c, 3*time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if got := jp(c, "kafkacluster", "kc", ".status.readyBrokers"); got != "3" {
+			t.Fatalf("readyBrokers = %q", got)
+		}
+		if got := jp(c, "kafkacluster", "kc", ".status.bootstrapServers"); got != "kc-bootstrap.demo.svc:9092" {
+			t.Fatalf("bootstrapServers = %q", got)
+		}
+		if got := jp(c, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="MY_POD_NAME")].valueFrom.fieldRef.fieldPath`); got != "metadata.name" {
+			t.Fatalf("MY_POD_NAME from %q", got)
+		}
+		if got := jp(c, "statefulset", "kc", ".spec.template.spec.volumes[0].persistentVolumeClaim.claimName"); got != "shared" {
+			t.Fatalf("claim %q", got)
+		}
+		if got := jp(c, "service", "kc-brokers", ".spec.clusterIP"); got != "None" {
+			t.Fatalf("headless clusterIP %q", got)
+		}
+		if got := jp(c, "poddisruptionbudget", "kc", ".spec.maxUnavailable"); got != "1" {
+			t.Fatalf("pdb maxUnavailable %q", got)
+		}
+		if got := jp(c, "statefulset", "kc", ".metadata.ownerReferences[0].kind"); got != "KafkaCluster" {
+			t.Fatalf("owner %q", got)
+		}
+		// The brokers' RBAC allows exactly what brokers use.
+		sa := "system:serviceaccount:demo:kc-broker"
+		for _, allowed := range [][]string{{"patch", "leases"}, {"create", "kafkatopics"}, {"watch", "endpointslices.discovery.k8s.io"}, {"patch", "kafkaclusterassignments"}} {
+			if out, _ := c.Kubectl("auth", "can-i", "-n", ns, "--as", sa, allowed[0], allowed[1]); strings.TrimSpace(out) != "yes" {
+				t.Errorf("broker cannot %v: %s", allowed, out)
+			}
+		}
+		for _, denied := range [][]string{{"delete", "leases"}, {"get", "secrets"}, {"patch", "kafkaclusters"}} {
+			if out, _ := c.Kubectl("auth", "can-i", "-n", ns, "--as", sa, denied[0], denied[1]); strings.TrimSpace(out) != "no" {
+				t.Errorf("broker may %v: %s", denied, out)
+			}
+		}
+	})
+
+	var firstUID string
+	t.Run("topic directory with identity", func(t *testing.T) {
+		c := c.For(t)
+		c.Apply(topicYAML("orders", 3, ", config: {retention.ms: \"1000\"}"))
+		waitJP(c, 2*time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		firstUID = jp(c, "kafkatopic", "orders", ".metadata.uid")
+		if got := jp(c, "kafkatopic", "orders", ".status.topicId"); got != firstUID {
+			t.Fatalf("topicId %q, uid %q", got, firstUID)
+		}
+		stamp, err := os.ReadFile(filepath.Join(volume, "orders", "topic.id"))
+		if err != nil || strings.TrimSpace(string(stamp)) != firstUID {
+			t.Fatalf("stamp %q, %v; want %s", stamp, err, firstUID)
+		}
+		checkTopicFile(t, volume, "orders", 3, firstUID)
+		// Partitions grow.
+		c.MustKubectl("-n", ns, "patch", "kafkatopic", "orders", "--type=merge", "-p", `{"spec":{"partitions":5}}`)
+		c.Eventually(time.Minute, "topic.json with 5 partitions", func() (bool, error) {
+			return readTopicFile(volume, "orders").Partitions == 5, nil
+		})
+		waitJP(c, time.Minute, "kafkatopic", "orders", ".status.partitions", "5")
+	})
+
+	t.Run("admission rejects bad specs", func(t *testing.T) {
+		c := c.For(t)
+		for _, tc := range []struct{ manifest, says string }{
+			{topicYAML("orders", 2, ""), "partitions may grow but never shrink"},
+			{topicYAML("zero", 0, ""), "should be greater than or equal to 1"},
+			{topicYAML("internal", 1, ", topicName: __offsets"), "reserved for kaas"},
+			{topicYAML("slash", 1, ", topicName: a/b"), "topicName"},
+			{"apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: both, namespace: demo}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: x, size: 1Gi}}\n", "set either existingClaim or size"},
+			{"apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: fence, namespace: demo}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: x}, timeouts: {fenceTimeoutMs: 9000, sessionTimeoutMs: 10000}}\n", "sessionTimeoutMs must exceed fenceTimeoutMs"},
+		} {
+			out, err := c.KubectlStdin(tc.manifest, "apply", "-f", "-")
+			if err == nil || !strings.Contains(out, tc.says) {
+				t.Errorf("want rejection saying %q, got err=%v: %s", tc.says, err, out)
+			}
+		}
+		// Config values are checked with Kafka's rules by the operator, into status.
+		c.Apply(topicYAML("badconfig", 1, ", config: {retention.ms: soon}"))
+		waitJP(c, time.Minute, "kafkatopic", "badconfig", `.status.conditions[?(@.type=="Ready")].reason`, "InvalidSpec")
+		msg := jp(c, "kafkatopic", "badconfig", `.status.conditions[?(@.type=="Ready")].message`)
+		if !strings.Contains(msg, `"retention.ms": value "soon" is not a whole number`) {
+			t.Errorf("message %q", msg)
+		}
+		if _, err := os.Stat(filepath.Join(volume, "badconfig")); !os.IsNotExist(err) {
+			t.Errorf("a refused topic got a directory: %v", err)
+		}
+	})
+
+	t.Run("delete reclaims, recreate is fresh", func(t *testing.T) {
+		c := c.For(t)
+		// Partition data of the first incarnation, as a broker would have written it.
+		if err := os.MkdirAll(filepath.Join(volume, "orders", "0"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(volume, "orders", "0", "0000000001-00000000000000000000.log"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.MustKubectl("-n", ns, "delete", "kafkatopic", "orders", "--wait=true", "--timeout=30s")
+		c.Eventually(time.Minute, "orders reclaimed", func() (bool, error) {
+			entries, err := os.ReadDir(volume)
+			if err != nil {
+				return false, err
+			}
+			var left []string
+			for _, e := range entries {
+				if e.Name() == "orders" || strings.HasPrefix(e.Name(), ".reclaim-") {
+					left = append(left, e.Name())
+				}
+			}
+			return len(left) == 0, fmt.Errorf("left: %v", left)
+		})
+		c.Apply(topicYAML("orders", 1, ""))
+		waitJP(c, time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		uid := jp(c, "kafkatopic", "orders", ".metadata.uid")
+		if uid == firstUID {
+			t.Fatal("recreated topic has the old uid")
+		}
+		checkTopicFile(t, volume, "orders", 1, uid)
+		if _, err := os.Stat(filepath.Join(volume, "orders", "0")); !os.IsNotExist(err) {
+			t.Fatalf("recreated topic sees old partition data: %v", err)
+		}
+	})
+
+	t.Run("operator restarted mid-reconcile converges", func(t *testing.T) {
+		c := c.For(t)
+		pod := strings.TrimSpace(c.MustKubectl("-n", "kaas-system", "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", "jsonpath={.items[0].metadata.name}"))
+		agent := strings.TrimSpace(c.MustKubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=volume-agent", "-o", "jsonpath={.items[0].metadata.name}"))
+		// Change the spec and a topic, and kill both while they work on it.
+		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"replicas":2,"config":{"log.retention.ms":"700000"}}}`)
+		c.Apply(topicYAML("payments", 2, ""))
+		c.Signal("kaas-system", pod, "", syscall.SIGKILL)
+		c.Signal(ns, agent, "", syscall.SIGKILL)
+		waitJP(c, 3*time.Minute, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="KAAS_LOG_RETENTION_MS")].value`, "700000")
+		waitJP(c, 3*time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		waitJP(c, time.Minute, "kafkacluster", "kc", ".status.readyBrokers", "2")
+		waitJP(c, 2*time.Minute, "kafkatopic", "payments", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		checkTopicFile(t, volume, "payments", 2, jp(c, "kafkatopic", "payments", ".metadata.uid"))
+	})
+
+	t.Run("unsupported broker version is refused", func(t *testing.T) {
+		c := c.For(t)
+		image := jp(c, "statefulset", "kc", ".spec.template.spec.containers[0].image")
+		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"version":"9.0.0"}}`)
+		waitJP(c, time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Degraded")].reason`, "UnsupportedBrokerVersion")
+		if got := jp(c, "statefulset", "kc", ".spec.template.spec.containers[0].image"); got != image {
+			t.Fatalf("an unsupported version was rolled out: %s", got)
+		}
+	})
+}
+
+type topicFile struct {
+	Name       string `json:"name"`
+	TopicID    string `json:"topicId"`
+	Partitions int    `json:"partitions"`
+}
+
+func readTopicFile(volume, topic string) topicFile {
+	var f topicFile
+	b, err := os.ReadFile(filepath.Join(volume, topic, "topic.json"))
+	if err == nil {
+		_ = json.Unmarshal(b, &f)
+	}
+	return f
+}
+
+func checkTopicFile(t *testing.T, volume, topic string, partitions int, uid string) {
+	t.Helper()
+	f := readTopicFile(volume, topic)
+	if f.Name != topic || f.TopicID != uid || f.Partitions != partitions {
+		t.Fatalf("topic.json of %s = %+v, want %d partitions and id %s", topic, f, partitions, uid)
+	}
+}

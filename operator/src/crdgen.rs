@@ -1,0 +1,328 @@
+//! Everything generated from the Rust types and tables, in one place: the CRDs (`crds/`), the
+//! operator's RBAC, Deployment and samples (`config/`), and the OLM bundle. `crdgen write`
+//! writes the checked-in files; `tests/generated.rs` fails when they drift.
+
+use std::path::PathBuf;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
+use kube::CustomResourceExt;
+use serde_json::{Value, json};
+
+use crate::{rbac, versions};
+
+/// Namespace the plain (`config/`) install runs the operator in.
+pub const OPERATOR_NAMESPACE: &str = "kaas-system";
+/// The operator's ServiceAccount, ClusterRole and Deployment name.
+pub const OPERATOR_NAME: &str = "kaas-operator";
+
+/// The three CRDs with their file names.
+pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
+    vec![
+        ("kaas.dev_kafkaclusters.yaml", KafkaCluster::crd()),
+        ("kaas.dev_kafkatopics.yaml", KafkaTopic::crd()),
+        (
+            "kaas.dev_kafkaclusterassignments.yaml",
+            KafkaClusterAssignments::crd(),
+        ),
+    ]
+}
+
+fn yaml<T: serde::Serialize>(value: &T) -> String {
+    // Serialising plain data to YAML cannot fail.
+    serde_yaml::to_string(value).unwrap_or_default()
+}
+
+/// The operator's ClusterRole.
+pub fn cluster_role() -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": OPERATOR_NAME},
+        "rules": rbac::operator_rules(),
+    })
+}
+
+/// The operator's Deployment spec (shared by `config/manager` and the CSV).
+pub fn deployment_spec(image: &str) -> Value {
+    json!({
+        "replicas": 1,
+        // One manager at a time: there is no leader election, and two managers would fight over
+        // the same field manager's objects.
+        "strategy": {"type": "Recreate"},
+        "selector": {"matchLabels": {"app.kubernetes.io/name": OPERATOR_NAME}},
+        "template": {
+            "metadata": {"labels": {"app.kubernetes.io/name": OPERATOR_NAME}},
+            "spec": {
+                "serviceAccountName": OPERATOR_NAME,
+                "containers": [{
+                    "name": "manager",
+                    "image": image,
+                    "command": ["/kaas-operator", "run"],
+                    "env": [{"name": "KAAS_AGENT_IMAGE", "value": image}],
+                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                }],
+            }
+        }
+    })
+}
+
+/// Sample custom resources (also the CSV's `alm-examples`).
+pub fn samples() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "kafkacluster.yaml",
+            json!({
+                "apiVersion": "kaas.dev/v1alpha1", "kind": "KafkaCluster",
+                "metadata": {"name": "demo"},
+                "spec": {
+                    "replicas": 3,
+                    "version": "0.1.0",
+                    "storage": {"storageClassName": "nfs", "size": "20Gi"},
+                    "config": {"log.retention.ms": "604800000"},
+                }
+            }),
+        ),
+        (
+            "kafkatopic.yaml",
+            json!({
+                "apiVersion": "kaas.dev/v1alpha1", "kind": "KafkaTopic",
+                "metadata": {"name": "orders"},
+                "spec": {"clusterRef": "demo", "partitions": 6, "config": {"retention.ms": "86400000", "cleanup.policy": "delete"}}
+            }),
+        ),
+    ]
+}
+
+/// Files under the repository root that `crdgen write` produces.
+pub fn repo_files() -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    for (name, crd) in crds() {
+        files.push((PathBuf::from("crds").join(name), yaml(&crd)));
+        // A copy inside config/: kustomize refuses resources outside a kustomization's root.
+        files.push((PathBuf::from("config/crd/bases").join(name), yaml(&crd)));
+    }
+    files.push((
+        PathBuf::from("config/rbac/role.yaml"),
+        yaml(&cluster_role()),
+    ));
+    files.push((
+        PathBuf::from("config/manager/deployment.yaml"),
+        yaml(&json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": OPERATOR_NAME, "namespace": OPERATOR_NAMESPACE},
+            "spec": deployment_spec(&versions::operator_image()),
+        })),
+    ));
+    for (name, sample) in samples() {
+        files.push((PathBuf::from("config/samples").join(name), yaml(&sample)));
+    }
+    files
+}
+
+fn owned_crd(
+    crd: &CustomResourceDefinition,
+    display: &str,
+    description: &str,
+    status: &[(&str, &str, &str)],
+) -> Value {
+    let version = crd
+        .spec
+        .versions
+        .first()
+        .map(|v| v.name.clone())
+        .unwrap_or_default();
+    json!({
+        "name": crd.metadata.name,
+        "version": version,
+        "kind": crd.spec.names.kind,
+        "displayName": display,
+        "description": description,
+        "statusDescriptors": status.iter().map(|(path, name, desc)| json!({"path": path, "displayName": name, "description": desc})).collect::<Vec<_>>(),
+    })
+}
+
+/// The ClusterServiceVersion of this operator version.
+pub fn csv(image: &str) -> Value {
+    let version = versions::OPERATOR_VERSION;
+    let examples: Vec<Value> = samples().into_iter().map(|(_, s)| s).collect();
+    let crds = crds();
+    let owned = vec![
+        owned_crd(
+            &crds[0].1,
+            "Kafka Cluster",
+            "A set of kaas brokers sharing one ReadWriteMany volume.",
+            &[
+                (
+                    "conditions",
+                    "Conditions",
+                    "Ready, Progressing and Degraded",
+                ),
+                (
+                    "readyBrokers",
+                    "Ready brokers",
+                    "Brokers passing their readiness probe",
+                ),
+                (
+                    "bootstrapServers",
+                    "Bootstrap servers",
+                    "Where clients connect",
+                ),
+            ],
+        ),
+        owned_crd(
+            &crds[1].1,
+            "Kafka Topic",
+            "A Kafka topic; its uid is the topic ID.",
+            &[
+                (
+                    "conditions",
+                    "Conditions",
+                    "Ready, with the reason a spec is refused",
+                ),
+                (
+                    "topicId",
+                    "Topic ID",
+                    "The topic's identity, stamped in its directory",
+                ),
+            ],
+        ),
+        owned_crd(
+            &crds[2].1,
+            "Kafka Cluster Assignments",
+            "The controller broker's mirror of assignment.json (read only).",
+            &[],
+        ),
+    ];
+    json!({
+        "apiVersion": "operators.coreos.com/v1alpha1",
+        "kind": "ClusterServiceVersion",
+        "metadata": {
+            "name": format!("{OPERATOR_NAME}.v{version}"),
+            "namespace": "placeholder",
+            "annotations": {
+                "alm-examples": serde_json::to_string_pretty(&examples).unwrap_or_default(),
+                "capabilities": "Seamless Upgrades",
+                "categories": "Streaming & Messaging",
+                "containerImage": image,
+                "description": "Kafka-compatible streaming on a shared ReadWriteMany volume.",
+                "operators.operatorframework.io/builder": "kaas-crdgen",
+                "repository": "https://github.com/kaas/kaas",
+                "kaas.dev/managed-broker-versions": versions::SUPPORTED_BROKER_MINORS.iter().map(|m| format!("{m}.x")).collect::<Vec<_>>().join(","),
+            }
+        },
+        "spec": {
+            "displayName": "kaas",
+            "description": "kaas runs Kafka-compatible brokers that share one ReadWriteMany volume instead of replicating. The operator manages KafkaCluster and KafkaTopic resources: the broker StatefulSet, its Services, RBAC and disruption budget, and the topic directories on the shared volume.",
+            "version": version,
+            "maturity": "alpha",
+            "minKubeVersion": "1.33.0",
+            "keywords": ["kafka", "streaming", "messaging"],
+            "maintainers": [{"name": "kaas maintainers", "email": "maintainers@kaas.dev"}],
+            "provider": {"name": "kaas"},
+            "links": [{"name": "Source", "url": "https://github.com/kaas/kaas"}],
+            "icon": [{"base64data": "PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIHZpZXdCb3g9IjAgMCAxIDEiLz4=", "mediatype": "image/svg+xml"}],
+            "installModes": [
+                {"type": "OwnNamespace", "supported": true},
+                {"type": "SingleNamespace", "supported": true},
+                {"type": "MultiNamespace", "supported": false},
+                {"type": "AllNamespaces", "supported": true},
+            ],
+            "install": {
+                "strategy": "deployment",
+                "spec": {
+                    "clusterPermissions": [{"serviceAccountName": OPERATOR_NAME, "rules": rbac::operator_rules()}],
+                    "deployments": [{"name": OPERATOR_NAME, "spec": deployment_spec(image)}],
+                }
+            },
+            "customresourcedefinitions": {"owned": owned},
+        }
+    })
+}
+
+/// The bundle's files, relative to the bundle directory.
+pub fn bundle_files(image: &str, channel: &str) -> Vec<(PathBuf, String)> {
+    let mut files: Vec<(PathBuf, String)> = crds()
+        .into_iter()
+        .map(|(name, crd)| (PathBuf::from("manifests").join(name), yaml(&crd)))
+        .collect();
+    files.push((
+        PathBuf::from(format!(
+            "manifests/{OPERATOR_NAME}.clusterserviceversion.yaml"
+        )),
+        yaml(&csv(image)),
+    ));
+    let annotations = [
+        (
+            "operators.operatorframework.io.bundle.mediatype.v1",
+            "registry+v1",
+        ),
+        (
+            "operators.operatorframework.io.bundle.manifests.v1",
+            "manifests/",
+        ),
+        (
+            "operators.operatorframework.io.bundle.metadata.v1",
+            "metadata/",
+        ),
+        (
+            "operators.operatorframework.io.bundle.package.v1",
+            OPERATOR_NAME,
+        ),
+        ("operators.operatorframework.io.bundle.channels.v1", channel),
+        (
+            "operators.operatorframework.io.bundle.channel.default.v1",
+            channel,
+        ),
+    ];
+    let map: serde_json::Map<String, Value> = annotations
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), json!(v)))
+        .collect();
+    files.push((
+        PathBuf::from("metadata/annotations.yaml"),
+        yaml(&json!({"annotations": map})),
+    ));
+    let mut dockerfile = String::from("FROM scratch\n\n");
+    for (k, v) in annotations {
+        dockerfile.push_str(&format!("LABEL {k}={v}\n"));
+    }
+    dockerfile.push_str("\nCOPY manifests /manifests/\nCOPY metadata /metadata/\n");
+    files.push((PathBuf::from("bundle.Dockerfile"), dockerfile));
+    files
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crds_have_cel_rules_and_printer_columns() {
+        let topic = serde_json::to_string(&KafkaTopic::crd()).unwrap();
+        assert!(
+            topic.contains(r#""rule":"self >= oldSelf""#),
+            "partitions may only grow"
+        );
+        assert!(topic.contains("partitions may grow but never shrink"));
+        let cluster = serde_json::to_value(KafkaCluster::crd()).unwrap();
+        let columns = &cluster["spec"]["versions"][0]["additionalPrinterColumns"];
+        assert!(columns.as_array().unwrap().len() >= 5);
+        assert!(cluster["spec"]["versions"][0]["subresources"]["status"].is_object());
+        assert_eq!(cluster["spec"]["group"], "kaas.dev");
+    }
+
+    #[test]
+    fn the_csv_owns_every_crd() {
+        let csv = csv("img:1");
+        let owned = csv["spec"]["customresourcedefinitions"]["owned"]
+            .as_array()
+            .unwrap();
+        assert_eq!(owned.len(), 3);
+        assert_eq!(owned[1]["name"], "kafkatopics.kaas.dev");
+        assert_eq!(
+            csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"]
+                [0]["image"],
+            "img:1"
+        );
+    }
+}

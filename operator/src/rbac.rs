@@ -1,0 +1,146 @@
+//! The RBAC rules, in one place: what brokers use, what the volume agent uses, and what the
+//! operator itself needs (which includes everything it grants, since Kubernetes refuses to let
+//! anyone grant permissions they do not hold). `crdgen` renders the operator's rules into
+//! `config/rbac/role.yaml` and the bundle's CSV from this same table.
+
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(resources.iter().map(|s| (*s).to_owned()).collect()),
+        verbs: verbs.iter().map(|s| (*s).to_owned()).collect(),
+        ..PolicyRule::default()
+    }
+}
+
+/// Exactly the verbs a broker uses: the controller Lease; KafkaTopics (watched, and created,
+/// patched, deleted for Kafka-API topic admin); EndpointSlices (the alive set); the assignment
+/// mirror; events.
+pub fn broker_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "update", "patch"],
+        ),
+        rule(
+            "kaas.dev",
+            &["kafkatopics"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule("discovery.k8s.io", &["endpointslices"], &["list", "watch"]),
+        rule(
+            "kaas.dev",
+            &["kafkaclusterassignments"],
+            &["create", "patch"],
+        ),
+        rule("", &["events"], &["create"]),
+    ]
+}
+
+/// What a cluster's volume agent uses: read its topics, write their status, read its cluster
+/// (for its `assignment.json` path nothing else is needed), and record events.
+pub fn volume_agent_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("kaas.dev", &["kafkatopics"], &["get", "list", "watch"]),
+        rule("kaas.dev", &["kafkatopics/status"], &["get", "patch"]),
+        rule("kaas.dev", &["kafkaclusters"], &["get"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The operator's ClusterRole.
+pub fn operator_rules() -> Vec<PolicyRule> {
+    const MANAGE: &[&str] = &[
+        "get", "list", "watch", "create", "patch", "update", "delete",
+    ];
+    vec![
+        rule(
+            "kaas.dev",
+            &["kafkaclusters"],
+            &["get", "list", "watch", "patch"],
+        ),
+        rule(
+            "kaas.dev",
+            &["kafkaclusters/status", "kafkatopics/status"],
+            &["get", "patch"],
+        ),
+        rule(
+            "kaas.dev",
+            &["kafkatopics"],
+            &["get", "list", "watch", "create", "patch", "delete"],
+        ),
+        rule(
+            "kaas.dev",
+            &["kafkaclusterassignments"],
+            &["get", "list", "watch", "create", "patch"],
+        ),
+        rule("apps", &["statefulsets", "deployments"], MANAGE),
+        rule(
+            "",
+            &["services", "serviceaccounts", "persistentvolumeclaims"],
+            MANAGE,
+        ),
+        rule("", &["pods"], &["get", "list", "watch"]),
+        rule("", &["events"], &["create", "patch"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+        rule(
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            MANAGE,
+        ),
+        rule("policy", &["poddisruptionbudgets"], MANAGE),
+        // Held only to grant them to brokers.
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "update", "patch"],
+        ),
+        rule("discovery.k8s.io", &["endpointslices"], &["list", "watch"]),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allows(rules: &[PolicyRule], group: &str, resource: &str, verb: &str) -> bool {
+        rules.iter().any(|r| {
+            r.api_groups
+                .as_ref()
+                .is_some_and(|g| g.iter().any(|g| g == group))
+                && r.resources
+                    .as_ref()
+                    .is_some_and(|rs| rs.iter().any(|rs| rs == resource))
+                && r.verbs.iter().any(|v| v == verb)
+        })
+    }
+
+    /// Kubernetes refuses a Role that grants more than its creator holds.
+    #[test]
+    fn the_operator_holds_everything_it_grants() {
+        for granted in broker_rules().into_iter().chain(volume_agent_rules()) {
+            for group in granted.api_groups.iter().flatten() {
+                for resource in granted.resources.iter().flatten() {
+                    for verb in &granted.verbs {
+                        assert!(
+                            allows(&operator_rules(), group, resource, verb),
+                            "{group}/{resource} {verb}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn brokers_cannot_touch_what_they_do_not_use() {
+        let b = broker_rules();
+        assert!(allows(&b, "coordination.k8s.io", "leases", "patch"));
+        assert!(!allows(&b, "coordination.k8s.io", "leases", "delete"));
+        assert!(!allows(&b, "kaas.dev", "kafkaclusters", "get"));
+        assert!(!allows(&b, "", "secrets", "get"));
+        assert!(!allows(&b, "discovery.k8s.io", "endpointslices", "get"));
+    }
+}

@@ -1,0 +1,712 @@
+//! The objects a KafkaCluster wants, rendered purely from its spec (no API calls), so every
+//! decision is unit-tested: names, the StatefulSet and its pod template, Services, RBAC,
+//! disruption budget, the shared claim and the volume agent.
+//!
+//! Objects are written as JSON and parsed into their typed form, which checks every field name
+//! against the Kubernetes API types at test time.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kaas_shared::crd::KafkaCluster;
+use kaas_shared::crd::cluster::Advertise;
+use kube::Resource;
+use serde::Serialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::{Error, Result, rbac, validate, versions};
+
+/// Where the shared volume is mounted in brokers and the volume agent.
+pub const DATA_DIR: &str = "/data";
+/// Heartbeat gRPC port (seed 003).
+pub const HEARTBEAT_PORT: i32 = 9094;
+/// HTTP port of `/healthz`, `/readyz` and `/metrics`.
+pub const HTTP_PORT: i32 = 9095;
+/// Pod-template annotation carrying the hash of everything that shapes a broker pod.
+pub const INPUTS_HASH_ANNOTATION: &str = "kaas.dev/pod-inputs-hash";
+/// Label keys.
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// Label keys.
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+/// Label keys.
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// Label keys.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// Names of everything one cluster owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// The KafkaCluster's name; also the StatefulSet's (pods are `<cluster>-<ordinal>`).
+    pub cluster: String,
+    /// Namespace.
+    pub namespace: String,
+}
+
+impl Names {
+    /// Names for a cluster object.
+    pub fn of(kc: &KafkaCluster) -> Result<Names> {
+        Ok(Names {
+            cluster: kc
+                .metadata
+                .name
+                .clone()
+                .ok_or(Error::MissingField("metadata.name"))?,
+            namespace: kc
+                .metadata
+                .namespace
+                .clone()
+                .ok_or(Error::MissingField("metadata.namespace"))?,
+        })
+    }
+    /// Headless Service (stable pod DNS, EndpointSlices the controller watches).
+    pub fn headless(&self) -> String {
+        format!("{}-brokers", self.cluster)
+    }
+    /// Client bootstrap Service.
+    pub fn bootstrap(&self) -> String {
+        format!("{}-bootstrap", self.cluster)
+    }
+    /// Brokers' ServiceAccount, Role and RoleBinding.
+    pub fn broker_sa(&self) -> String {
+        format!("{}-broker", self.cluster)
+    }
+    /// Volume agent's Deployment, ServiceAccount, Role and RoleBinding.
+    pub fn agent(&self) -> String {
+        format!("{}-volume-agent", self.cluster)
+    }
+    /// The claim the operator creates when the spec gives a size.
+    pub fn owned_claim(&self) -> String {
+        format!("{}-data", self.cluster)
+    }
+}
+
+/// The labels selecting one component of one cluster.
+pub fn selector(names: &Names, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_owned(), "kaas".to_owned()),
+        (LABEL_INSTANCE.to_owned(), names.cluster.clone()),
+        (LABEL_COMPONENT.to_owned(), component.to_owned()),
+    ])
+}
+
+fn labels(names: &Names, component: &str) -> BTreeMap<String, String> {
+    let mut l = selector(names, component);
+    l.insert(LABEL_MANAGED_BY.to_owned(), crate::FIELD_MANAGER.to_owned());
+    l
+}
+
+/// The claim brokers mount: the existing one, or the one the operator creates.
+pub fn claim_name(kc: &KafkaCluster, names: &Names) -> String {
+    kc.spec
+        .storage
+        .existing_claim
+        .clone()
+        .unwrap_or_else(|| names.owned_claim())
+}
+
+fn parse<T: serde::de::DeserializeOwned>(what: &'static str, v: Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|source| Error::Serialize { what, source })
+}
+
+fn meta(kc: &KafkaCluster, names: &Names, name: &str, component: &str) -> Value {
+    json!({
+        "name": name,
+        "namespace": names.namespace,
+        "labels": labels(names, component),
+        "ownerReferences": kc.controller_owner_ref(&()).into_iter().collect::<Vec<_>>(),
+    })
+}
+
+/// Everything that shapes a broker pod. Its hash is in the pod template; a newer operator that
+/// renders the same inputs differently keeps the live template (see [`choose_template`]), so an
+/// operator upgrade alone never restarts brokers.
+#[derive(Debug, Serialize)]
+struct PodInputs<'a> {
+    image: String,
+    version: &'a str,
+    listener: &'a kaas_shared::crd::cluster::ListenerSpec,
+    config: &'a BTreeMap<String, String>,
+    resources: &'a Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+    pod_template: &'a Option<kaas_shared::crd::cluster::PodTemplateOverrides>,
+    timeouts: &'a kaas_shared::crd::cluster::TimeoutsSpec,
+    claim: String,
+}
+
+/// The hash of a cluster's pod inputs (hex SHA-256, 16 characters).
+pub fn inputs_hash(kc: &KafkaCluster, names: &Names) -> Result<String> {
+    let inputs = PodInputs {
+        image: versions::broker_image(&kc.spec.version, kc.spec.image.as_deref()),
+        version: &kc.spec.version,
+        listener: &kc.spec.listener,
+        config: &kc.spec.config,
+        resources: &kc.spec.resources,
+        pod_template: &kc.spec.pod_template,
+        timeouts: &kc.spec.timeouts,
+        claim: claim_name(kc, names),
+    };
+    let bytes = serde_json::to_vec(&inputs).map_err(|source| Error::Serialize {
+        what: "pod inputs",
+        source,
+    })?;
+    let digest = Sha256::digest(&bytes);
+    Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
+}
+
+/// Seconds a broker gets between SIGTERM and SIGKILL: enough for the controller to notice the
+/// drain flag on the next heartbeat, move the broker's partitions while it is healthy, and for
+/// the broker to relinquish the rest (persist manifests and snapshots) — a session timeout
+/// twice over plus a margin.
+pub fn termination_grace_seconds(kc: &KafkaCluster) -> i64 {
+    (2 * kc.spec.timeouts.session_timeout_ms / 1000 + 30).max(60)
+}
+
+/// The broker pod template.
+pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTemplateSpec> {
+    let spec = &kc.spec;
+    let port = spec.listener.port;
+    let advertise = match spec.listener.advertise {
+        Advertise::PodIp => format!("$(MY_POD_IP):{port}"),
+        Advertise::PodDns => format!(
+            "$(MY_POD_NAME).{}.{}.svc:{port}",
+            names.headless(),
+            names.namespace
+        ),
+    };
+    let mut env = vec![
+        json!({"name": "MY_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}),
+        json!({"name": "MY_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        json!({"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
+        json!({"name": "KAAS_CLUSTER_NAME", "value": names.cluster}),
+        json!({"name": "KAAS_HEADLESS_SERVICE", "value": names.headless()}),
+        json!({"name": "KAAS_DATA_DIR", "value": DATA_DIR}),
+        // Bind the pod IP rather than 0.0.0.0: the same in a real pod, and required where pods
+        // share one network namespace (the e2e process kubelet).
+        json!({"name": "KAAS_LISTEN", "value": format!("$(MY_POD_IP):{port}")}),
+        json!({"name": "KAAS_ADVERTISE", "value": advertise}),
+        json!({"name": "KAAS_HEARTBEAT_LISTEN", "value": format!("$(MY_POD_IP):{HEARTBEAT_PORT}")}),
+        json!({"name": "KAAS_HTTP_LISTEN", "value": format!("$(MY_POD_IP):{HTTP_PORT}")}),
+        json!({"name": "KAAS_FENCE_TIMEOUT_MS", "value": spec.timeouts.fence_timeout_ms.to_string()}),
+        json!({"name": "KAAS_SESSION_TIMEOUT_MS", "value": spec.timeouts.session_timeout_ms.to_string()}),
+    ];
+    env.extend(
+        spec.config
+            .iter()
+            .map(|(k, v)| json!({"name": validate::broker_env_name(k), "value": v})),
+    );
+    let overrides = spec.pod_template.clone().unwrap_or_default();
+    let mut pod_labels = overrides.labels.clone();
+    pod_labels.extend(labels(names, "broker")); // selector labels win
+    let hash = inputs_hash(kc, names)?;
+    let mut annotations = overrides.annotations.clone();
+    annotations.insert(INPUTS_HASH_ANNOTATION.to_owned(), hash);
+    let probe = |path: &str, period: i32, failures: i32| json!({"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures});
+    let mut container = json!({
+        "name": "kaas",
+        "image": versions::broker_image(&spec.version, spec.image.as_deref()),
+        "env": env,
+        "ports": [
+            {"name": "kafka", "containerPort": port},
+            {"name": "heartbeat", "containerPort": HEARTBEAT_PORT},
+            {"name": "http", "containerPort": HTTP_PORT},
+        ],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        // Startup covers recovery of torn segment tails; readiness is the broker's own "settled"
+        // answer (assignment applied, partitions led), which paces rolling restarts.
+        "startupProbe": probe("/healthz", 2, 150),
+        "readinessProbe": probe("/readyz", 2, 3),
+        "livenessProbe": probe("/healthz", 10, 6),
+    });
+    if let Some(resources) = &spec.resources {
+        container["resources"] =
+            serde_json::to_value(resources).map_err(|source| Error::Serialize {
+                what: "resources",
+                source,
+            })?;
+    }
+    let mut pod_spec = json!({
+        "serviceAccountName": names.broker_sa(),
+        "terminationGracePeriodSeconds": termination_grace_seconds(kc),
+        "containers": [container],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}],
+    });
+    if !overrides.node_selector.is_empty() {
+        pod_spec["nodeSelector"] = json!(overrides.node_selector);
+    }
+    if let Some(affinity) = &overrides.affinity {
+        pod_spec["affinity"] =
+            serde_json::to_value(affinity).map_err(|source| Error::Serialize {
+                what: "affinity",
+                source,
+            })?;
+    }
+    if !overrides.tolerations.is_empty() {
+        pod_spec["tolerations"] =
+            serde_json::to_value(&overrides.tolerations).map_err(|source| Error::Serialize {
+                what: "tolerations",
+                source,
+            })?;
+    }
+    parse(
+        "pod template",
+        json!({"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}),
+    )
+}
+
+/// Keeps the live pod template when it was rendered from the same inputs (same hash), so that
+/// an operator upgrade that renders differently does not restart brokers; otherwise the new
+/// rendering goes out and the StatefulSet rolls.
+pub fn choose_template(desired: PodTemplateSpec, live: Option<&StatefulSet>) -> PodTemplateSpec {
+    let hash_of = |t: &PodTemplateSpec| {
+        t.metadata
+            .as_ref()
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(INPUTS_HASH_ANNOTATION).cloned())
+    };
+    match live.map(|s| &s.spec.template) {
+        Some(live) if hash_of(live).is_some() && hash_of(live) == hash_of(&desired) => live.clone(),
+        _ => desired,
+    }
+}
+
+/// The broker StatefulSet (with `template` from [`choose_template`]).
+pub fn statefulset(
+    kc: &KafkaCluster,
+    names: &Names,
+    template: &PodTemplateSpec,
+) -> Result<StatefulSet> {
+    parse(
+        "statefulset",
+        json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": meta(kc, names, &names.cluster, "broker"),
+            "spec": {
+                "replicas": kc.spec.replicas,
+                "serviceName": names.headless(),
+                "selector": {"matchLabels": selector(names, "broker")},
+                // Brokers do not need each other to start (no quorum), so start them together;
+                // updates still go one pod at a time, each waiting for the previous to be Ready
+                // (the broker's /readyz), and minReadySeconds lets the assignment settle.
+                "podManagementPolicy": "Parallel",
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+                "minReadySeconds": 5,
+                "template": template,
+            }
+        }),
+    )
+}
+
+/// The headless Service: stable pod DNS and the EndpointSlices the controller reads.
+pub fn headless_service(kc: &KafkaCluster, names: &Names) -> Result<Service> {
+    parse(
+        "headless service",
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": meta(kc, names, &names.headless(), "broker"),
+            "spec": {
+                "clusterIP": "None",
+                // Brokers find each other before they are Ready.
+                "publishNotReadyAddresses": true,
+                "selector": selector(names, "broker"),
+                "ports": [
+                    {"name": "kafka", "port": kc.spec.listener.port, "targetPort": "kafka"},
+                    {"name": "heartbeat", "port": HEARTBEAT_PORT, "targetPort": "heartbeat"},
+                ],
+            }
+        }),
+    )
+}
+
+/// The bootstrap Service for clients.
+pub fn bootstrap_service(kc: &KafkaCluster, names: &Names) -> Result<Service> {
+    parse(
+        "bootstrap service",
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": meta(kc, names, &names.bootstrap(), "broker"),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector(names, "broker"),
+                "ports": [{"name": "kafka", "port": kc.spec.listener.port, "targetPort": "kafka"}],
+            }
+        }),
+    )
+}
+
+/// `host:port` clients bootstrap from.
+pub fn bootstrap_servers(kc: &KafkaCluster, names: &Names) -> String {
+    format!(
+        "{}.{}.svc:{}",
+        names.bootstrap(),
+        names.namespace,
+        kc.spec.listener.port
+    )
+}
+
+/// A ServiceAccount.
+pub fn service_account(
+    kc: &KafkaCluster,
+    names: &Names,
+    name: &str,
+    component: &str,
+) -> Result<ServiceAccount> {
+    parse(
+        "service account",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(kc, names, name, component)}),
+    )
+}
+
+/// A Role with `rules` and its binding to the ServiceAccount of the same name.
+pub fn role_and_binding(
+    kc: &KafkaCluster,
+    names: &Names,
+    name: &str,
+    component: &str,
+    rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+) -> Result<(Role, RoleBinding)> {
+    let role = parse(
+        "role",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(kc, names, name, component), "rules": rules}),
+    )?;
+    let binding = parse(
+        "role binding",
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": meta(kc, names, name, component),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": names.namespace}],
+        }),
+    )?;
+    Ok((role, binding))
+}
+
+/// Brokers' Role: [`rbac::broker_rules`].
+pub fn broker_rbac(
+    kc: &KafkaCluster,
+    names: &Names,
+) -> Result<(ServiceAccount, Role, RoleBinding)> {
+    let sa = service_account(kc, names, &names.broker_sa(), "broker")?;
+    let (role, binding) = role_and_binding(
+        kc,
+        names,
+        &names.broker_sa(),
+        "broker",
+        rbac::broker_rules(),
+    )?;
+    Ok((sa, role, binding))
+}
+
+/// The disruption budget: voluntary evictions take one broker at a time.
+pub fn pdb(kc: &KafkaCluster, names: &Names) -> Result<PodDisruptionBudget> {
+    parse(
+        "pod disruption budget",
+        json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": meta(kc, names, &names.cluster, "broker"),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(names, "broker")}},
+        }),
+    )
+}
+
+/// The ReadWriteMany claim, when the spec asks the operator for one.
+///
+/// NB: not owned by the KafkaCluster: deleting the cluster object must not delete the data.
+pub fn claim(kc: &KafkaCluster, names: &Names) -> Result<Option<PersistentVolumeClaim>> {
+    let storage = &kc.spec.storage;
+    let Some(size) = &storage.size else {
+        return Ok(None);
+    };
+    if storage.existing_claim.is_some() {
+        return Ok(None);
+    }
+    let mut spec =
+        json!({"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}});
+    if let Some(class) = &storage.storage_class_name {
+        spec["storageClassName"] = json!(class);
+    }
+    parse(
+        "claim",
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": names.owned_claim(), "namespace": names.namespace, "labels": labels(names, "data")},
+            "spec": spec,
+        }),
+    )
+    .map(Some)
+}
+
+/// The volume agent: one replica of the operator's image that mounts the cluster's claim and
+/// reconciles its topics. `Recreate`, so two agents never write the same volume.
+pub fn volume_agent(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Deployment> {
+    parse(
+        "volume agent",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": meta(kc, names, &names.agent(), "volume-agent"),
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": selector(names, "volume-agent")},
+                "template": {
+                    "metadata": {"labels": labels(names, "volume-agent")},
+                    "spec": {
+                        "serviceAccountName": names.agent(),
+                        "containers": [{
+                            "name": "agent",
+                            "image": image,
+                            "command": ["/kaas-operator", "volume-agent"],
+                            "env": [
+                                {"name": "KAAS_NAMESPACE", "value": names.namespace},
+                                {"name": "KAAS_CLUSTER", "value": names.cluster},
+                                {"name": "KAAS_DATA_DIR", "value": DATA_DIR},
+                            ],
+                            "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+                        }],
+                        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}],
+                    }
+                }
+            }
+        }),
+    )
+}
+
+/// The volume agent's ServiceAccount, Role and RoleBinding.
+pub fn agent_rbac(kc: &KafkaCluster, names: &Names) -> Result<(ServiceAccount, Role, RoleBinding)> {
+    let sa = service_account(kc, names, &names.agent(), "volume-agent")?;
+    let (role, binding) = role_and_binding(
+        kc,
+        names,
+        &names.agent(),
+        "volume-agent",
+        rbac::volume_agent_rules(),
+    )?;
+    Ok((sa, role, binding))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kaas_shared::crd::KafkaClusterSpec;
+
+    pub(crate) fn cluster(spec: serde_json::Value) -> KafkaCluster {
+        let spec: KafkaClusterSpec = serde_json::from_value(spec).unwrap();
+        let mut kc = KafkaCluster::new("prod", spec);
+        kc.metadata.namespace = Some("ns".into());
+        kc.metadata.uid = Some("0b1c2d3e-0000-0000-0000-000000000001".into());
+        kc
+    }
+
+    fn base() -> serde_json::Value {
+        json!({"replicas": 3, "version": "0.1.0", "storage": {"existingClaim": "shared"}})
+    }
+
+    fn template_of(kc: &KafkaCluster) -> PodTemplateSpec {
+        broker_pod_template(kc, &Names::of(kc).unwrap()).unwrap()
+    }
+
+    fn env(t: &PodTemplateSpec) -> BTreeMap<String, String> {
+        let c = &t.spec.as_ref().unwrap().containers[0];
+        c.env
+            .iter()
+            .flatten()
+            .map(|e| {
+                let v = e.value.clone().unwrap_or_else(|| {
+                    e.value_from
+                        .as_ref()
+                        .unwrap()
+                        .field_ref
+                        .as_ref()
+                        .unwrap()
+                        .field_path
+                        .clone()
+                });
+                (e.name.clone(), v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn statefulset_has_what_brokers_need() {
+        let kc = cluster(base());
+        let names = Names::of(&kc).unwrap();
+        let sts = statefulset(&kc, &names, &template_of(&kc)).unwrap();
+        let spec = &sts.spec;
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(spec.service_name.as_deref(), Some("prod-brokers"));
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("prod-broker"));
+        assert!(pod.termination_grace_period_seconds.unwrap() >= 60);
+        let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some("ghcr.io/kaas/kaas:0.1.0"));
+        let e = env(&spec.template);
+        assert_eq!(e["MY_POD_NAME"], "metadata.name");
+        assert_eq!(e["KAAS_DATA_DIR"], "/data");
+        assert_eq!(e["KAAS_LISTEN"], "$(MY_POD_IP):9092");
+        assert_eq!(
+            e["KAAS_ADVERTISE"],
+            "$(MY_POD_NAME).prod-brokers.ns.svc:9092"
+        );
+        assert_eq!(c.volume_mounts.as_ref().unwrap()[0].mount_path, "/data");
+        let claim = pod.volumes.as_ref().unwrap()[0]
+            .persistent_volume_claim
+            .as_ref()
+            .unwrap();
+        assert_eq!(claim.claim_name, "shared");
+        let path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+            p.as_ref()
+                .unwrap()
+                .http_get
+                .as_ref()
+                .unwrap()
+                .path
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(path(&c.readiness_probe), "/readyz");
+        assert_eq!(path(&c.liveness_probe), "/healthz");
+        let owner = &sts.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("KafkaCluster", Some(true))
+        );
+    }
+
+    #[test]
+    fn config_overrides_become_broker_env_and_pod_overrides_merge() {
+        let mut spec = base();
+        spec["config"] = json!({"log.retention.ms": "1000"});
+        spec["listener"] = json!({"advertise": "PodIp"});
+        spec["podTemplate"] = json!({
+            "labels": {"team": "a", "app.kubernetes.io/instance": "hijack"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "nodeSelector": {"disk": "nfs"},
+        });
+        let t = template_of(&cluster(spec));
+        let e = env(&t);
+        assert_eq!(e["KAAS_LOG_RETENTION_MS"], "1000");
+        assert_eq!(e["KAAS_ADVERTISE"], "$(MY_POD_IP):9092");
+        let l = t.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+        assert_eq!(l["team"], "a");
+        assert_eq!(l[LABEL_INSTANCE], "prod", "selector labels win");
+        let pod = t.spec.as_ref().unwrap();
+        assert_eq!(pod.tolerations.as_ref().unwrap().len(), 1);
+        assert_eq!(pod.node_selector.as_ref().unwrap()["disk"], "nfs");
+    }
+
+    /// What restarts brokers: exactly the changes that change the pod inputs hash.
+    #[test]
+    fn what_changes_restart_brokers() {
+        let hash = |spec: serde_json::Value| {
+            let kc = cluster(spec);
+            inputs_hash(&kc, &Names::of(&kc).unwrap()).unwrap()
+        };
+        let original = hash(base());
+        let with = |f: &dyn Fn(&mut serde_json::Value)| {
+            let mut s = base();
+            f(&mut s);
+            hash(s)
+        };
+        // No restart: scaling.
+        assert_eq!(with(&|s| s["replicas"] = json!(5)), original);
+        // Restart: version, image, config, resources, overrides, timeouts, claim, listener.
+        for change in [
+            &(|s: &mut serde_json::Value| s["version"] = json!("0.1.1"))
+                as &dyn Fn(&mut serde_json::Value),
+            &|s| s["image"] = json!("me/kaas:dev"),
+            &|s| s["config"] = json!({"log.segment.bytes": "1048576"}),
+            &|s| s["resources"] = json!({"limits": {"memory": "1Gi"}}),
+            &|s| s["podTemplate"] = json!({"labels": {"a": "b"}}),
+            &|s| s["timeouts"] = json!({"fenceTimeoutMs": 5000, "sessionTimeoutMs": 9000}),
+            &|s| s["storage"] = json!({"existingClaim": "other"}),
+            &|s| s["listener"] = json!({"port": 19092}),
+        ] {
+            assert_ne!(with(change), original);
+        }
+    }
+
+    #[test]
+    fn a_newer_rendering_of_the_same_inputs_keeps_the_live_template() {
+        let kc = cluster(base());
+        let names = Names::of(&kc).unwrap();
+        let desired = template_of(&kc);
+        // What an older operator rendered from the same spec: same hash, different details.
+        let mut older = desired.clone();
+        older.spec.as_mut().unwrap().containers[0].readiness_probe = None;
+        let live = statefulset(&kc, &names, &older).unwrap();
+        assert_eq!(choose_template(desired.clone(), Some(&live)), older);
+        // A spec change goes out.
+        let mut changed = base();
+        changed["version"] = json!("0.1.1");
+        let kc2 = cluster(changed);
+        let new = template_of(&kc2);
+        assert_eq!(choose_template(new.clone(), Some(&live)), new);
+        // Nothing live yet, or a template without a hash (adopted from elsewhere): render.
+        assert_eq!(choose_template(desired.clone(), None), desired);
+    }
+
+    #[test]
+    fn services_pdb_rbac_claim_and_agent() {
+        let mut spec = base();
+        spec["storage"] = json!({"storageClassName": "nfs", "size": "10Gi"});
+        let kc = cluster(spec);
+        let names = Names::of(&kc).unwrap();
+        let h = headless_service(&kc, &names).unwrap();
+        let hs = h.spec.as_ref().unwrap();
+        assert_eq!(hs.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(hs.publish_not_ready_addresses, Some(true));
+        assert_eq!(
+            bootstrap_service(&kc, &names)
+                .unwrap()
+                .metadata
+                .name
+                .as_deref(),
+            Some("prod-bootstrap")
+        );
+        assert_eq!(bootstrap_servers(&kc, &names), "prod-bootstrap.ns.svc:9092");
+        let p = pdb(&kc, &names).unwrap();
+        assert_eq!(
+            p.spec.unwrap().max_unavailable,
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+        );
+        let (_, role, binding) = broker_rbac(&kc, &names).unwrap();
+        assert_eq!(role.rules.unwrap(), rbac::broker_rules());
+        assert_eq!(binding.subjects.unwrap()[0].name, "prod-broker");
+        let pvc = claim(&kc, &names).unwrap().unwrap();
+        let ps = pvc.spec.unwrap();
+        assert_eq!(ps.access_modes.unwrap(), ["ReadWriteMany"]);
+        assert_eq!(ps.storage_class_name.as_deref(), Some("nfs"));
+        assert!(
+            pvc.metadata.owner_references.is_none(),
+            "data outlives the cluster object"
+        );
+        let sts = statefulset(&kc, &names, &template_of(&kc)).unwrap();
+        let vol = &sts.spec.template.spec.unwrap().volumes.unwrap()[0];
+        assert_eq!(
+            vol.persistent_volume_claim.as_ref().unwrap().claim_name,
+            "prod-data"
+        );
+        let agent = volume_agent(&kc, &names, "img:1").unwrap();
+        let aspec = agent.spec;
+        assert_eq!(aspec.replicas, Some(1));
+        assert_eq!(aspec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
+        let apod = aspec.template.spec.unwrap();
+        assert_eq!(
+            apod.volumes.unwrap()[0]
+                .persistent_volume_claim
+                .as_ref()
+                .unwrap()
+                .claim_name,
+            "prod-data"
+        );
+        assert_eq!(
+            apod.service_account_name.as_deref(),
+            Some("prod-volume-agent")
+        );
+        // An existing claim: nothing to create.
+        assert!(claim(&cluster(base()), &names).unwrap().is_none());
+    }
+}

@@ -1,0 +1,208 @@
+//! `KafkaCluster`: a set of brokers sharing one ReadWriteMany volume.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// A kaas cluster: `replicas` brokers of broker version `version`, all mounting one RWX claim.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[kube(
+    group = "kaas.dev",
+    version = "v1alpha1",
+    kind = "KafkaCluster",
+    namespaced,
+    status = "KafkaClusterStatus",
+    shortname = "kc",
+    category = "kaas",
+    printcolumn(name = "Brokers", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyBrokers"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(
+        name = "Controller",
+        type_ = "string",
+        json_path = ".status.currentController"
+    ),
+    printcolumn(
+        name = "Status",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaClusterSpec {
+    /// Number of brokers.
+    #[schemars(range(min = 1, max = 64))]
+    pub replicas: i32,
+    /// Broker version (the `kaas` release). The operator refuses versions it does not manage
+    /// with a `Degraded` condition instead of guessing their flags.
+    #[schemars(length(min = 1, max = 64))]
+    pub version: String,
+    /// Broker image; defaults to the published image of `version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Where the shared volume comes from.
+    pub storage: StorageSpec,
+    /// Client listener.
+    #[serde(default)]
+    pub listener: ListenerSpec,
+    /// Broker configuration overrides by broker flag name (`log.retention.ms` is passed as
+    /// `KAAS_LOG_RETENTION_MS`). A change restarts brokers one at a time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+    /// Compute resources of each broker container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Pod template overrides.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodTemplateOverrides>,
+    /// Broker fencing and session timeouts (DESIGN "Broker fencing").
+    #[serde(default)]
+    pub timeouts: TimeoutsSpec,
+}
+
+/// The shared volume: an existing RWX claim, or a size (and class) for which the operator
+/// creates one.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.existingClaim) != has(self.size)").message("storage: set either existingClaim or size (with an optional storageClassName), not both and not neither"))]
+#[x_kube(validation = Rule::new("!has(self.storageClassName) || has(self.size)").message("storage: storageClassName needs size"))]
+pub struct StorageSpec {
+    /// Name of an existing ReadWriteMany PersistentVolumeClaim in the cluster's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_claim: Option<String>,
+    /// Storage class of the ReadWriteMany claim the operator creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// Size of the claim the operator creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Quantity>,
+}
+
+/// How brokers listen and what address they advertise to clients.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerSpec {
+    /// Kafka protocol port.
+    #[serde(default = "default_kafka_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// What brokers advertise in Metadata.
+    #[serde(default)]
+    pub advertise: Advertise,
+}
+
+impl Default for ListenerSpec {
+    fn default() -> Self {
+        ListenerSpec {
+            port: default_kafka_port(),
+            advertise: Advertise::default(),
+        }
+    }
+}
+
+fn default_kafka_port() -> i32 {
+    9092
+}
+
+/// The address a broker advertises.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default,
+)]
+pub enum Advertise {
+    /// `<pod>.<cluster>-brokers.<namespace>.svc`, through the headless Service.
+    #[default]
+    PodDns,
+    /// The pod IP (clusters without DNS, or clients on the pod network).
+    PodIp,
+}
+
+/// Overrides merged into the broker pod template.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplateOverrides {
+    /// Extra pod labels (the operator's selector labels always win).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Extra pod annotations.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Node selector.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Affinity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Tolerations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// Fencing: a broker whose heartbeats go unacknowledged for `fenceTimeoutMs` stops acknowledging
+/// produce requests; the controller reassigns its partitions only after `sessionTimeoutMs`, which
+/// must exceed the fence timeout by a margin so that no zombie leader acknowledges a write.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.sessionTimeoutMs >= self.fenceTimeoutMs + 2000").message("timeouts: sessionTimeoutMs must exceed fenceTimeoutMs by at least 2000 ms, or a fenced broker's partitions could move before it stops acknowledging writes"))]
+pub struct TimeoutsSpec {
+    /// Milliseconds without an acknowledged heartbeat after which a broker fences itself.
+    #[serde(default = "default_fence_timeout_ms")]
+    #[schemars(range(min = 1000, max = 600000))]
+    pub fence_timeout_ms: i64,
+    /// Milliseconds of silence after which the controller moves a broker's partitions.
+    #[serde(default = "default_session_timeout_ms")]
+    #[schemars(range(min = 3000, max = 1200000))]
+    pub session_timeout_ms: i64,
+}
+
+impl Default for TimeoutsSpec {
+    fn default() -> Self {
+        TimeoutsSpec {
+            fence_timeout_ms: default_fence_timeout_ms(),
+            session_timeout_ms: default_session_timeout_ms(),
+        }
+    }
+}
+
+fn default_fence_timeout_ms() -> i64 {
+    6000
+}
+
+fn default_session_timeout_ms() -> i64 {
+    10000
+}
+
+/// What the operator observed.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaClusterStatus {
+    /// `Ready`, `Progressing`, `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Brokers passing their readiness probe.
+    #[serde(default)]
+    pub ready_brokers: i32,
+    /// The broker holding the controller Lease, as mirrored in KafkaClusterAssignments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_controller: Option<String>,
+    /// The latest assignment version the controller published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment_version: Option<i64>,
+    /// `host:port,...` of every broker, for clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_servers: Option<String>,
+    /// Hash of the rendered broker pod template the StatefulSet carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template_hash: Option<String>,
+}
