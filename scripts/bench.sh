@@ -12,7 +12,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-target/release/kaas --listen 127.0.0.1:0 --data-dir "$data/data" >"$data/stdout" 2>"$log" &
+target/release/kaas --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$data/data" >"$data/stdout" 2>"$log" &
 pid=$!
 for _ in $(seq 1 100); do
   addr=$(sed -n 's/^kaas listening on \([^ ]*\).*/\1/p' "$data/stdout")

@@ -10,7 +10,7 @@ kaas="${KAAS_BIN:-$REPO_DIR/target/release/kaas}"
 [ -x "$kaas" ] || { echo "kaas-start: $kaas is missing (cargo build --release -p kaas)" >&2; exit 1; }
 mkdir -p "$dir"
 dir="$(cd "$dir" && pwd)"
-setsid nohup "$kaas" --listen 127.0.0.1:0 --data-dir "$dir/data" "$@" >"$dir/stdout" 2>"$dir/kaas.log" </dev/null &
+setsid nohup "$kaas" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --data-dir "$dir/data" "$@" >"$dir/stdout" 2>"$dir/kaas.log" </dev/null &
 echo $! >"$dir/pid"
 for _ in $(seq 1 200); do
   addr="$(sed -n 's/^kaas listening on \([^ ]*\).*/\1/p' "$dir/stdout" 2>/dev/null || true)"

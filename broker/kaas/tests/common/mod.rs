@@ -55,6 +55,8 @@ impl Kaas {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kaas"))
             .arg("--listen")
             .arg(&listen)
+            // Several brokers run at once: every listener on a free port.
+            .args(["--http-listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(&self.data_dir)
             .args(&self.extra_args)
