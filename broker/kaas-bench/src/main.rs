@@ -82,8 +82,8 @@ fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
         let figures = produce::run(bootstrap, &flat)?;
         rows.push(figures.row(&format!("produce {partitions}p flat out")));
         // At a fixed rate the client's linger (librdkafka: 5 ms) dominates the ack latency, so
-        // the rate is measured both with the default and with linger.ms=0.
-        for linger_ms in [None, Some(0)] {
+        // the rate is measured with the default, with 1 ms, and with 0 (one request per message).
+        for linger_ms in [None, Some(1), Some(0)] {
             let fixed = produce::ProduceArgs { rate: Some(10_000), linger_ms, ..flat.clone() };
             eprintln!("producing 10,000 msg/s to {topic} for {} s (linger.ms {linger_ms:?})", s.seconds);
             let figures = produce::run(bootstrap, &fixed)?;
