@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stops the broker kafka-start.sh (or kaas-start.sh) started in DIR: SIGTERM, then SIGKILL
+# Stops the broker kafka-start.sh or kaas-start.sh started in DIR: SIGTERM, then SIGKILL
 # after 20 s. Leaves DIR in place (remove it yourself).
 set -euo pipefail
 dir="${1:?usage: kafka-stop.sh DIR}"
