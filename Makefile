@@ -18,6 +18,7 @@ test: deps
 	$(CARGO) test --locked --workspace --no-fail-fast
 	$(MAKE) e2e-selftest
 	$(MAKE) operator-test
+	$(MAKE) e2e-scenarios
 	$(MAKE) conformance
 
 deps:

@@ -2,6 +2,7 @@
 #
 #   make e2e-bins      build the control-plane binaries into the cache (only what is missing)
 #   make e2e-selftest  run the harness self-test (builds what is missing first)
+#   make e2e-scenarios the seeds' flows against a real kaas cluster on kaas-nfsfs mounts
 #   make e2e-up        start a harness in the background, print the kubeconfig path
 #   make e2e-down      stop it
 #
@@ -11,7 +12,7 @@
 E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
 
-.PHONY: e2e-bins e2e-selftest e2e-up e2e-down
+.PHONY: e2e-bins e2e-selftest e2e-scenarios e2e-up e2e-down
 
 e2e-bins:
 	@$(E2E_DIR)/hack/bins.sh >/dev/null
@@ -21,6 +22,15 @@ e2e-bins:
 e2e-selftest: e2e-bins
 	cd $(E2E_DIR) && nice -n 19 go vet ./...
 	cd $(E2E_DIR) && go test $(E2E_GOTEST_FLAGS) -v ./harness/... ./kubelet/... ./selftest/...
+
+# The operator, three real brokers and franz-go on the control plane, each node's pods on its own
+# kaas-nfsfs mount of one export (e2e/scenarios, its own Go module for the Kafka client).
+e2e-scenarios: e2e-bins
+	$(CARGO) build --locked -p kaas --bin kaas
+	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
+	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
+	cd $(E2E_DIR)/scenarios && nice -n 19 go vet .
+	cd $(E2E_DIR)/scenarios && go test $(E2E_GOTEST_FLAGS) -v .
 
 e2e-up: e2e-bins
 	@$(E2E_DIR)/hack/up.sh

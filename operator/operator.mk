@@ -22,9 +22,10 @@ bundle-validate:
 	cd operator/bundle-validate && nice -n 10 go run . $(abspath $(BUNDLE_DIR))
 
 ## The operator on the e2e control plane: config/ applied with kubectl, the operator and its
-## volume agents run as Deployments from target/debug/kaas-operator (stand-in brokers).
+## volume agents run as Deployments from target/debug/kaas-operator (real kaas brokers from target/debug/kaas).
 operator-e2e: e2e-bins
 	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
+	$(CARGO) build --locked -p kaas --bin kaas
 	cd e2e && nice -n 10 go test -count=1 -timeout 15m ./operator/
 
 ## What `make test` should run for the operator (cargo tests run with the workspace).

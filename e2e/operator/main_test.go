@@ -1,13 +1,11 @@
 // Package operator holds the kaas operator's e2e scenarios: the operator installed from
 // config/ runs as its Deployment on the harness' real control plane, and its volume agent as
 // the Deployment the operator creates, both from target/debug/kaas-operator through the image
-// table. Brokers are a stand-in (./standin) until the broker has a cluster mode: what is
-// verified against it is the operator's wiring, not broker behaviour.
+// table; brokers are the real `kaas` binary in cluster mode (target/debug/kaas).
 package operator
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -40,14 +38,16 @@ func operatorBinary(t *testing.T) string {
 	return bin
 }
 
-// standinBinary builds the stand-in broker.
-func standinBinary(t *testing.T) string {
+// brokerBinary is the kaas broker under test: $KAAS_BIN, else the debug build
+// (`cargo build -p kaas`, which `make operator-e2e` runs first).
+func brokerBinary(t *testing.T) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "standin")
-	cmd := exec.Command("go", "build", "-o", out, "./standin")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("build standin: %v", err)
+	bin := os.Getenv("KAAS_BIN")
+	if bin == "" {
+		bin = filepath.Join(repoRoot(t), "target", "debug", "kaas")
 	}
-	return out
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("broker binary: %v (run `cargo build -p kaas` or set KAAS_BIN)", err)
+	}
+	return bin
 }

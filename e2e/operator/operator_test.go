@@ -3,6 +3,8 @@ package operator
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,7 +65,7 @@ func TestOperator(t *testing.T) {
 	root := repoRoot(t)
 	c := harness.Start(t, harness.Options{Images: map[string]string{
 		"ghcr.io/kaas/kaas-operator:*": operatorBinary(t),
-		"ghcr.io/kaas/kaas:*":          standinBinary(t),
+		"ghcr.io/kaas/kaas:*":          brokerBinary(t),
 	}})
 	volume := c.VolumeDir("shared")
 
@@ -163,13 +165,12 @@ func TestOperator(t *testing.T) {
 
 	t.Run("delete reclaims, recreate is fresh", func(t *testing.T) {
 		c := c.For(t)
-		// Partition data of the first incarnation, as a broker would have written it.
-		if err := os.MkdirAll(filepath.Join(volume, "orders", "0"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(volume, "orders", "0", "0000000001-00000000000000000000.log"), []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		// The first incarnation is served: its partitions have leaders, whose take-over
+		// created their directories.
+		c.Eventually(time.Minute, "orders/0 taken over by a broker", func() (bool, error) {
+			_, err := os.Stat(filepath.Join(volume, "orders", "0"))
+			return err == nil, err
+		})
 		c.MustKubectl("-n", ns, "delete", "kafkatopic", "orders", "--wait=true", "--timeout=30s")
 		c.Eventually(time.Minute, "orders reclaimed", func() (bool, error) {
 			entries, err := os.ReadDir(volume)
@@ -184,6 +185,20 @@ func TestOperator(t *testing.T) {
 			}
 			return len(left) == 0, fmt.Errorf("left: %v", left)
 		})
+		// The agent's metrics count the reclamation and show nothing pending.
+		agent := strings.TrimSpace(c.MustKubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=volume-agent", "-o", "jsonpath={.items[0].metadata.name}"))
+		c.Eventually(time.Minute, "reclamation in the agent's metrics", func() (bool, error) {
+			resp, err := http.Get("http://" + c.PodAddr(ns, agent, 9096) + "/metrics")
+			if err != nil {
+				return false, err
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			text := string(body)
+			ok := err == nil && !strings.Contains(text, "kaas_reclaim_renamed_total 0") && strings.Contains(text, "kaas_reclaim_renamed_total") &&
+				strings.Contains(text, "kaas_reclaim_pending_directories 0") && strings.Contains(text, "kaas_reclaim_waiting_directories 0")
+			return ok, fmt.Errorf("metrics: %s", text)
+		})
 		c.Apply(topicYAML("orders", 1, ""))
 		waitJP(c, time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
 		uid := jp(c, "kafkatopic", "orders", ".metadata.uid")
@@ -191,8 +206,12 @@ func TestOperator(t *testing.T) {
 			t.Fatal("recreated topic has the old uid")
 		}
 		checkTopicFile(t, volume, "orders", 1, uid)
-		if _, err := os.Stat(filepath.Join(volume, "orders", "0")); !os.IsNotExist(err) {
-			t.Fatalf("recreated topic sees old partition data: %v", err)
+		// The new incarnation's leaders start empty logs (no client wrote to it yet).
+		logs, _ := filepath.Glob(filepath.Join(volume, "orders", "*", "*.log"))
+		for _, log := range logs {
+			if info, err := os.Stat(log); err == nil && info.Size() > 0 {
+				t.Errorf("recreated topic has data in %s (%d bytes)", log, info.Size())
+			}
 		}
 	})
 

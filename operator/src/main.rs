@@ -47,6 +47,9 @@ enum Command {
         /// Seconds between reclamation rounds.
         #[arg(long, env = "KAAS_SWEEP_INTERVAL_SECS", default_value_t = 5)]
         sweep_interval_secs: u64,
+        /// Where `/metrics` (reclamation state) is served.
+        #[arg(long, env = "KAAS_METRICS_LISTEN", default_value = "0.0.0.0:9096")]
+        metrics_listen: std::net::SocketAddr,
     },
 }
 
@@ -69,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
             cluster,
             data_dir,
             sweep_interval_secs,
+            metrics_listen,
         } => {
             volume_agent(
                 client,
@@ -76,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
                 cluster,
                 data_dir,
                 Duration::from_secs(sweep_interval_secs),
+                metrics_listen,
             )
             .await
         }
@@ -118,6 +123,7 @@ async fn volume_agent(
     cluster: String,
     data_dir: PathBuf,
     interval: Duration,
+    metrics_listen: std::net::SocketAddr,
 ) -> anyhow::Result<()> {
     info!(%namespace, %cluster, data_dir = %data_dir.display(), "volume agent starting");
     let controller = Controller::new(
@@ -134,7 +140,18 @@ async fn volume_agent(
         topics: controller.store(),
     });
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let sweeper = tokio::spawn(sweep::run(ctx.clone(), interval, stop_rx));
+    let metrics = kaas_operator::metrics::ReclaimMetrics::default();
+    let mut registry = prometheus_client::registry::Registry::with_prefix("kaas");
+    metrics.register(&mut registry);
+    let listener = tokio::net::TcpListener::bind(metrics_listen)
+        .await
+        .with_context(|| format!("binding {metrics_listen}"))?;
+    let metrics_server = tokio::spawn(kaas_operator::metrics::serve(
+        listener,
+        Arc::new(registry),
+        stop_rx.clone(),
+    ));
+    let sweeper = tokio::spawn(sweep::run(ctx.clone(), interval, metrics, stop_rx));
     controller
         .shutdown_on_signal()
         .run(topic::reconcile, topic::error_policy, ctx)
@@ -143,6 +160,7 @@ async fn volume_agent(
     // Shutdown is a protocol: the sweeper hears it and is awaited.
     let _ = stop_tx.send(true);
     sweeper.await.context("sweeper task")?;
+    metrics_server.await.context("metrics server")?;
     info!("volume agent stopped");
     Ok(())
 }

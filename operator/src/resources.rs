@@ -24,6 +24,9 @@ use crate::{Error, Result, rbac, validate, versions};
 pub const DATA_DIR: &str = "/data";
 /// Heartbeat gRPC port (seed 003).
 pub const HEARTBEAT_PORT: i32 = 9094;
+/// Port of the volume agent's `/metrics` (reclamation state).
+pub const AGENT_METRICS_PORT: u16 = 9096;
+
 /// HTTP port of `/healthz`, `/readyz` and `/metrics`.
 pub const HTTP_PORT: i32 = 9095;
 /// Pod-template annotation carrying the hash of everything that shapes a broker pod.
@@ -181,6 +184,8 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         json!({"name": "MY_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
         json!({"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
         json!({"name": "KAAS_CLUSTER_NAME", "value": names.cluster}),
+        // One controller Lease per cluster, so two clusters can share a namespace.
+        json!({"name": "KAAS_LEASE_NAME", "value": format!("{}-controller", names.cluster)}),
         json!({"name": "KAAS_HEADLESS_SERVICE", "value": names.headless()}),
         json!({"name": "KAAS_DATA_DIR", "value": DATA_DIR}),
         // Bind the pod IP rather than 0.0.0.0: the same in a real pod, and required where pods
@@ -458,7 +463,10 @@ pub fn volume_agent(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Dep
                             "name": "agent",
                             "image": image,
                             "command": ["/kaas-operator", "volume-agent"],
+                            "ports": [{"name": "metrics", "containerPort": AGENT_METRICS_PORT}],
                             "env": [
+                                {"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                                {"name": "KAAS_METRICS_LISTEN", "value": format!("$(MY_POD_IP):{AGENT_METRICS_PORT}")},
                                 {"name": "KAAS_NAMESPACE", "value": names.namespace},
                                 {"name": "KAAS_CLUSTER", "value": names.cluster},
                                 {"name": "KAAS_DATA_DIR", "value": DATA_DIR},
@@ -545,6 +553,7 @@ mod tests {
         let e = env(&spec.template);
         assert_eq!(e["MY_POD_NAME"], "metadata.name");
         assert_eq!(e["KAAS_DATA_DIR"], "/data");
+        assert_eq!(e["KAAS_LEASE_NAME"], "prod-controller");
         assert_eq!(e["KAAS_LISTEN"], "$(MY_POD_IP):9092");
         assert_eq!(
             e["KAAS_ADVERTISE"],

@@ -43,6 +43,7 @@ pub async fn round(ctx: &AgentContext) -> Result<RoundReport> {
 pub async fn run(
     ctx: Arc<AgentContext>,
     interval: Duration,
+    metrics: crate::metrics::ReclaimMetrics,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let recorder = Recorder::new(
@@ -62,10 +63,12 @@ pub async fn run(
         let report = match round(&ctx).await {
             Ok(report) => report,
             Err(e) => {
+                metrics.round_failed();
                 warn!(error = %e, "reclamation round failed; retrying next round");
                 continue;
             }
         };
+        metrics.observe(&report);
         for name in &report.renamed {
             info!(topic = %name, "renamed a deleted topic's directory aside");
         }

@@ -78,3 +78,12 @@ pub(crate) fn check_leader_epoch(partition: &Partition, requested: i32) -> Resul
 pub(crate) fn storage_error(e: kaas_storage::Error) -> ResponseError {
     crate::Error::from(e).response_error()
 }
+
+/// How long a topic admin request may wait for its change to be served: the request's own
+/// `timeout_ms` when positive, else the default.
+pub(crate) fn admin_timeout(timeout_ms: i32) -> std::time::Duration {
+    u64::try_from(timeout_ms)
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map_or(crate::topic_admin::DEFAULT_TIMEOUT, std::time::Duration::from_millis)
+}

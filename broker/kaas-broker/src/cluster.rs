@@ -30,6 +30,7 @@ pub struct Cluster {
     pub controller: Arc<Controller>,
     pub hub: Arc<HeartbeatHub>,
     pub incarnation: Uuid,
+    pub takeover_durations: takeover_driver::TakeoverDurations,
 }
 
 impl Cluster {
@@ -44,11 +45,16 @@ impl Cluster {
             session_timeout: settings.session_timeout,
             recompute_interval: Duration::from_secs(2),
             group_shards: kaas_groups::SHARD_COUNT,
+            mirror: settings.mirror.clone(),
+            ready_brokers: settings.ready_brokers.clone(),
         };
-        let topics = Arc::new(VolumeTopics::new(fs.clone(), layout.clone()));
+        let topics = Arc::new(match &settings.catalog {
+            Some(catalog) => VolumeTopics::filtered_by(fs.clone(), layout.clone(), catalog.clone()),
+            None => VolumeTopics::new(fs.clone(), layout.clone()),
+        });
         let controller = Controller::new(config, fs, layout, settings.lease.clone(), topics, hub.clone());
         let view = AssignmentView::new(broker_id, controller.lease_view(), HeartbeatStatus::new(), settings.fence_timeout);
-        Cluster { settings, view, controller, hub, incarnation: Uuid::new_v4() }
+        Cluster { settings, view, controller, hub, incarnation: Uuid::new_v4(), takeover_durations: Default::default() }
     }
 }
 
@@ -148,8 +154,9 @@ async fn resolve_controller(
     }
 }
 
-/// Follows assignment.json: on every push and every second, refresh topics from the volume,
-/// apply a newer assignment, and converge leadership to it.
+/// Follows assignment.json: on every push, every catalog event and every second, refresh
+/// topics from the volume, apply a newer assignment, and converge leadership to it. A catalog
+/// event also wakes the controller role (a topic created or deleted changes the placement).
 async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     let Some(cluster) = broker.cluster.as_ref() else { return };
     loop {
@@ -158,9 +165,16 @@ async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
         if let Ok(Err(e)) = outcome {
             warn!(error = %e, "following the assignment failed; retrying");
         }
+        let topics_changed = async {
+            match &cluster.settings.catalog {
+                Some(catalog) => catalog.changed().notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = cluster.view.heartbeat.assignment_changed.notified() => {}
+            _ = topics_changed => cluster.controller.recompute.notify_one(),
             _ = stop.changed() => return,
         }
     }
@@ -168,7 +182,12 @@ async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
 
 fn follow_round(broker: &Broker) -> Result<()> {
     let Some(cluster) = broker.cluster.as_ref() else { return Ok(()) };
-    broker.topics.refresh_from_volume()?;
+    match cluster.settings.catalog.as_ref().map(|c| c.live()) {
+        None => broker.topics.refresh_from_volume(None)?,
+        Some(Some(live)) => broker.topics.refresh_from_volume(Some(&live))?,
+        // Not synced yet: an empty list would look like every topic deleted.
+        Some(None) => {}
+    }
     if let Some(candidate) = assignment::read(&**broker.engine.fs(), broker.engine.layout())? {
         let (epoch, version) = (candidate.controller_epoch, candidate.assignment_version);
         match cluster.view.apply_if_new(candidate) {
@@ -178,8 +197,8 @@ fn follow_round(broker: &Broker) -> Result<()> {
         }
     }
     let current = cluster.view.current();
-    takeover_driver::reconcile(&broker.topics, &current, broker.config.node_id);
-    takeover_driver::reconcile_groups(&broker.groups, &current, broker.config.node_id);
+    takeover_driver::reconcile(&broker.topics, &current, broker.config.node_id, &cluster.takeover_durations);
+    takeover_driver::reconcile_groups(&broker.groups, &current, broker.config.node_id, &cluster.takeover_durations);
     Ok(())
 }
 

@@ -31,6 +31,13 @@ pub struct ClusterSettings {
     pub session_timeout: std::time::Duration,
     /// How long SIGTERM waits for the controller to move partitions away before relinquishing.
     pub drain_timeout: std::time::Duration,
+    /// The topics' source of truth (KafkaTopic resources); `None`: the volume is (brokers
+    /// create topic directories themselves, as in-process clusters do).
+    pub catalog: Option<std::sync::Arc<dyn crate::catalog::TopicCatalog>>,
+    /// Where the controller mirrors each assignment for humans (KafkaClusterAssignments).
+    pub mirror: Option<std::sync::Arc<dyn kaas_controller::mirror::AssignmentMirror>>,
+    /// Which brokers Kubernetes sees serving (EndpointSlices); `None`: heartbeats alone.
+    pub ready_brokers: Option<std::sync::Arc<dyn kaas_controller::endpoints::ReadyBrokers>>,
 }
 
 impl ClusterSettings {
@@ -47,6 +54,9 @@ impl ClusterSettings {
             fence_timeout: Duration::from_secs(2),
             session_timeout: Duration::from_secs(4),
             drain_timeout: Duration::from_secs(10),
+            catalog: None,
+            mirror: None,
+            ready_brokers: None,
         }
     }
 

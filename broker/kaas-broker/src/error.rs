@@ -31,6 +31,10 @@ pub enum Error {
     NotLeader(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("timed out: {0}")]
+    Timeout(String),
+    #[error("topic catalog: {0}")]
+    Catalog(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -67,6 +71,8 @@ impl Error {
             Error::InvalidConfig(_) => ResponseError::InvalidConfig,
             Error::InvalidRequest(_) => ResponseError::InvalidRequest,
             Error::NotLeader(_) => ResponseError::NotLeaderOrFollower,
+            Error::Timeout(_) => ResponseError::RequestTimedOut,
+            Error::Catalog(_) => ResponseError::UnknownServerError,
         }
     }
 

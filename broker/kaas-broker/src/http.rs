@@ -38,7 +38,7 @@ struct Metrics {
 }
 
 impl Metrics {
-    fn new() -> Metrics {
+    fn new(broker: &Broker) -> Metrics {
         let mut registry = Registry::with_prefix("kaas");
         let gauges = Gauges::default();
         registry.register("partitions_led", "Partitions this broker leads", gauges.partitions_led.clone());
@@ -48,6 +48,11 @@ impl Metrics {
         registry.register("is_controller", "1 while this broker holds the kaas-controller Lease", gauges.is_controller.clone());
         registry.register("fenced", "1 while this broker refuses writes (heartbeat unacknowledged)", gauges.fenced.clone());
         registry.register("draining", "1 once SIGTERM started a drain", gauges.draining.clone());
+        if let Some(cluster) = &broker.cluster {
+            let durations = &cluster.takeover_durations;
+            registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions.clone());
+            registry.register("group_shard_takeover_seconds", "Group shard take-over durations (log replay included)", durations.group_shards.clone());
+        }
         Metrics { registry, gauges }
     }
 
@@ -74,7 +79,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state((broker, Arc::new(Metrics::new())))
+        .with_state((broker.clone(), Arc::new(Metrics::new(&broker))))
 }
 
 async fn healthz(State((broker, _)): State<AppState>) -> Response {

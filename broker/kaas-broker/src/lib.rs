@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod broker;
+pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod connection;
@@ -20,6 +21,7 @@ pub mod leadership;
 pub mod router;
 pub mod server;
 pub mod takeover_driver;
+pub mod topic_admin;
 pub mod topic_config;
 pub mod topic_store;
 pub mod topics;

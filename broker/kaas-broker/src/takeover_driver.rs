@@ -10,11 +10,15 @@ use kaas_shared::names;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
 use crate::groups::Coordinator;
 use crate::topics::TopicRegistry;
 
 /// Converges the registry's leadership to `assignment` for broker `me`.
-pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32) {
+///
+/// Each take-over's duration (recovery scan included) is observed in `durations`.
+pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, durations: &TakeoverDurations) {
     let desired: BTreeMap<String, (Uuid, i32)> = assignment
         .led_by(me)
         .map(|(topic, partition, a)| (names::partition_key(topic, partition), (a.topic_id, a.leader_epoch)))
@@ -39,15 +43,21 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32) {
     }
     for (key, (id, epoch)) in &desired {
         let Ok((topic, partition)) = names::parse_partition_key(key) else { continue };
-        let led_now = registry
-            .get(topic)
-            .filter(|t| t.id == *id)
-            .and_then(|t| t.partition(partition))
-            .is_some_and(|p| p.is_leader() && p.leader_epoch() == *epoch);
-        if led_now {
+        let held = registry.get(topic).filter(|t| t.id == *id).and_then(|t| t.partition(partition));
+        let led_now = held.as_ref().is_some_and(|p| p.is_leader() && p.leader_epoch() == *epoch);
+        let failure = held.as_ref().and_then(|p| p.storage_failure());
+        if led_now && failure.is_none() {
             continue;
         }
-        match registry.take_over(topic, *id, partition, *epoch) {
+        if let Some(failure) = &failure {
+            // A failed write or fsync poisoned the log: re-running the take-over recovers it
+            // from the volume once the volume works again (retried every round until then).
+            info!(partition = %key, epoch, %failure, "re-taking over partition after a storage failure");
+        }
+        let started = std::time::Instant::now();
+        let outcome = registry.take_over(topic, *id, partition, *epoch);
+        durations.partitions.observe(started.elapsed().as_secs_f64());
+        match outcome {
             Ok(report) => info!(
                 partition = %key,
                 epoch,
@@ -63,7 +73,7 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32) {
 
 /// The GroupTakeoverDriver: owns exactly the group shards the assignment gives this broker, at
 /// their epochs; shards placed elsewhere are relinquished (persisted, then unloaded).
-pub fn reconcile_groups(groups: &Coordinator, assignment: &Assignment, me: i32) {
+pub fn reconcile_groups(groups: &Coordinator, assignment: &Assignment, me: i32, durations: &TakeoverDurations) {
     let version = assignment.assignment_version;
     for shard in 0..kaas_groups::SHARD_COUNT {
         let desired = assignment.consumer_groups.get(&shard).filter(|s| s.coordinator == me).map(|s| s.epoch);
@@ -83,10 +93,28 @@ pub fn reconcile_groups(groups: &Coordinator, assignment: &Assignment, me: i32) 
             }
         }
         if let Some(epoch) = desired {
-            match groups.take_over(shard, epoch) {
+            let started = std::time::Instant::now();
+            let outcome = groups.take_over(shard, epoch);
+            durations.group_shards.observe(started.elapsed().as_secs_f64());
+            match outcome {
                 Ok(()) => info!(shard, epoch, reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch), "took over group shard"),
                 Err(e) => warn!(shard, epoch, error = %e, "group shard take-over failed; retrying next round"),
             }
         }
+    }
+}
+
+/// How long take-overs take, for `/metrics`: the partition's recovery scan is most of it.
+#[derive(Debug, Clone)]
+pub struct TakeoverDurations {
+    pub partitions: Histogram,
+    pub group_shards: Histogram,
+}
+
+impl Default for TakeoverDurations {
+    fn default() -> TakeoverDurations {
+        // 1 ms .. ~65 s.
+        let buckets = || Histogram::new(exponential_buckets(0.001, 2.0, 17));
+        TakeoverDurations { partitions: buckets(), group_shards: buckets() }
     }
 }

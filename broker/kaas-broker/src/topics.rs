@@ -212,16 +212,8 @@ impl TopicRegistry {
     /// Grows a topic to `total` partitions.
     pub fn add_partitions(&self, name: &str, total: i32, validate_only: bool) -> Result<()> {
         let _admin = self.admin.lock();
-        let topic = self.get(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+        let topic = self.validate_growth(name, total)?;
         let current = topic.partition_count();
-        if total <= current {
-            return Err(Error::InvalidPartitions(format!(
-                "topic currently has {current} partitions, which is higher than or equal to the requested {total}"
-            )));
-        }
-        if total > MAX_PARTITIONS {
-            return Err(Error::InvalidPartitions(format!("at most {MAX_PARTITIONS} partitions")));
-        }
         if validate_only {
             return Ok(());
         }
@@ -235,6 +227,21 @@ impl TopicRegistry {
         topic.state.write().partitions.extend(added);
         info!(topic = %name, from = current, to = total, "partitions added");
         Ok(())
+    }
+
+    /// Checks that `name` exists and may grow to `total` partitions.
+    pub fn validate_growth(&self, name: &str, total: i32) -> Result<Arc<Topic>> {
+        let topic = self.get(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
+        let current = topic.partition_count();
+        if total <= current {
+            return Err(Error::InvalidPartitions(format!(
+                "topic currently has {current} partitions, which is higher than or equal to the requested {total}"
+            )));
+        }
+        if total > MAX_PARTITIONS {
+            return Err(Error::InvalidPartitions(format!("at most {MAX_PARTITIONS} partitions")));
+        }
+        Ok(topic)
     }
 
     /// Replaces a topic's configs (validated) and applies them to its partitions.
@@ -297,9 +304,16 @@ impl TopicRegistry {
     /// Cluster mode: opens topics that appeared on the volume and abandons topics whose
     /// directory no longer carries their identity (deleted, or deleted and recreated). A
     /// recreated topic is opened afresh under its new identity.
-    pub fn refresh_from_volume(&self) -> Result<()> {
+    ///
+    /// With `live` (the catalog's name → id of live topics), a directory is a topic only while
+    /// a live topic carries its identity: a deleted topic is abandoned as soon as the catalog
+    /// says so, before any reassignment, and a stale directory is never opened.
+    pub fn refresh_from_volume(&self, live: Option<&BTreeMap<String, Uuid>>) -> Result<()> {
         let Some(store) = &self.store else { return Ok(()) };
-        let on_disk = store.load_all()?;
+        let mut on_disk = store.load_all()?;
+        if let Some(live) = live {
+            on_disk.retain(|f| live.get(&f.name) == Some(&f.topic_id));
+        }
         let _admin = self.admin.lock();
         for known in self.list() {
             if !on_disk.iter().any(|f| f.name == known.name && f.topic_id == known.id) {

@@ -33,6 +33,10 @@ pub struct ControllerConfig {
     /// Recompute at least this often while controller.
     pub recompute_interval: Duration,
     pub group_shards: u32,
+    /// Where each written assignment is mirrored for humans (KafkaClusterAssignments).
+    pub mirror: Option<Arc<dyn crate::mirror::AssignmentMirror>>,
+    /// Which brokers' endpoints are serving (EndpointSlices); narrows the heartbeat alive set.
+    pub ready_brokers: Option<Arc<dyn crate::endpoints::ReadyBrokers>>,
 }
 
 /// The Lease as this broker last saw it: who controls, at which epoch.
@@ -106,14 +110,20 @@ impl Controller {
         let current = self.lease.get().await?;
         let floor = assignment::read(&*self.fs, &self.layout).ok().flatten().map_or(0, |a| a.controller_epoch);
         let now = SystemTime::now();
-        let action = decide(&self.config.identity, now, current.as_ref().map(|l| &l.state), floor);
+        let holding = matches!(self.hub.role(), Role::Controller { .. });
+        let action = decide(&self.config.identity, holding, now, current.as_ref().map(|l| &l.state), floor);
         let version = current.as_ref().map(|l| l.version.clone());
         let held_epoch = current.as_ref().map_or(0, |l| l.state.transitions);
         let role = match action {
             LeaseAction::Acquire { transitions } => {
                 let state = self.held(now, transitions);
                 if self.lease.put(state, version).await? {
-                    info!(epoch = transitions, identity = %self.config.identity, reason = "lease free or expired", "won the controller lease");
+                    let reason = match current.as_ref().and_then(|l| l.state.holder.as_deref()) {
+                        Some(holder) if holder == self.config.identity => "held by an earlier incarnation of this pod",
+                        Some(_) => "lease expired",
+                        None => "lease free",
+                    };
+                    info!(epoch = transitions, identity = %self.config.identity, reason, "won the controller lease");
                     Role::Controller { epoch: transitions }
                 } else {
                     Role::Follower
@@ -168,7 +178,8 @@ impl Controller {
         let sessions = self.hub.alive(self.config.session_timeout);
         let registered: BTreeMap<i32, brokers::BrokerRegistration> =
             brokers::list(&*self.fs, &self.layout)?.into_iter().map(|r| (r.broker_id, r)).collect();
-        let mut alive: BTreeSet<i32> = sessions.keys().copied().filter(|id| registered.contains_key(id)).collect();
+        let heartbeating: BTreeSet<i32> = sessions.keys().copied().filter(|id| registered.contains_key(id)).collect();
+        let mut alive = crate::endpoints::narrow(heartbeating, self.config.ready_brokers.as_ref().and_then(|r| r.ready()));
         if in_grace {
             // A freshly elected controller has not heard from everyone yet: brokers of the
             // previous assignment that are still registered keep their work meanwhile.
@@ -198,6 +209,9 @@ impl Controller {
         assignment::write(&*self.fs, &self.layout, &next)?;
         info!(epoch, version = next.assignment_version, partitions = next.partitions.len(), brokers = ?next.brokers.keys().collect::<Vec<_>>(), "assignment written");
         self.hub.push_assignment_changed(epoch, next.assignment_version);
+        if let Some(mirror) = &self.config.mirror {
+            mirror.publish(&next);
+        }
         Ok(())
     }
 

@@ -13,6 +13,8 @@ pub enum Error {
     Status(#[from] tonic::Status),
     #[error("no controller is known yet")]
     NoController,
+    #[error("the list of live topics is not known yet")]
+    TopicsNotSynced,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -54,13 +54,17 @@ pub enum LeaseAction {
 }
 
 /// The election decision. `floor` is the highest controller epoch seen on the volume: a new
-/// epoch is always above it, even if the Lease object was deleted and recreated.
-pub fn decide(me: &str, now: SystemTime, current: Option<&LeaseState>, floor: i64) -> LeaseAction {
+/// epoch is always above it, even if the Lease object was deleted and recreated. `holding`
+/// says whether this process won the Lease it sees: a Lease in our name that this process
+/// never won belongs to an earlier incarnation of this pod (killed, or a paused zombie), and is
+/// taken over at a new epoch that fences whatever that incarnation still writes.
+pub fn decide(me: &str, holding: bool, now: SystemTime, current: Option<&LeaseState>, floor: i64) -> LeaseAction {
     let next = |t: i64| t.max(floor).saturating_add(1);
     match current {
         None => LeaseAction::Acquire { transitions: next(0) },
         Some(s) => match &s.holder {
-            Some(holder) if holder == me => LeaseAction::Renew,
+            Some(holder) if holder == me && holding => LeaseAction::Renew,
+            Some(holder) if holder == me => LeaseAction::Acquire { transitions: next(s.transitions) },
             Some(holder) if !expired(s, now) => LeaseAction::Follow { holder: holder.clone(), transitions: s.transitions },
             _ => LeaseAction::Acquire { transitions: next(s.transitions) },
         },
@@ -127,17 +131,19 @@ mod tests {
 
     #[test]
     fn decisions() {
-        assert_eq!(decide("kaas-0", now(), None, 0), LeaseAction::Acquire { transitions: 1 });
-        assert_eq!(decide("kaas-0", now(), Some(&held("kaas-0", 3, 4)), 0), LeaseAction::Renew);
+        assert_eq!(decide("kaas-0", true, now(), None, 0), LeaseAction::Acquire { transitions: 1 });
+        assert_eq!(decide("kaas-0", true, now(), Some(&held("kaas-0", 3, 4)), 0), LeaseAction::Renew);
         assert_eq!(
-            decide("kaas-1", now(), Some(&held("kaas-0", 3, 4)), 0),
+            decide("kaas-1", false, now(), Some(&held("kaas-0", 3, 4)), 0),
             LeaseAction::Follow { holder: "kaas-0".into(), transitions: 4 }
         );
-        assert_eq!(decide("kaas-1", now(), Some(&held("kaas-0", 30, 4)), 0), LeaseAction::Acquire { transitions: 5 });
+        assert_eq!(decide("kaas-1", false, now(), Some(&held("kaas-0", 30, 4)), 0), LeaseAction::Acquire { transitions: 5 });
         let released = LeaseState { holder: None, ..held("x", 0, 7) };
-        assert_eq!(decide("kaas-1", now(), Some(&released), 0), LeaseAction::Acquire { transitions: 8 });
+        assert_eq!(decide("kaas-1", false, now(), Some(&released), 0), LeaseAction::Acquire { transitions: 8 });
         // A recreated Lease never rewinds below the epoch already on the volume.
-        assert_eq!(decide("kaas-1", now(), None, 12), LeaseAction::Acquire { transitions: 13 });
+        assert_eq!(decide("kaas-1", false, now(), None, 12), LeaseAction::Acquire { transitions: 13 });
+        // A restarted pod finds the Lease still in its name: a new epoch, not a renewal.
+        assert_eq!(decide("kaas-0", false, now(), Some(&held("kaas-0", 3, 4)), 0), LeaseAction::Acquire { transitions: 5 });
     }
 
     #[tokio::test]

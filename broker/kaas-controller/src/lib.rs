@@ -4,14 +4,17 @@
 //! - [`balancer`]: partition leaders and group-shard coordinators, even, sticky, minimal moves;
 //! - [`controller`]: the loop that recomputes and writes assignment.json while holding the Lease;
 //! - [`heartbeat_server`] / [`heartbeat_client`]: the gRPC stream every broker keeps open to the
-//!   controller, which is both the alive set and the ASSIGNMENT_CHANGED push.
+//!   controller, which is both the alive set and the ASSIGNMENT_CHANGED push;
+//! - [`topics`], [`endpoints`] and [`mirror`]: the narrow traits behind which the Kubernetes API sits.
 
 pub mod balancer;
 pub mod controller;
+pub mod endpoints;
 pub mod error;
 pub mod heartbeat_client;
 pub mod heartbeat_server;
 pub mod lease;
+pub mod mirror;
 pub mod topics;
 
 /// Code generated from proto/heartbeat.proto.

@@ -1,11 +1,15 @@
 //! Where the controller learns which topics exist.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
 use kaas_shared::{identity, topic_file};
 use tracing::warn;
+use uuid::Uuid;
 
-use crate::Result;
+use crate::{Error, Result};
 use crate::balancer::TopicInfo;
 
 /// The topics the cluster should serve. In Kubernetes these are the KafkaTopic resources; the
@@ -14,22 +18,43 @@ pub trait TopicSource: Send + Sync + std::fmt::Debug {
     fn list(&self) -> Result<Vec<TopicInfo>>;
 }
 
+/// The topics that exist by the cluster's source of truth (the KafkaTopic resources), by name
+/// and identity. A topic directory is served only while a live topic of that name carries its
+/// identity: a deleted topic's directory, or an earlier incarnation's, is never taken over.
+pub trait LiveTopics: Send + Sync + std::fmt::Debug {
+    /// Name → topic id of every live topic; `None` until the first complete list is known (a
+    /// half-synced list would look like a mass deletion).
+    fn live(&self) -> Option<BTreeMap<String, Uuid>>;
+}
+
 /// Topics as the topic directories on the volume describe them: topic.json whose identity
-/// stamp agrees. Directories being reclaimed (names starting with '.') are not topics.
+/// stamp agrees, and, when a [`LiveTopics`] is given, whose identity is that of a live topic.
+/// Directories being reclaimed (names starting with '.') are not topics.
 #[derive(Debug, Clone)]
 pub struct VolumeTopics {
     fs: FsRef,
     layout: Layout,
+    live: Option<Arc<dyn LiveTopics>>,
 }
 
 impl VolumeTopics {
+    /// Every stamped topic directory is a topic (in-process clusters without Kubernetes).
     pub fn new(fs: FsRef, layout: Layout) -> VolumeTopics {
-        VolumeTopics { fs, layout }
+        VolumeTopics { fs, layout, live: None }
+    }
+
+    /// Only directories whose identity is that of a live topic are topics.
+    pub fn filtered_by(fs: FsRef, layout: Layout, live: Arc<dyn LiveTopics>) -> VolumeTopics {
+        VolumeTopics { fs, layout, live: Some(live) }
     }
 }
 
 impl TopicSource for VolumeTopics {
     fn list(&self) -> Result<Vec<TopicInfo>> {
+        let live = match &self.live {
+            None => None,
+            Some(source) => Some(source.live().ok_or(Error::TopicsNotSynced)?),
+        };
         let root = self.layout.root();
         let entries = self.fs.list_dir(root).map_err(|e| kaas_shared::Error::io("list", root, e))?;
         let mut topics = Vec::new();
@@ -38,6 +63,11 @@ impl TopicSource for VolumeTopics {
             let Some(file) = topic_file::read(&*self.fs, &dir)? else { continue };
             if file.name != entry.name || identity::verify(&*self.fs, &dir, file.topic_id).is_err() {
                 warn!(dir = %dir.display(), "topic.json and identity stamp disagree; not placing this topic");
+                continue;
+            }
+            if live.as_ref().is_some_and(|live| live.get(&file.name) != Some(&file.topic_id)) {
+                // Deleted (or replaced) in the source of truth: never placed again, so its
+                // leader abandons it and reclamation can proceed.
                 continue;
             }
             topics.push(TopicInfo { name: file.name, id: file.topic_id, partitions: file.partitions });

@@ -34,6 +34,8 @@ fn config(identity: &str, id: i32) -> ControllerConfig {
         session_timeout: Duration::from_secs(1),
         recompute_interval: Duration::from_millis(200),
         group_shards: 2,
+        mirror: None,
+        ready_brokers: None,
     }
 }
 

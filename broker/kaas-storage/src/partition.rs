@@ -125,6 +125,12 @@ impl Partition {
         self.shared.topic_id
     }
 
+    /// Why this partition refuses writes after a failed write or fsync, if it does; a new
+    /// take_over (at the same epoch) re-runs recovery and clears it once the volume works.
+    pub fn storage_failure(&self) -> Option<String> {
+        self.lock().poisoned.clone()
+    }
+
     /// Whether this engine currently leads the partition.
     pub fn is_leader(&self) -> bool {
         self.lock().role == Role::Leader
@@ -218,7 +224,13 @@ impl Partition {
         if let Some(reason) = &st.poisoned {
             return Err(Error::StorageFailure(reason.clone()));
         }
-        st.sync_all_now(&self.shared)?;
+        match st.sync_all_now(&self.shared) {
+            Err(Error::FencedLeaderEpoch { current, .. }) => {
+                tracing::info!(dir = %dir.display(), epoch = st.leader_epoch, newer = current, "superseded while relinquishing; the last writes are not acknowledged");
+                return Ok(());
+            }
+            result => result?,
+        }
         producer_snapshot::write(fs, dir, st.leader_epoch, st.log_end_offset, &st.producers)?;
         manifest::write(fs, dir, &st.manifest())
     }

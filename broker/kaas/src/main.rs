@@ -5,7 +5,10 @@
 //! With `MY_POD_NAME` (a StatefulSet pod `<name>-<ordinal>`) it joins the cluster on the shared
 //! volume: the `kaas-controller` Lease, heartbeats, assignment.json (seed 003).
 
+mod kube_endpoints;
 mod kube_lease;
+mod kube_mirror;
+mod kube_topics;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -72,6 +75,16 @@ struct Args {
     /// Cluster mode: the controller Lease's name.
     #[arg(long, env = "KAAS_LEASE_NAME", default_value = "kaas-controller")]
     lease_name: String,
+    /// Cluster mode: the KafkaCluster this broker belongs to. With it, the KafkaTopic resources
+    /// of that cluster are the topics (Kafka-API topic admin creates, patches and deletes them)
+    /// and the controller mirrors assignments into KafkaClusterAssignments `<name>`; without
+    /// it, brokers manage topic directories on the volume themselves.
+    #[arg(long, env = "KAAS_CLUSTER_NAME")]
+    cluster_name: Option<String>,
+    /// Cluster mode: the brokers' headless Service; its EndpointSlices' serving conditions
+    /// narrow the controller's alive set (heartbeat-connected ∩ serving).
+    #[arg(long, env = "KAAS_HEADLESS_SERVICE")]
+    headless_service: Option<String>,
     /// Cluster mode: where the heartbeat gRPC server binds.
     #[arg(long, env = "KAAS_HEARTBEAT_LISTEN", default_value = "0.0.0.0:9094")]
     heartbeat_listen: SocketAddr,
@@ -193,16 +206,30 @@ async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSetti
         None => client.default_namespace().to_string(),
     };
     let ms = std::time::Duration::from_millis;
+    let (catalog, mirror) = match &args.cluster_name {
+        Some(cluster) => {
+            let catalog: std::sync::Arc<dyn kaas_broker::catalog::TopicCatalog> = kube_topics::KubeTopics::start(client.clone(), &namespace, cluster);
+            let mirror: std::sync::Arc<dyn kaas_controller::mirror::AssignmentMirror> =
+                std::sync::Arc::new(kube_mirror::KubeMirror::start(client.clone(), &namespace, cluster));
+            (Some(catalog), Some(mirror))
+        }
+        None => (None, None),
+    };
     Ok(ClusterSettings {
         identity: pod.to_string(),
         heartbeat_listen: args.heartbeat_listen,
         heartbeat_advertise: args.heartbeat_advertise.clone().unwrap_or_default(),
-        lease: std::sync::Arc::new(kube_lease::KubeLease::new(client, &namespace, &args.lease_name)),
+        lease: std::sync::Arc::new(kube_lease::KubeLease::new(client.clone(), &namespace, &args.lease_name)),
         lease_duration: ms(args.lease_duration_ms),
         renew_interval: ms((args.lease_duration_ms / 5).clamp(200, 2_000)),
         fence_timeout: ms(args.fence_timeout_ms),
         session_timeout: ms(args.session_timeout_ms),
         drain_timeout: ms(args.drain_timeout_ms),
+        catalog,
+        mirror,
+        ready_brokers: args.headless_service.as_deref().map(|service| {
+            std::sync::Arc::new(kube_endpoints::KubeEndpoints::start(client.clone(), &namespace, service)) as std::sync::Arc<dyn kaas_controller::endpoints::ReadyBrokers>
+        }),
     })
 }
 
@@ -241,7 +268,9 @@ async fn shutdown_signal() {
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only for a terminal: pod logs and test output get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -80,3 +80,35 @@ pub struct GroupAssignment {
     /// Coordinating broker id.
     pub coordinator: i32,
 }
+
+impl KafkaClusterAssignmentsSpec {
+    /// The mirror of one assignment.json, partitions and shards in key order.
+    pub fn of(assignment: &crate::assignment::Assignment) -> KafkaClusterAssignmentsSpec {
+        let partitions: Vec<PartitionAssignment> = assignment
+            .partitions
+            .iter()
+            .filter_map(|(key, p)| {
+                let (topic, partition) = crate::names::parse_partition_key(key).ok()?;
+                Some(PartitionAssignment {
+                    topic: topic.to_string(),
+                    partition,
+                    topic_id: p.topic_id.to_string(),
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                })
+            })
+            .collect();
+        KafkaClusterAssignmentsSpec {
+            controller_id: assignment.controller_id,
+            controller_epoch: assignment.controller_epoch,
+            assignment_version: assignment.assignment_version,
+            partition_count: i32::try_from(partitions.len()).unwrap_or(i32::MAX),
+            partitions,
+            consumer_groups: assignment
+                .consumer_groups
+                .iter()
+                .map(|(shard, s)| GroupAssignment { shard: i32::try_from(*shard).unwrap_or(i32::MAX), coordinator: s.coordinator })
+                .collect(),
+        }
+    }
+}

@@ -13,10 +13,9 @@ use crate::error::Error;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: AlterConfigsRequest) -> Reply<AlterConfigsResponse> {
-    let responses = request
-        .resources
-        .into_iter()
-        .map(|resource| {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for resource in request.resources {
+        responses.push({
             let response = AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
@@ -26,7 +25,7 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: AlterC
                 .filter_map(|c| c.value.map(|v| (c.name.to_string(), v.to_string())))
                 .collect();
             let outcome = if resource.resource_type == TOPIC {
-                broker.topics.set_configs(&resource.resource_name, configs, request.validate_only)
+                crate::topic_admin::set_configs(broker, &resource.resource_name, configs, request.validate_only).await
             } else {
                 Err(read_only_resource(resource.resource_type))
             };
@@ -34,8 +33,8 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: AlterC
                 Ok(()) => response,
                 Err(e) => response.with_error_code(e.code()).with_error_message(Some(str_bytes(e.to_string()))),
             }
-        })
-        .collect();
+        });
+    }
     Reply::Now(AlterConfigsResponse::default().with_responses(responses))
 }
 

@@ -2,13 +2,14 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
-use super::str_bytes;
+use super::{admin_timeout, str_bytes};
 use crate::broker::Broker;
 use crate::error::Error;
 use crate::router::{Reply, RequestContext};
@@ -18,16 +19,17 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Create
     let mut seen = HashSet::new();
     let duplicated: HashSet<String> =
         request.topics.iter().map(|t| t.name.0.to_string()).filter(|n| !seen.insert(n.clone())).collect();
-    let topics = request
-        .topics
-        .into_iter()
-        .map(|wanted| {
-            let name = wanted.name.0.to_string();
-            let result = CreatableTopicResult::default().with_name(wanted.name.clone());
-            if duplicated.contains(&name) {
-                return failed(result, &Error::InvalidRequest(format!("topic {name} appears more than once in the request")));
-            }
-            match create(broker, wanted, request.validate_only) {
+    let timeout = admin_timeout(request.timeout_ms);
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for wanted in request.topics {
+        let name = wanted.name.0.to_string();
+        let result = CreatableTopicResult::default().with_name(wanted.name.clone());
+        if duplicated.contains(&name) {
+            topics.push(failed(result, &Error::InvalidRequest(format!("topic {name} appears more than once in the request"))));
+            continue;
+        }
+        topics.push({
+            match create(broker, wanted, request.validate_only, timeout).await {
                 Ok((new, id)) => {
                     let configs = super::describe_configs::topic_entries(broker, &new.configs, None, false)
                         .into_iter()
@@ -48,8 +50,8 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Create
                 }
                 Err(e) => failed(result, &e),
             }
-        })
-        .collect();
+        });
+    }
     Reply::Now(CreateTopicsResponse::default().with_topics(topics))
 }
 
@@ -62,7 +64,7 @@ fn failed(result: CreatableTopicResult, e: &Error) -> CreatableTopicResult {
         .with_topic_config_error_code(ResponseError::UnknownServerError.code())
 }
 
-fn create(broker: &Broker, wanted: CreatableTopic, validate_only: bool) -> Result<(NewTopic, uuid::Uuid), Error> {
+async fn create(broker: &Arc<Broker>, wanted: CreatableTopic, validate_only: bool, timeout: Duration) -> Result<(NewTopic, uuid::Uuid), Error> {
     let brokers = 1;
     if wanted.replication_factor != -1 && (wanted.replication_factor < 1 || i32::from(wanted.replication_factor) > brokers) {
         return Err(Error::InvalidReplicationFactor(format!(
@@ -99,6 +101,6 @@ fn create(broker: &Broker, wanted: CreatableTopic, validate_only: bool) -> Resul
         broker.topics.validate_new(&new)?;
         return Ok((new, uuid::Uuid::nil()));
     }
-    let topic = broker.topics.create(new.clone())?;
-    Ok((new, topic.id))
+    let id = crate::topic_admin::create(broker, new.clone(), timeout).await?;
+    Ok((new, id))
 }

@@ -7,7 +7,7 @@ use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 use uuid::Uuid;
 
-use super::{str_bytes, topic_name};
+use super::{admin_timeout, str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
@@ -17,9 +17,10 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteT
     } else {
         request.topic_names.into_iter().map(|n| (Some(n.0.to_string()), Uuid::nil())).collect()
     };
-    let responses = wanted
-        .into_iter()
-        .map(|(name, id)| {
+    let timeout = admin_timeout(request.timeout_ms);
+    let mut responses = Vec::with_capacity(wanted.len());
+    for (name, id) in wanted {
+        responses.push({
             let name = match name {
                 Some(name) => Ok(name),
                 None => broker.topics.get_by_id(&id).map(|t| t.name.clone()).ok_or(ResponseError::UnknownTopicId),
@@ -27,15 +28,15 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteT
             let result = DeletableTopicResult::default().with_topic_id(id);
             match name {
                 Err(e) => result.with_error_code(e.code()),
-                Ok(name) => match broker.topics.delete(&name) {
-                    Ok(topic) => result.with_name(Some(topic_name(name))).with_topic_id(topic.id),
+                Ok(name) => match crate::topic_admin::delete(broker, &name, timeout).await {
+                    Ok(deleted) => result.with_name(Some(topic_name(name))).with_topic_id(deleted),
                     Err(e) => result
                         .with_name(Some(topic_name(name)))
                         .with_error_code(e.code())
                         .with_error_message(Some(str_bytes(e.to_string()))),
                 },
             }
-        })
-        .collect();
+        });
+    }
     Reply::Now(DeleteTopicsResponse::default().with_responses(responses))
 }

@@ -21,15 +21,14 @@ const APPEND: i8 = 2;
 const SUBTRACT: i8 = 3;
 
 pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: IncrementalAlterConfigsRequest) -> Reply<IncrementalAlterConfigsResponse> {
-    let responses = request
-        .resources
-        .into_iter()
-        .map(|resource| {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for resource in request.resources {
+        responses.push({
             let response = AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
             let outcome = if resource.resource_type == TOPIC {
-                alter_topic(broker, &resource.resource_name, &resource.configs, request.validate_only)
+                alter_topic(broker, &resource.resource_name, &resource.configs, request.validate_only).await
             } else {
                 Err(read_only_resource(resource.resource_type))
             };
@@ -37,15 +36,15 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Increm
                 Ok(()) => response,
                 Err(e) => response.with_error_code(e.code()).with_error_message(Some(str_bytes(e.to_string()))),
             }
-        })
-        .collect();
+        });
+    }
     Reply::Now(IncrementalAlterConfigsResponse::default().with_responses(responses))
 }
 
-fn alter_topic(broker: &Broker, name: &str, ops: &[AlterableConfig], validate_only: bool) -> Result<()> {
+async fn alter_topic(broker: &Arc<Broker>, name: &str, ops: &[AlterableConfig], validate_only: bool) -> Result<()> {
     let topic = broker.topics.get(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
     let configs = apply(topic.configs(), ops, |key| topic_config::default_value_of(key, broker.topics.log_defaults()))?;
-    broker.topics.set_configs(name, configs, validate_only)
+    crate::topic_admin::set_configs(broker, name, configs, validate_only).await
 }
 
 /// Applies the operations in order to a topic's set configs.

@@ -21,15 +21,14 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
         broker.topics.list().iter().map(|t| describe_topic(broker, t)).collect()
     } else {
         let auto_create = broker.config.auto_create_topics && (ctx.version < 4 || request.allow_auto_topic_creation);
-        request
-            .topics
-            .unwrap_or_default()
-            .into_iter()
-            .map(|wanted| match wanted.name {
-                Some(name) => lookup_by_name(broker, &name, auto_create),
+        let mut topics = Vec::new();
+        for wanted in request.topics.unwrap_or_default() {
+            topics.push(match wanted.name {
+                Some(name) => lookup_by_name(broker, &name, auto_create).await,
                 None => lookup_by_id(broker, wanted.topic_id),
-            })
-            .collect()
+            });
+        }
+        topics
     };
     Reply::Now(
         MetadataResponse::default()
@@ -41,7 +40,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
     )
 }
 
-fn lookup_by_name(broker: &Broker, name: &str, auto_create: bool) -> MetadataResponseTopic {
+async fn lookup_by_name(broker: &Arc<Broker>, name: &str, auto_create: bool) -> MetadataResponseTopic {
     if let Some(topic) = broker.topics.get(name) {
         return describe_topic(broker, &topic);
     }
@@ -56,10 +55,14 @@ fn lookup_by_name(broker: &Broker, name: &str, auto_create: bool) -> MetadataRes
         partitions: broker.config.default_partitions,
         configs: Default::default(),
     };
-    match broker.topics.create(new) {
-        Ok(topic) => {
+    match crate::topic_admin::auto_create(broker, new).await {
+        Ok(Some(topic)) => {
             info!(topic = %name, reason = "metadata request with auto-create", "topic auto-created");
             describe_topic(broker, &topic)
+        }
+        Ok(None) => {
+            info!(topic = %name, reason = "metadata request with auto-create", "topic creation requested");
+            missing(ResponseError::LeaderNotAvailable)
         }
         // Lost a race with another creator: answer with what now exists.
         Err(crate::Error::TopicExists(_)) => match broker.topics.get(name) {

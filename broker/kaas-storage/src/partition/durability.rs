@@ -4,6 +4,13 @@
 //! the log end offset captured when it started, and every waiter at or below it is woken. A
 //! failed fsync poisons the partition: the page cache may have dropped the dirty pages, so
 //! nothing after the last good sync can be trusted until take_over recovers the log.
+//!
+//! Before the high watermark moves, the leader re-reads the partition's manifest: a new
+//! leader writes its epoch there before it reads the log (see `take_over`), so a leader that
+//! finds a newer epoch after its fdatasync has been deposed and must not acknowledge — the new
+//! leader may have computed its log end before these bytes landed, and its new-epoch segment
+//! would shadow them. A leader that finds no newer epoch knows the new leader (if any) will
+//! read the log only after these bytes were durable, so they are part of the log it continues.
 
 use std::sync::Arc;
 
@@ -20,6 +27,8 @@ struct SyncJob {
     files: Vec<(i64, Arc<dyn File>, u64)>,
     /// Log end offset when the job started: the high watermark once it succeeds.
     end_offset: i64,
+    /// The leader epoch the bytes were written under.
+    epoch: i32,
 }
 
 impl Partition {
@@ -73,13 +82,21 @@ fn run_sync(shared: &Shared, mut job: SyncJob) {
         // visible to consumers only after this returns, so a crash or power loss can never
         // take back an acknowledged or consumed record.
         let result = job.files.iter().try_for_each(|(_, f, _)| f.sync_data());
+        let newer = result.as_ref().ok().map(|()| newer_epoch_on_disk(shared, job.epoch));
         let mut st = shared.state.lock();
         if st.generation != job.generation {
             return; // The role changed while we synced: nothing here belongs to it.
         }
         st.sync_in_flight = false;
-        match result {
-            Ok(()) => {
+        match (result, newer) {
+            (Ok(()), Some(Err(e))) => {
+                st.poison(format!("reading the manifest after fdatasync failed: {e}"));
+            }
+            (Ok(()), Some(Ok(Some(newer)))) => {
+                tracing::info!(dir = %shared.dir.display(), epoch = job.epoch, newer, reason = "a newer leader took over", "deposed: not acknowledging the last writes");
+                st.release(Role::Follower);
+            }
+            (Ok(()), _) => {
                 for (base, _, size) in &job.files {
                     if let Some(seg) = st.segments.iter_mut().find(|s| s.base_offset == *base) {
                         seg.synced = seg.synced.max(*size);
@@ -87,7 +104,7 @@ fn run_sync(shared: &Shared, mut job: SyncJob) {
                 }
                 st.high_watermark = st.high_watermark.max(job.end_offset);
             }
-            Err(e) => {
+            (Err(e), _) => {
                 st.poison(format!("fdatasync failed: {e}"));
             }
         }
@@ -112,6 +129,7 @@ impl State {
             generation: self.generation,
             files: self.unsynced_files(),
             end_offset: self.log_end_offset,
+            epoch: self.leader_epoch,
         })
     }
 
@@ -135,8 +153,17 @@ impl State {
                 seg.synced = seg.synced.max(size);
             }
         }
+        if let Some(newer) = newer_epoch_on_disk(shared, self.leader_epoch)? {
+            return Err(Error::FencedLeaderEpoch { requested: self.leader_epoch, current: newer });
+        }
         self.high_watermark = self.log_end_offset;
         shared.hwm.send_replace(self.high_watermark);
         Ok(())
     }
+}
+
+/// The epoch in the partition's manifest when it is newer than `epoch` (we were deposed).
+fn newer_epoch_on_disk(shared: &Shared, epoch: i32) -> Result<Option<i32>> {
+    let on_disk = crate::manifest::read(&*shared.fs, &shared.dir)?;
+    Ok(on_disk.map(|m| m.epoch).filter(|e| *e > epoch))
 }

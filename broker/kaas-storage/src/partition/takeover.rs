@@ -72,6 +72,21 @@ impl Partition {
                 current: previous_epoch,
             });
         }
+        // Claim the epoch before reading the log: the deposed leader re-reads the manifest
+        // after each fdatasync and acknowledges only while no newer epoch is there, so every
+        // byte it acknowledged was durable before this rename, and is in the log read below.
+        // Atomic (temp + fsync + rename), idempotent (the same epoch again), fenced (only an
+        // epoch at or above every epoch on the volume gets here).
+        if manifest.map(|m| m.epoch) != Some(epoch) {
+            let claim = manifest::Manifest {
+                epoch,
+                high_watermark: manifest.map_or(0, |m| m.high_watermark),
+                log_start_offset: manifest.map_or(0, |m| m.log_start_offset),
+            };
+            manifest::write(fs, dir, &claim)?;
+        }
+        // Listed again: the deposed leader may have rolled a segment since the first look.
+        let listing = listing::list(fs, dir)?;
         for name in &listing.garbage {
             let path = dir.join(name);
             match fs.remove_file(&path) {

@@ -1,0 +1,517 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"kaas/e2e/harness"
+)
+
+const ns = "demo"
+
+// The cluster under test: three brokers, one per node (each node has its own NFS mount), with
+// short timeouts so that failover fits a test run.
+const clusterYAML = `
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: shared, namespace: demo}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: kaas-e2e-rwx
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: kc, namespace: demo}
+spec:
+  replicas: 3
+  version: 0.1.0
+  storage: {existingClaim: shared}
+  listener: {advertise: PodIp}
+  timeouts: {fenceTimeoutMs: 3000, sessionTimeoutMs: 5000}
+  config: {lease.duration.ms: "5000", housekeeping.interval.ms: "1000", drain.timeout.ms: "20000"}
+  podTemplate:
+    affinity:
+      podAntiAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app.kubernetes.io/component: broker}}
+          topologyKey: kubernetes.io/hostname
+`
+
+func topicYAML(name string, partitions int, extra string) string {
+	return fmt.Sprintf("apiVersion: kaas.dev/v1alpha1\nkind: KafkaTopic\nmetadata: {name: %s, namespace: demo}\nspec: {clusterRef: kc, partitions: %d%s}\n", name, partitions, extra)
+}
+
+// assignment is the part of __cluster/assignment.json the scenarios look at.
+type assignment struct {
+	ControllerEpoch   int64 `json:"controllerEpoch"`
+	AssignmentVersion int64 `json:"assignmentVersion"`
+	ControllerID      int   `json:"controllerId"`
+	Partitions        map[string]struct {
+		TopicID     string `json:"topicId"`
+		Leader      int    `json:"leader"`
+		LeaderEpoch int    `json:"leaderEpoch"`
+	} `json:"partitions"`
+}
+
+func readAssignment(export string) (assignment, error) {
+	var a assignment
+	b, err := os.ReadFile(filepath.Join(export, "__cluster", "assignment.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &a)
+	}
+	return a, err
+}
+
+type seedsEnv struct {
+	*harness.Cluster
+	export string
+	nfs    *nfs
+}
+
+func (e *seedsEnv) jp(kind, name, path string) string {
+	out, err := e.Kubectl("-n", ns, "get", kind, name, "-o", "jsonpath={"+path+"}")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(out)
+}
+
+func (e *seedsEnv) waitJP(timeout time.Duration, kind, name, path, want string) {
+	e.Eventually(timeout, fmt.Sprintf("%s/%s %s = %q", kind, name, path, want), func() (bool, error) {
+		got := e.jp(kind, name, path)
+		return got == want, fmt.Errorf("got %q", got)
+	})
+}
+
+// seeds are the three brokers' Kafka addresses.
+func (e *seedsEnv) seeds() []string {
+	var out []string
+	for i := range 3 {
+		out = append(out, e.PodAddr(ns, fmt.Sprintf("kc-%d", i), 9092))
+	}
+	return out
+}
+
+// leaderOf is the broker leading topic/partition in the current assignment.
+func (e *seedsEnv) leaderOf(t *testing.T, topic string, partition int) (int, int) {
+	t.Helper()
+	a, err := readAssignment(e.export)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := a.Partitions[fmt.Sprintf("%s/%d", topic, partition)]
+	if !ok {
+		t.Fatalf("%s/%d is not in assignment v%d", topic, partition, a.AssignmentVersion)
+	}
+	return p.Leader, p.LeaderEpoch
+}
+
+// waitMoved waits until topic/partition is led by another broker than from (or by from at a
+// higher epoch, after a restart), and returns the new leader.
+func (e *seedsEnv) waitMoved(timeout time.Duration, topic string, partition, from, epoch int) int {
+	var leader int
+	e.Eventually(timeout, fmt.Sprintf("%s/%d to move from broker %d (epoch %d)", topic, partition, from, epoch), func() (bool, error) {
+		a, err := readAssignment(e.export)
+		if err != nil {
+			return false, err
+		}
+		p := a.Partitions[fmt.Sprintf("%s/%d", topic, partition)]
+		leader = p.Leader
+		return p.LeaderEpoch > epoch, fmt.Errorf("leader %d epoch %d", p.Leader, p.LeaderEpoch)
+	})
+	return leader
+}
+
+func (e *seedsEnv) waitBrokersReady(timeout time.Duration) {
+	e.waitJP(timeout, "kafkacluster", "kc", ".status.readyBrokers", "3")
+	for i := range 3 {
+		e.WaitPodReady(ns, fmt.Sprintf("kc-%d", i), timeout)
+	}
+}
+
+func TestSeeds(t *testing.T) {
+	root := repoRoot(t)
+	kaasBin := binary(t, "KAAS_BIN", "kaas")
+	operatorBin := binary(t, "KAAS_OPERATOR_BIN", "kaas-operator")
+	nfsBin := binary(t, "KAAS_NFSFS_BIN", "kaas-nfsfs")
+
+	// The NFS export, served through one mount per node; started before the cluster so that
+	// it outlives every pod that has files open on it.
+	work := t.TempDir()
+	export := filepath.Join(work, "export")
+	if err := os.MkdirAll(export, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []string{"kaas-e2e-node-0", "kaas-e2e-node-1", "kaas-e2e-node-2"}
+	server := startNFS(t, nfsBin, export, work, nodes)
+
+	c := harness.Start(t, harness.Options{Nodes: 3, Images: map[string]string{
+		"ghcr.io/kaas/kaas-operator:*": operatorBin,
+		"ghcr.io/kaas/kaas:*":          kaasBin,
+	}})
+	for _, node := range c.Nodes {
+		c.MapVolume(node, "shared", server.mounts[node])
+	}
+	e := &seedsEnv{Cluster: c, export: export, nfs: server}
+
+	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
+	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
+		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
+	}
+	c.Apply(clusterYAML)
+	e.waitJP(4*time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+	e.waitBrokersReady(2 * time.Minute)
+	ctx := context.Background()
+
+	t.Run("steady state", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		// A topic by kubectl, and one by Kafka's admin API (which becomes a KafkaTopic).
+		c.Apply(topicYAML("orders", 3, ""))
+		e.waitJP(2*time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		admin := adminClient(t, e.seeds())
+		created, err := admin.CreateTopics(ctx, 4, 1, nil, "Payments_v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := created["Payments_v1"]; r.Err != nil {
+			t.Fatalf("CreateTopics Payments_v1: %v (%s)", r.Err, r.ErrMessage)
+		}
+		resource := strings.TrimSpace(e.MustKubectl("-n", ns, "get", "kafkatopics", "-o", `jsonpath={.items[?(@.spec.topicName=="Payments_v1")].metadata.name}`))
+		if resource == "" {
+			t.Fatal("CreateTopics made no KafkaTopic")
+		}
+		e.waitJP(time.Minute, "kafkatopic", resource, `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if again, _ := admin.CreateTopics(ctx, 1, 1, nil, "Payments_v1"); again["Payments_v1"].Err == nil {
+			t.Error("creating Payments_v1 twice succeeded")
+		}
+
+		orders, payments := newLedger("orders", "steady"), newLedger("Payments_v1", "steady")
+		cl := producer(t, e.seeds())
+		orders.send(ctx, cl, 3000)
+		payments.send(ctx, cl, 3000)
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, acked, failed := orders.counts(); acked != 3000 || failed != 0 {
+			t.Fatalf("orders: %d acknowledged, failures %v", acked, orders.failed)
+		}
+		if _, acked, failed := payments.counts(); acked != 3000 || failed != 0 {
+			t.Fatalf("payments: %d acknowledged, failures %v", acked, payments.failed)
+		}
+		verify(t, e.seeds(), orders)
+		verify(t, e.seeds(), payments)
+		consumeAsGroup(t, e.seeds(), "orders", "steady-group", 3000)
+	})
+
+	t.Run("kafkaclusterassignments shows the live assignment", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		e.Eventually(time.Minute, "the mirror to match assignment.json", func() (bool, error) {
+			a, err := readAssignment(export)
+			if err != nil {
+				return false, err
+			}
+			version := e.jp("kafkaclusterassignments", "kc", ".spec.assignmentVersion")
+			count := e.jp("kafkaclusterassignments", "kc", ".spec.partitionCount")
+			return version == strconv.FormatInt(a.AssignmentVersion, 10) && count == strconv.Itoa(len(a.Partitions)),
+				fmt.Errorf("mirror v%s with %s partitions, file v%d with %d", version, count, a.AssignmentVersion, len(a.Partitions))
+		})
+		out := e.MustKubectl("-n", ns, "get", "kafkaclusterassignments")
+		if !strings.Contains(out, "kc") || !strings.Contains(out, "PARTITIONS") {
+			t.Errorf("kubectl get kafkaclusterassignments:\n%s", out)
+		}
+		t.Logf("\n%s", out)
+	})
+
+	t.Run("broker kill -9", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		l := newLedger("orders", "kill")
+		stop := l.produceWhile(ctx, producer(t, e.seeds()))
+		time.Sleep(time.Second)
+		leader, _ := e.leaderOf(t, "orders", 0)
+		pod := fmt.Sprintf("kc-%d", leader)
+		restarts := e.Pod(ns, pod).Status.ContainerStatuses[0].RestartCount
+		e.Signal(ns, pod, "", syscall.SIGKILL)
+		// The kubelet restarts the container at once; whether the partition moved meanwhile
+		// or the new incarnation took it over again, it must serve every acknowledged record.
+		e.Eventually(time.Minute, pod+" restarted and ready", func() (bool, error) {
+			p := e.Pod(ns, pod)
+			return harness.IsReady(p) && p.Status.ContainerStatuses[0].RestartCount > restarts, nil
+		})
+		time.Sleep(2 * time.Second)
+		stop()
+		verify(t, e.seeds(), l)
+		e.waitBrokersReady(2 * time.Minute)
+	})
+
+	t.Run("zombie leader", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		l := newLedger("orders", "zombie")
+		stop := l.produceWhile(ctx, producer(t, e.seeds()))
+		time.Sleep(time.Second)
+		leader, epoch := e.leaderOf(t, "orders", 1)
+		pod := fmt.Sprintf("kc-%d", leader)
+		e.Signal(ns, pod, "", syscall.SIGSTOP)
+		moved := e.waitMoved(time.Minute, "orders", 1, leader, epoch)
+		if moved == leader {
+			t.Errorf("orders/1 stayed on the stopped broker %d", leader)
+		}
+		time.Sleep(time.Second)
+		// The zombie wakes up believing it leads; whatever it does must not be served.
+		e.Signal(ns, pod, "", syscall.SIGCONT)
+		time.Sleep(3 * time.Second)
+		stop()
+		verify(t, e.seeds(), l)
+		e.waitBrokersReady(2 * time.Minute)
+	})
+
+	t.Run("controller killed", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		holder := e.jp("lease", "kc-controller", ".spec.holderIdentity")
+		transitions, _ := strconv.Atoi(e.jp("lease", "kc-controller", ".spec.leaseTransitions"))
+		if holder == "" {
+			t.Fatal("no controller Lease holder")
+		}
+		e.Signal(ns, holder, "", syscall.SIGKILL)
+		e.Eventually(time.Minute, "a new controller epoch", func() (bool, error) {
+			now, _ := strconv.Atoi(e.jp("lease", "kc-controller", ".spec.leaseTransitions"))
+			a, err := readAssignment(export)
+			if err != nil {
+				return false, err
+			}
+			return now > transitions && a.ControllerEpoch == int64(now),
+				fmt.Errorf("lease transitions %d → %d, assignment epoch %d", transitions, now, a.ControllerEpoch)
+		})
+		e.waitBrokersReady(2 * time.Minute)
+		l := newLedger("orders", "after-controller")
+		cl := producer(t, e.seeds())
+		l.send(ctx, cl, 500)
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		verify(t, e.seeds(), l)
+	})
+
+	t.Run("SIGTERM drain", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		l := newLedger("orders", "drain")
+		stop := l.produceWhile(ctx, producer(t, e.seeds()))
+		time.Sleep(time.Second)
+		leader, _ := e.leaderOf(t, "orders", 2)
+		e.MustKubectl("-n", ns, "delete", "pod", fmt.Sprintf("kc-%d", leader), "--wait=true", "--timeout=90s")
+		e.waitBrokersReady(2 * time.Minute)
+		time.Sleep(2 * time.Second)
+		stop()
+		if _, _, failed := l.counts(); failed > 0 {
+			t.Errorf("a drain gave the producer non-retriable errors: %v", l.failed[:min(5, len(l.failed))])
+		}
+		verify(t, e.seeds(), l)
+		logs := e.PodLogs(ns, fmt.Sprintf("kc-%d", leader), "kaas")
+		if !strings.Contains(logs, "drained: every partition moved away") {
+			t.Errorf("broker %d did not drain before exiting:\n%s", leader, tail(logs, 40))
+		}
+	})
+
+	t.Run("rolling upgrade", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		l := newLedger("orders", "upgrade")
+		stop := l.produceWhile(ctx, producer(t, e.seeds()))
+		before := e.jp("statefulset", "kc", ".status.updateRevision")
+		e.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"version":"0.1.1"}}`)
+		// One broker at a time: never fewer than two serving while the StatefulSet rolls.
+		fewest := 3
+		e.Eventually(5*time.Minute, "every broker on 0.1.1", func() (bool, error) {
+			ready := 0
+			for i := range 3 {
+				if ok, _ := e.PodReady(ns, fmt.Sprintf("kc-%d", i)); ok {
+					ready++
+				}
+			}
+			fewest = min(fewest, ready)
+			updated := e.jp("statefulset", "kc", ".status.updatedReplicas")
+			current := e.jp("statefulset", "kc", ".status.updateRevision")
+			return current != before && updated == "3" && ready == 3, fmt.Errorf("revision %s, %s updated, %d ready", current, updated, ready)
+		})
+		if fewest < 2 {
+			t.Errorf("%d brokers were serving at one point of the roll; want one at a time", fewest)
+		}
+		for i := range 3 {
+			image := e.jp("pod", fmt.Sprintf("kc-%d", i), ".spec.containers[0].image")
+			if image != "ghcr.io/kaas/kaas:0.1.1" {
+				t.Errorf("kc-%d runs %s", i, image)
+			}
+		}
+		time.Sleep(2 * time.Second)
+		stop()
+		if _, _, failed := l.counts(); failed > 0 {
+			t.Errorf("the roll gave the producer non-retriable errors: %v", l.failed[:min(5, len(l.failed))])
+		}
+		verify(t, e.seeds(), l)
+	})
+
+	t.Run("retention frees the space", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		c.Apply(topicYAML("events", 1, `, config: {retention.ms: "2000", segment.ms: "500", segment.bytes: "1048576"}`))
+		e.waitJP(time.Minute, "kafkatopic", "events", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		l := newLedger("events", "retained")
+		l.pad = 1024
+		cl := producer(t, e.seeds())
+		for range 6 {
+			// Spread over a few time-based rolls.
+			l.send(ctx, cl, 500)
+			if err := cl.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(600 * time.Millisecond)
+		}
+		dir := filepath.Join(export, "events", "0")
+		e.Eventually(time.Minute, "expired segments deleted and no .nfs ghost left", func() (bool, error) {
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				return false, err
+			}
+			logs := 0
+			for _, entry := range entries {
+				if strings.HasSuffix(entry.Name(), ".log") {
+					logs++
+				}
+			}
+			g := ghosts(export)
+			return logs <= 1 && len(g) == 0, fmt.Errorf("%d segments, ghosts %v", logs, g)
+		})
+		admin := adminClient(t, e.seeds())
+		starts, err := admin.ListStartOffsets(ctx, "events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := starts.Lookup("events", 0); o.Offset == 0 {
+			t.Errorf("log start offset still 0 after retention")
+		}
+	})
+
+	t.Run("delete and recreate", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		before := e.jp("kafkatopic", "orders", ".metadata.uid")
+		e.MustKubectl("-n", ns, "delete", "kafkatopic", "orders", "--wait=true", "--timeout=30s")
+		// Recreated at once, racing the reclamation of the old incarnation.
+		c.Apply(topicYAML("orders", 2, ""))
+		e.waitJP(2*time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		after := e.jp("kafkatopic", "orders", ".metadata.uid")
+		if after == before {
+			t.Fatal("recreated topic has the old uid")
+		}
+		e.Eventually(2*time.Minute, "the old incarnation reclaimed, no ghosts", func() (bool, error) {
+			entries, err := os.ReadDir(export)
+			if err != nil {
+				return false, err
+			}
+			var left []string
+			for _, entry := range entries {
+				if strings.HasPrefix(entry.Name(), ".reclaim-") {
+					left = append(left, entry.Name())
+				}
+			}
+			g := ghosts(export)
+			return len(left) == 0 && len(g) == 0, fmt.Errorf("left %v, ghosts %v", left, g)
+		})
+		l := newLedger("orders", "fresh")
+		cl := producer(t, e.seeds())
+		l.send(ctx, cl, 200)
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := readAll(t, e.seeds(), "orders")
+		total := 0
+		for p, records := range got {
+			for o, v := range records {
+				total++
+				if !strings.HasPrefix(v, "fresh-") {
+					t.Errorf("recreated orders/%d@%d holds %q from the old incarnation", p, o, v)
+				}
+			}
+		}
+		if total != 200 {
+			t.Errorf("recreated orders holds %d records, want 200", total)
+		}
+		verify(t, e.seeds(), l)
+	})
+
+	t.Run("Kafka-API delete removes the KafkaTopic", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		admin := adminClient(t, e.seeds())
+		deleted, err := admin.DeleteTopics(ctx, "Payments_v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := deleted["Payments_v1"]; r.Err != nil {
+			t.Fatalf("DeleteTopics: %v (%s)", r.Err, r.ErrMessage)
+		}
+		out := e.MustKubectl("-n", ns, "get", "kafkatopics", "-o", `jsonpath={.items[*].spec.topicName}`)
+		if strings.Contains(out, "Payments_v1") {
+			t.Errorf("KafkaTopic of Payments_v1 still there: %s", out)
+		}
+		e.Eventually(2*time.Minute, "Payments_v1 reclaimed", func() (bool, error) {
+			_, err := os.Stat(filepath.Join(export, "Payments_v1"))
+			return os.IsNotExist(err), err
+		})
+	})
+
+	t.Run("EIO and ENOSPC on the leader's volume", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		c.Apply(topicYAML("faulty", 2, ""))
+		e.waitJP(time.Minute, "kafkatopic", "faulty", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		// Wait for both partitions to be led, then fail partition 0's writes on its node.
+		e.Eventually(time.Minute, "faulty placed", func() (bool, error) {
+			a, err := readAssignment(export)
+			_, ok0 := a.Partitions["faulty/0"]
+			_, ok1 := a.Partitions["faulty/1"]
+			return err == nil && ok0 && ok1, err
+		})
+		leader, _ := e.leaderOf(t, "faulty", 0)
+		node := e.Pod(ns, fmt.Sprintf("kc-%d", leader)).Spec.NodeName
+		for _, errno := range []string{"EIO", "ENOSPC"} {
+			if _, err := server.do(fmt.Sprintf("write-error %s %s 0 faulty/0", node, errno)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := server.do(fmt.Sprintf("fsync-error %s %s 0 faulty/0", node, errno)); err != nil {
+				t.Fatal(err)
+			}
+			l := newLedger("faulty", "fault-"+errno)
+			// Records for the failing partition give up after 10 s instead of retrying on.
+			cl := producer(t, e.seeds(), kgo.RecordDeliveryTimeout(10*time.Second))
+			// Partition 0 fails while the fault lasts; partition 1 (same broker or not) serves.
+			if err := produceOnce(ctx, t, e.seeds(), "faulty", 0); err == nil {
+				t.Errorf("%s: a write to faulty/0 was acknowledged while its volume failed", errno)
+			}
+			l.send(ctx, cl, 100)
+			_ = cl.Flush(ctx)
+			if _, acked, failed := l.counts(); acked == 0 || failed == 0 {
+				t.Errorf("%s on faulty/0: %d acknowledged, %d failed; want faulty/1 served and faulty/0 refused", errno, acked, failed)
+			}
+			if _, err := server.do("clear"); err != nil {
+				t.Fatal(err)
+			}
+			// Recovered: produce until faulty/0 takes writes again.
+			e.Eventually(time.Minute, "faulty/0 writable after the fault cleared", func() (bool, error) {
+				err := produceOnce(ctx, t, e.seeds(), "faulty", 0)
+				return err == nil, err
+			})
+			verify(t, e.seeds(), l)
+		}
+		e.waitBrokersReady(time.Minute)
+	})
+}
