@@ -4,6 +4,7 @@
 //! Kafka side by side.
 
 mod consume;
+mod groups;
 mod produce;
 mod report;
 
@@ -31,8 +32,34 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Consume a topic from the beginning with default consumer settings.
     Consume(consume::ConsumeArgs),
-    /// The standard suite: 1 KiB, acks=all, 1 and 8 partitions; flat out, 10k msg/s, consume.
+    /// The standard suite: 1 KiB, acks=all, 1 and 8 partitions; flat out, 10k msg/s, consume;
+    /// then the consumer-group figures.
     Suite(SuiteArgs),
+    /// Consumer-group figures only: commit latency, and time to consume every partition again
+    /// after a member leaves.
+    Groups(GroupArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct GroupArgs {
+    /// Seconds of committing every 100 ms.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Members of the group that loses members.
+    #[arg(long, default_value_t = 10)]
+    members: usize,
+    /// Partitions of its topic.
+    #[arg(long, default_value_t = 32)]
+    partitions: i32,
+    /// How many members leave, one after the other (each leave is measured).
+    #[arg(long, default_value_t = 3)]
+    leaves: usize,
+    /// Protocols to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [groups::Protocol::Classic, groups::Protocol::Consumer])]
+    protocols: Vec<groups::Protocol>,
+    /// Prefix of the topics it creates.
+    #[arg(long, default_value = "bench-groups")]
+    topic_prefix: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -59,7 +86,12 @@ fn main() -> anyhow::Result<()> {
             let figures = consume::run(&args.bootstrap, &c)?;
             report::print_table(&[figures.row(&c.topic)]);
         }
-        Command::Suite(s) => suite(&args.bootstrap, &s)?,
+        Command::Suite(s) => {
+            suite(&args.bootstrap, &s)?;
+            let g = GroupArgs { seconds: s.seconds, members: 10, partitions: 32, leaves: 3, protocols: vec![groups::Protocol::Classic, groups::Protocol::Consumer], topic_prefix: format!("{}-groups", s.topic_prefix) };
+            group_suite(&args.bootstrap, &g)?;
+        }
+        Command::Groups(g) => group_suite(&args.bootstrap, &g)?,
     }
     Ok(())
 }
@@ -96,6 +128,37 @@ fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
         rows.push(figures.row(&format!("consume {partitions}p")));
     }
     report::print_table(&rows);
+    Ok(())
+}
+
+/// Commit latency (1 partition, a commit every 100 ms) and rebalance-after-leave time, per
+/// protocol. A protocol the broker cannot run is reported, not fatal.
+fn group_suite(bootstrap: &str, g: &GroupArgs) -> anyhow::Result<()> {
+    let run = std::process::id();
+    let commit_topic = format!("{}-commit-{run}", g.topic_prefix);
+    create_topic(bootstrap, &commit_topic, 1)?;
+    let leave_topic = format!("{}-{}p-{run}", g.topic_prefix, g.partitions);
+    create_topic(bootstrap, &leave_topic, g.partitions)?;
+    let mut lines = Vec::new();
+    for &protocol in &g.protocols {
+        eprintln!("committing every 100 ms for {} s ({})", g.seconds, protocol.name());
+        lines.push(match groups::commit_latency(bootstrap, &commit_topic, 1, protocol, g.seconds) {
+            Ok(f) => format!("{:<58} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} commits)", format!("sync commit every 100 ms, {}", protocol.name()), f.p50_ms, f.p99_ms, f.max_ms, f.commits),
+            Err(e) => format!("sync commit every 100 ms, {}: failed: {e:#}", protocol.name()),
+        });
+        eprintln!("{} members over {} partitions, {} leave one by one ({})", g.members, g.partitions, g.leaves, protocol.name());
+        lines.push(match groups::rebalance_after_leave(bootstrap, &leave_topic, g.partitions, g.members, g.leaves, protocol) {
+            Ok(times) => {
+                let secs: Vec<String> = times.iter().map(|t| format!("{:.2}", t.as_secs_f64())).collect();
+                format!("{:<58} {} s", format!("leave → all {} partitions consumed again, {}", g.partitions, protocol.name()), secs.join(" / "))
+            }
+            Err(e) => format!("leave → all partitions consumed again, {}: failed: {e:#}", protocol.name()),
+        });
+    }
+    println!();
+    for l in lines {
+        println!("{l}");
+    }
     Ok(())
 }
 

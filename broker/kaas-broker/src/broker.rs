@@ -9,7 +9,7 @@ use tracing::info;
 use crate::config::{BrokerConfig, StorageMode};
 use crate::error::Result;
 use crate::fetch_session::FetchSessions;
-use crate::groups::{Coordinator, GroupConfig};
+use crate::groups::Coordinator;
 use crate::leadership::LocalLease;
 use crate::topic_store::TopicStore;
 use crate::topics::{Leadership, TopicRegistry};
@@ -39,7 +39,7 @@ impl Broker {
         let store = TopicStore::new(engine.fs().clone(), engine.root().to_path_buf());
         let leadership = if config.cluster.is_some() { Leadership::Cluster } else { Leadership::Local(lease) };
         let topics = TopicRegistry::open(engine.clone(), Some(store), leadership, config.log_defaults.clone())?;
-        let groups = Coordinator::open(engine.fs().clone(), engine.layout(), GroupConfig::from_env())?;
+        let groups = Coordinator::open(engine.fs().clone(), engine.layout(), config.groups.clone())?;
         // Local mode owns every group shard; in a cluster the runtime takes shards over as
         // assignment.json places them (Coordinator::take_over / relinquish).
         if config.cluster.is_none() {

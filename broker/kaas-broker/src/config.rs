@@ -93,6 +93,8 @@ pub struct BrokerConfig {
     pub log_defaults: kaas_storage::LogConfig,
     /// Cluster mode; `None` is local mode (a lease shim leads every partition).
     pub cluster: Option<ClusterSettings>,
+    /// The group coordinator's settings (`group.*`, `offsets.*`).
+    pub groups: crate::groups::GroupConfig,
 }
 
 impl BrokerConfig {
@@ -112,6 +114,7 @@ impl BrokerConfig {
             housekeeping_interval_ms: 30_000,
             log_defaults: kaas_storage::LogConfig::default(),
             cluster: None,
+            groups: crate::groups::GroupConfig::default(),
         }
     }
 }

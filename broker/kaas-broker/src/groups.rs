@@ -1,5 +1,6 @@
-//! The group coordinator: Kafka's classic consumer-group protocol and committed offsets, with
-//! group state kept in group shards on the shared volume (`kaas-groups`).
+//! The group coordinator: Kafka's classic consumer-group protocol, the KIP-848 consumer protocol
+//! (`consumer` module) and committed offsets, with group state kept in group shards on the shared
+//! volume (`kaas-groups`). A group is either kind; both live in the same shard records.
 //!
 //! Groups are spread over [`kaas_groups::SHARD_COUNT`] shards by a stable hash of the group
 //! id; a shard is owned (written) by one broker at a time, taken over and relinquished like a
@@ -16,6 +17,7 @@
 
 mod admin;
 mod config;
+mod consumer;
 mod group;
 mod join;
 mod membership;
@@ -35,8 +37,9 @@ use kaas_shared::layout::Layout;
 use tokio::sync::oneshot;
 use tracing::info;
 
-pub use admin::{DescribedGroup, ListedGroup};
+pub use admin::{ConsumerDescribed, ConsumerMemberDescribed, DescribedGroup, ListedGroup};
 pub use config::GroupConfig;
+pub use consumer::{ConsumerHeartbeat, HeartbeatAnswer, Partitions, TopicView};
 pub use group::{GroupState, JoinResult, SyncResult};
 pub use join::JoinRequest;
 pub use membership::{HeartbeatRequest, Leaving, SyncRequest};
@@ -86,7 +89,7 @@ impl Coordinator {
     /// Opens every shard stat-only (no descriptors, nothing loaded).
     pub fn open(fs: FsRef, layout: &Layout, config: GroupConfig) -> crate::Result<Arc<Coordinator>> {
         let shards = (0..SHARD_COUNT)
-            .map(|s| Ok(CoordinatorShard::new(ShardLog::open(fs.clone(), layout.group_shard_dir(s))?, config.initial_rebalance_delay)))
+            .map(|s| Ok(CoordinatorShard::new(ShardLog::open(fs.clone(), layout.group_shard_dir(s))?, config.initial_rebalance_delay, config.consumer_session_timeout)))
             .collect::<crate::Result<Vec<_>>>()?;
         Ok(Arc::new(Coordinator { config, shards, ticker_started: AtomicBool::new(false), closed: AtomicBool::new(false) }))
     }
@@ -225,7 +228,10 @@ impl Coordinator {
         };
         let pending = {
             let mut g = group.lock();
-            offsets::validate_commit(&g, &req)?;
+            match &g.consumer {
+                Some(c) => consumer::validate_commit(c, &req, v9_errors)?,
+                None => offsets::validate_commit(&g, &req)?,
+            }
             if let Some(m) = g.members.get_mut(&req.member_id) {
                 m.touch(Instant::now()); // a commit counts as a heartbeat, as in Kafka
             }
@@ -235,9 +241,10 @@ impl Coordinator {
     }
 
     /// OffsetFetch of one group: `None` topics means every committed offset. An unknown group
-    /// has no offsets (Kafka answers -1, not an error).
+    /// has no offsets (Kafka answers -1, not an error). `member`: OffsetFetch v9's member id and
+    /// epoch, checked against a consumer group (STALE_MEMBER_EPOCH).
     #[allow(clippy::type_complexity)]
-    pub fn fetch_offsets(self: &Arc<Self>, group_id: &str, topics: Option<Vec<(String, Vec<i32>)>>) -> Result<Vec<(String, Vec<(i32, Option<OffsetView>)>)>, E> {
+    pub fn fetch_offsets(self: &Arc<Self>, group_id: &str, member: Option<(&str, i32)>, topics: Option<Vec<(String, Vec<i32>)>>) -> Result<Vec<(String, Vec<(i32, Option<OffsetView>)>)>, E> {
         let shard = self.shard(group_id)?;
         let group = shard.get(group_id);
         let view = |v: record::OffsetValue| OffsetView { offset: v.offset, leader_epoch: v.leader_epoch, metadata: v.metadata };
@@ -245,6 +252,9 @@ impl Coordinator {
             return Ok(topics.unwrap_or_default().into_iter().map(|(t, ps)| (t, ps.into_iter().map(|p| (p, None)).collect())).collect());
         };
         let g = group.lock();
+        if let (Some(c), Some((member_id, epoch))) = (&g.consumer, member) {
+            consumer::validate_fetch(c, member_id, epoch)?;
+        }
         Ok(match topics {
             Some(topics) => topics.into_iter().map(|(t, ps)| {
                 let parts = ps.into_iter().map(|p| (p, offsets::committed(&g, &t, p).map(view))).collect();
@@ -252,6 +262,56 @@ impl Coordinator {
             }).collect(),
             None => offsets::all_committed(&g).into_iter().map(|(t, ps)| (t, ps.into_iter().map(|(p, v)| (p, Some(view(v)))).collect())).collect(),
         })
+    }
+
+    /// ConsumerGroupHeartbeat: runs the heartbeat against the group and, if it changed the
+    /// group, answers only once the new state is durable (a coordinator that moves must not
+    /// forget an epoch or an assignment it handed out).
+    pub fn consumer_heartbeat(self: &Arc<Self>, req: ConsumerHeartbeat, topics: &dyn TopicView) -> Durable<HeartbeatAnswer> {
+        if let Err((e, message)) = consumer::validate(&req) {
+            return Durable::now(HeartbeatAnswer::error(e, message));
+        }
+        let shard = match self.shard(&req.group_id) {
+            Ok(s) => s,
+            Err(e) => return Durable::now(HeartbeatAnswer::error(e, "This broker does not coordinate the group.")),
+        };
+        let group = if req.member_epoch == 0 {
+            shard.get_or_create(&req.group_id)
+        } else {
+            match shard.get(&req.group_id) {
+                Some(g) => g,
+                None => return Durable::now(HeartbeatAnswer::error(E::GroupIdNotFound, format!("Consumer group {} not found.", req.group_id))),
+            }
+        };
+        let mut g = group.lock();
+        if g.is(GroupState::Dead) {
+            return Durable::now(HeartbeatAnswer::error(E::CoordinatorNotAvailable, "The group is being unloaded or deleted."));
+        }
+        if g.consumer.is_none() {
+            // Kafka replaces an empty classic group; one with members stays classic.
+            if req.member_epoch != 0 || !g.is_idle_classic() {
+                return Durable::now(HeartbeatAnswer::error(E::GroupIdNotFound, format!("Group {} is not a consumer group.", req.group_id)));
+            }
+            g.become_consumer();
+        }
+        let Some(c) = g.consumer.as_mut() else { return Durable::now(HeartbeatAnswer::error(E::UnknownServerError, "not a consumer group")) };
+        let before = c.value.clone();
+        let answer = consumer::heartbeat(c, req, topics, &self.config, Instant::now());
+        if c.value == before {
+            return Durable::now(answer);
+        }
+        g.sync_consumer_state(now_ms());
+        match g.persist(&shard.log) {
+            Ok(seq) => Durable { value: answer, wait: Some((shard.log.clone(), seq)) },
+            Err(e) => {
+                // Not written: the change did not happen.
+                if let Some(c) = g.consumer.as_mut() {
+                    c.value = before;
+                }
+                g.sync_consumer_state(now_ms());
+                Durable::now(HeartbeatAnswer::error(storage_error(&e), e.to_string()))
+            }
+        }
     }
 
     /// OffsetDelete: per-partition errors once the deletion is durable.
@@ -268,6 +328,30 @@ impl Coordinator {
     fn existing(self: &Arc<Self>, group_id: &str) -> Result<(&CoordinatorShard, GroupRef), E> {
         let shard = self.shard(group_id)?;
         shard.get(group_id).map(|g| (shard, g)).ok_or(E::UnknownMemberId)
+    }
+}
+
+/// An answer that may have to wait for a shard-log fsync.
+#[derive(Debug)]
+pub struct Durable<T> {
+    value: T,
+    wait: Option<(ShardLog, u64)>,
+}
+
+impl<T> Durable<T> {
+    fn now(value: T) -> Durable<T> {
+        Durable { value, wait: None }
+    }
+
+    /// The answer once durable, or what `failed` makes of the storage error.
+    pub async fn resolve(self, failed: impl FnOnce(E, String) -> T) -> T {
+        match self.wait {
+            None => self.value,
+            Some((log, seq)) => match log.wait_durable(seq).await {
+                Ok(()) => self.value,
+                Err(e) => failed(storage_error(&e), e.to_string()),
+            },
+        }
     }
 }
 

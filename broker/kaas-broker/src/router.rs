@@ -133,6 +133,8 @@ routes! {
     DescribeGroups: messages::DescribeGroupsRequest = 0..=6 => api::describe_groups::handle;
     ListGroups: messages::ListGroupsRequest = 0..=5 => api::list_groups::handle;
     DeleteGroups: messages::DeleteGroupsRequest = 0..=2 => api::delete_groups::handle;
+    ConsumerGroupHeartbeat: messages::ConsumerGroupHeartbeatRequest = 0..=1 => api::consumer_group_heartbeat::handle;
+    ConsumerGroupDescribe: messages::ConsumerGroupDescribeRequest = 0..=1 => api::consumer_group_describe::handle;
 }
 
 /// The route for an API key, if this broker handles it.

@@ -131,10 +131,11 @@ impl ShardLog {
         if st.abandoned {
             return Err(Error::NotOwner);
         }
-        if let Some(o) = &st.owner {
-            if o.epoch == epoch && o.poisoned.is_none() {
-                return Ok(entries(&st.map));
-            }
+        if let Some(o) = &st.owner
+            && o.epoch == epoch
+            && o.poisoned.is_none()
+        {
+            return Ok(entries(&st.map));
         }
         st.release();
         let result = self.load_and_own(&mut st, epoch);

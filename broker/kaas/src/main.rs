@@ -5,6 +5,7 @@
 //! With `MY_POD_NAME` (a StatefulSet pod `<name>-<ordinal>`) it joins the cluster on the shared
 //! volume: the `kaas-controller` Lease, heartbeats, assignment.json (seed 003).
 
+mod group_flags;
 mod kube_endpoints;
 mod kube_lease;
 mod kube_mirror;
@@ -106,6 +107,8 @@ struct Args {
     /// Log format.
     #[arg(long, env = "KAAS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    groups: group_flags::GroupFlags,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -159,6 +162,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         max_request_bytes: args.max_request_bytes,
         housekeeping_interval_ms: args.housekeeping_interval_ms,
         log_defaults,
+        groups: args.groups.config(),
         ..BrokerConfig::local_in_memory()
     };
     let broker = {

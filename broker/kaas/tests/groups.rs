@@ -1,10 +1,13 @@
 //! Consumer groups with real clients: rdkafka consumers in classic groups (eager and
 //! cooperative), static membership, committed offsets across restarts and crashes, admin
-//! operations, and the error codes of stale or bad requests on the wire.
+//! operations, and the error codes of stale or bad requests on the wire; then the same for
+//! KIP-848 groups (`group.protocol=consumer`): assignors, leave, commits with member epochs,
+//! restart, fencing of a silent member, new partitions, regex subscriptions, static members, and
+//! classic and KIP-848 members refused in each other's groups.
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -66,6 +69,26 @@ fn covers_exactly_once(n: i32) -> impl FnMut(&[Vec<i32>]) -> bool {
     }
 }
 
+/// Reads `n` messages (partition, offset) as a subscribed consumer, committing each
+/// synchronously if `commit`.
+fn read_messages(c: &BaseConsumer, n: usize, commit: bool) -> TestResult<Vec<(i32, i64)>> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while seen.len() < n {
+        if Instant::now() > deadline {
+            return Err(format!("read {} of {n}", seen.len()).into());
+        }
+        if let Some(m) = c.poll(Duration::from_millis(100)) {
+            let m = m?;
+            seen.push((m.partition(), m.offset()));
+            if commit {
+                c.commit_message(&m, CommitMode::Sync)?;
+            }
+        }
+    }
+    Ok(seen)
+}
+
 async fn produce(kaas: &Kaas, topic: &str, partitions: i32, per_partition: usize) -> TestResult {
     let producer = kaas.producer(&[("linger.ms", "0")])?;
     for p in 0..partitions {
@@ -99,15 +122,7 @@ async fn three_consumers_share_six_partitions_and_rebalance_on_leave_and_death()
     let bootstrap = kaas.bootstrap.clone();
     let ghost = std::thread::spawn(move || -> TestResult<i32> {
         let mut wire = Wire::connect(&bootstrap)?;
-        let join = |member: &str| {
-            JoinGroupRequest::default()
-                .with_group_id(GroupId(StrBytes::from_static_str("g3")))
-                .with_session_timeout_ms(6000)
-                .with_rebalance_timeout_ms(30_000)
-                .with_member_id(StrBytes::from_string(member.to_string()))
-                .with_protocol_type(StrBytes::from_static_str("consumer"))
-                .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range")).with_metadata(subscription("six"))])
-        };
+        let join = |member: &str| classic_join("g3", member, "six");
         let first = wire.call(5, &join(""))?;
         assert_eq!(first.error_code, ResponseError::MemberIdRequired.code());
         let joined = wire.call(5, &join(&first.member_id))?;
@@ -125,6 +140,17 @@ async fn three_consumers_share_six_partitions_and_rebalance_on_leave_and_death()
     assert!(ghost_generation > 1);
     poll_until(&[&a, &b], Duration::from_secs(60), "after the ghost's session expired", covers_exactly_once(6))?;
     Ok(())
+}
+
+/// A classic JoinGroup of a consumer (range protocol) subscribing to `topic`.
+fn classic_join(group: &str, member: &str, topic: &str) -> JoinGroupRequest {
+    JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.to_string())))
+        .with_session_timeout_ms(6000)
+        .with_rebalance_timeout_ms(30_000)
+        .with_member_id(StrBytes::from_string(member.to_string()))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range")).with_metadata(subscription(topic))])
 }
 
 /// A ConsumerProtocol subscription (v0) to one topic.
@@ -207,19 +233,7 @@ async fn committed_offsets_survive_stop_restart_and_kill9() -> TestResult {
     let read_and_commit = |kaas: &Kaas, n: usize| -> TestResult<Vec<(i32, i64)>> {
         let c = consumer(kaas, "resume-g", &[])?;
         c.subscribe(&["resume"])?;
-        let mut seen = Vec::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while seen.len() < n {
-            if Instant::now() > deadline {
-                return Err(format!("read {} of {n}", seen.len()).into());
-            }
-            if let Some(m) = c.poll(Duration::from_millis(100)) {
-                let m = m?;
-                seen.push((m.partition(), m.offset()));
-                c.commit_message(&m, CommitMode::Sync)?;
-            }
-        }
-        Ok(seen)
+        read_messages(&c, n, true)
     };
     let first = read_and_commit(&kaas, 6)?;
     // Per partition: the next offset to read, if anything of it was read and committed.
@@ -353,5 +367,265 @@ async fn stale_generations_unknown_members_and_unknown_partitions_are_refused() 
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset("bad", 0, Offset::Offset(0))?;
     a.commit(&tpl, CommitMode::Sync)?;
+    Ok(())
+}
+
+// ---- KIP-848: `group.protocol=consumer` ----------------------------------------------------
+
+/// A broker whose KIP-848 members heartbeat every 500 ms (Kafka's default is 5 s), so
+/// rebalances in these tests settle in seconds.
+fn kip848_broker() -> TestResult<Kaas> {
+    Kaas::start_with(&["--group-consumer-heartbeat-interval-ms", "500", "--group-consumer-session-timeout-ms", "10000"])
+}
+
+/// An rdkafka consumer speaking the KIP-848 protocol (no session/heartbeat settings: the
+/// broker owns them in this protocol).
+fn kip848_consumer(kaas: &Kaas, group: &str, extra: &[(&str, &str)]) -> TestResult<BaseConsumer> {
+    let mut c = kaas.config();
+    c.set("group.id", group).set("group.protocol", "consumer").set("enable.auto.commit", "false").set("auto.offset.reset", "earliest");
+    for (k, v) in extra {
+        c.set(*k, *v);
+    }
+    Ok(c.create()?)
+}
+
+/// ListGroups v5 filtered by type: (group id, state, type) of every listed group.
+fn list_groups_of_type(kaas: &Kaas, group_type: &str) -> TestResult<Vec<(String, String, String)>> {
+    use kafka_protocol::messages::ListGroupsRequest;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let listed = wire.call(5, &ListGroupsRequest::default().with_types_filter(vec![StrBytes::from_string(group_type.to_string())]))?;
+    Ok(listed.groups.iter().map(|g| (g.group_id.to_string(), g.group_state.to_string(), g.group_type.to_string())).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_three_consumers_share_six_partitions_and_a_leave_rebalances() -> TestResult {
+    let kaas = kip848_broker()?;
+    kaas.create_topic("six848", 6, &[]).await?;
+    let (a, b, c) = (kip848_consumer(&kaas, "g848", &[])?, kip848_consumer(&kaas, "g848", &[])?, kip848_consumer(&kaas, "g848", &[])?);
+    for x in [&a, &b, &c] {
+        x.subscribe(&["six848"])?;
+    }
+    let split = poll_until(&[&a, &b, &c], Duration::from_secs(60), "three-way split", covers_exactly_once(6))?;
+    assert!(split.iter().all(|p| p.len() == 2), "uniform gives two each: {split:?}");
+    let listed = list_groups_of_type(&kaas, "consumer")?;
+    assert!(listed.iter().any(|(g, _, t)| g == "g848" && t == "consumer"), "{listed:?}");
+    assert!(list_groups_of_type(&kaas, "classic")?.iter().all(|(g, _, _)| g != "g848"));
+
+    // Closing a member sends the leave heartbeat (epoch -1): the others take its partitions.
+    drop(c);
+    let after = poll_until(&[&a, &b], Duration::from_secs(60), "after a leave", covers_exactly_once(6))?;
+    assert!(after.iter().all(|p| p.len() == 3), "{after:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_range_assignor_gives_contiguous_ranges() -> TestResult {
+    let kaas = kip848_broker()?;
+    kaas.create_topic("range848", 4, &[]).await?;
+    let extra = [("group.remote.assignor", "range")];
+    let (a, b) = (kip848_consumer(&kaas, "range-g", &extra)?, kip848_consumer(&kaas, "range-g", &extra)?);
+    a.subscribe(&["range848"])?;
+    b.subscribe(&["range848"])?;
+    let split = poll_until(&[&a, &b], Duration::from_secs(60), "range split", covers_exactly_once(4))?;
+    let mut sorted: Vec<Vec<i32>> = split.into_iter().map(|mut p| {
+        p.sort();
+        p
+    }).collect();
+    sorted.sort();
+    assert_eq!(sorted, vec![vec![0, 1], vec![2, 3]]);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_commit_stop_and_resume_at_the_committed_offset() -> TestResult {
+    let kaas = kip848_broker()?;
+    kaas.create_topic("resume848", 2, &[]).await?;
+    produce(&kaas, "resume848", 2, 10).await?;
+    let read = |n: usize, commit: bool| -> TestResult<Vec<(i32, i64)>> {
+        let c = kip848_consumer(&kaas, "resume848-g", &[])?;
+        c.subscribe(&["resume848"])?;
+        // Commits are OffsetCommit v9 with the member id and epoch.
+        read_messages(&c, n, commit)
+    };
+    let first = read(6, true)?;
+    let next: Vec<(i32, i64)> = (0..2).map(|p| (p, first.iter().filter(|(q, _)| *q == p).map(|(_, o)| o + 1).max().unwrap_or(0))).collect();
+    // A new member of the same group starts exactly where the commits left off.
+    let resumed = read(20 - 6, false)?;
+    for (p, o) in next {
+        let first_read = resumed.iter().filter(|(q, _)| *q == p).map(|(_, off)| *off).min();
+        assert_eq!(first_read, Some(o).filter(|o| *o < 10), "partition {p} resumes at its commit");
+    }
+    assert_eq!(resumed.len(), 14, "nothing read twice: {resumed:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_and_classic_members_cannot_share_a_group() -> TestResult {
+    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
+    let kaas = kip848_broker()?;
+    kaas.create_topic("mixed", 2, &[]).await?;
+    let modern = kip848_consumer(&kaas, "mixed-848", &[])?;
+    modern.subscribe(&["mixed"])?;
+    poll_until(&[&modern], Duration::from_secs(60), "the KIP-848 member", covers_exactly_once(2))?;
+    // A classic JoinGroup to a consumer group with members: Kafka's "protocol not supported".
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    assert_eq!(wire.call(5, &classic_join("mixed-848", "", "mixed"))?.error_code, ResponseError::InconsistentGroupProtocol.code());
+
+    // And the other way round: a KIP-848 heartbeat to a classic group with members.
+    let classic = consumer(&kaas, "mixed-classic", &[])?;
+    classic.subscribe(&["mixed"])?;
+    poll_until(&[&classic], Duration::from_secs(60), "the classic member", covers_exactly_once(2))?;
+    let hb = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("mixed-classic")))
+        .with_member_id(StrBytes::from_static_str("intruder"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str("mixed"))]))
+        .with_topic_partitions(Some(vec![]));
+    let answer = wire.call(1, &hb)?;
+    assert_eq!(answer.error_code, ResponseError::GroupIdNotFound.code(), "{:?}", answer.error_message);
+    // Bad input on the new API is refused with an error code, not a dropped connection.
+    let bad = hb.clone().with_group_id(GroupId(StrBytes::from_static_str("fresh"))).with_member_epoch(-7);
+    assert_eq!(wire.call(1, &bad)?.error_code, ResponseError::InvalidRequest.code());
+    let bad_assignor = hb.with_group_id(GroupId(StrBytes::from_static_str("fresh"))).with_server_assignor(Some(StrBytes::from_static_str("sticky")));
+    assert_eq!(wire.call(1, &bad_assignor)?.error_code, ResponseError::UnsupportedAssignor.code());
+    Ok(())
+}
+
+/// A described consumer group: its epoch, and member id → (member epoch, assigned partitions).
+type Described = (i32, BTreeMap<String, (i32, Vec<i32>)>);
+
+/// ConsumerGroupDescribe of one group.
+fn describe_consumer_group(kaas: &Kaas, group: &str) -> TestResult<Described> {
+    use kafka_protocol::messages::ConsumerGroupDescribeRequest;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let d = wire.call(1, &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(StrBytes::from_string(group.to_string()))]))?;
+    let g = d.groups.first().ok_or("no group described")?;
+    assert_eq!(g.error_code, 0, "{:?}", g.error_message);
+    let members = g
+        .members
+        .iter()
+        .map(|m| {
+            let mut parts: Vec<i32> = m.assignment.topic_partitions.iter().flat_map(|t| t.partitions.iter().copied()).collect();
+            parts.sort();
+            (m.member_id.to_string(), (m.member_epoch, parts))
+        })
+        .collect();
+    Ok((g.group_epoch, members))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_group_survives_a_restart_and_a_silent_member_is_fenced() -> TestResult {
+    use kafka_protocol::messages::ConsumerGroupHeartbeatRequest;
+    let mut kaas = kip848_broker()?;
+    kaas.create_topic("durable848", 4, &[]).await?;
+    let a = kip848_consumer(&kaas, "durable848-g", &[])?;
+    a.subscribe(&["durable848"])?;
+    poll_until(&[&a], Duration::from_secs(60), "one member", covers_exactly_once(4))?;
+    let before = describe_consumer_group(&kaas, "durable848-g")?;
+
+    // A coordinator restart loads the same epochs and assignment from the shard log.
+    kaas.stop()?;
+    kaas.restart()?;
+    assert_eq!(describe_consumer_group(&kaas, "durable848-g")?, before);
+    poll_until(&[&a], Duration::from_secs(60), "after the restart", covers_exactly_once(4))?;
+
+    // A member that joins on the raw wire and then goes silent gets a target but never the
+    // partitions (a still owns them until it revokes); once its session times out it is fenced
+    // and a owns everything again.
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let join = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("durable848-g")))
+        .with_member_id(StrBytes::from_static_str("ghost"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str("durable848"))]))
+        .with_topic_partitions(Some(vec![]));
+    let joined = wire.call(1, &join)?;
+    assert_eq!(joined.error_code, 0, "{:?}", joined.error_message);
+    assert!(joined.member_epoch > before.0);
+    let ahead = join.clone().with_member_epoch(joined.member_epoch + 5).with_rebalance_timeout_ms(-1).with_subscribed_topic_names(None).with_topic_partitions(None);
+    assert_eq!(wire.call(1, &ahead)?.error_code, ResponseError::FencedMemberEpoch.code());
+    poll_until(&[&a], Duration::from_secs(60), "a revokes the ghost's share", |s| s[0].len() == 2)?;
+    poll_until(&[&a], Duration::from_secs(60), "the ghost is fenced", covers_exactly_once(4))?;
+    let (_, members) = describe_consumer_group(&kaas, "durable848-g")?;
+    assert!(!members.contains_key("ghost"), "{members:?}");
+    let late = wire.call(1, &join.with_member_epoch(joined.member_epoch).with_rebalance_timeout_ms(-1).with_subscribed_topic_names(None).with_topic_partitions(None))?;
+    assert_eq!(late.error_code, ResponseError::UnknownMemberId.code());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_more_partitions_are_assigned_without_a_rejoin() -> TestResult {
+    use rdkafka::admin::NewPartitions;
+    let kaas = kip848_broker()?;
+    kaas.create_topic("grow848", 2, &[]).await?;
+    let (a, b) = (kip848_consumer(&kaas, "grow848-g", &[])?, kip848_consumer(&kaas, "grow848-g", &[])?);
+    a.subscribe(&["grow848"])?;
+    b.subscribe(&["grow848"])?;
+    poll_until(&[&a, &b], Duration::from_secs(60), "two partitions", covers_exactly_once(2))?;
+    let (epoch, _) = describe_consumer_group(&kaas, "grow848-g")?;
+    for r in kaas.admin()?.create_partitions(&[NewPartitions::new("grow848", 6)], &AdminOptions::new()).await? {
+        r.map_err(|(t, e)| format!("growing {t}: {e}"))?;
+    }
+    // The coordinator notices the new partition count at the next heartbeat: a new group epoch.
+    let grown = poll_until(&[&a, &b], Duration::from_secs(60), "six partitions", covers_exactly_once(6))?;
+    assert!(grown.iter().all(|p| p.len() == 3), "{grown:?}");
+    assert!(describe_consumer_group(&kaas, "grow848-g")?.0 > epoch);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_regex_subscription_follows_new_topics() -> TestResult {
+    let kaas = kip848_broker()?;
+    kaas.create_topic("rx848-a", 2, &[]).await?;
+    kaas.create_topic("other848", 1, &[]).await?;
+    let c = kip848_consumer(&kaas, "rx848-g", &[])?;
+    c.subscribe(&["^rx848-.*"])?;
+    let owned = |c: &BaseConsumer| -> Vec<(String, i32)> {
+        let mut v: Vec<(String, i32)> = c.assignment().map(|a| a.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()).unwrap_or_default();
+        v.sort();
+        v
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let want_a = vec![("rx848-a".to_string(), 0), ("rx848-a".to_string(), 1)];
+    while owned(&c) != want_a {
+        assert!(Instant::now() < deadline, "regex assignment {:?}", owned(&c));
+        c.poll(Duration::from_millis(50));
+    }
+    // A topic created later that matches joins the subscription (a new group epoch).
+    kaas.create_topic("rx848-b", 1, &[]).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while owned(&c).len() != 3 {
+        assert!(Instant::now() < deadline, "after rx848-b: {:?}", owned(&c));
+        c.poll(Duration::from_millis(50));
+    }
+    assert!(owned(&c).iter().all(|(t, _)| t.starts_with("rx848-")));
+    // librdkafka sends the pattern (KIP-848 `subscribed_topic_regex`); the broker matches it.
+    use kafka_protocol::messages::ConsumerGroupDescribeRequest;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let d = wire.call(1, &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(StrBytes::from_static_str("rx848-g"))]))?;
+    let regex: Vec<String> = d.groups.iter().flat_map(|g| g.members.iter().filter_map(|m| m.subscribed_topic_regex.as_ref().map(|r| r.to_string()))).collect();
+    assert!(regex.len() == 1 && regex[0].contains("^rx848-.*"), "{regex:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_static_member_rejoins_without_a_new_group_epoch() -> TestResult {
+    let kaas = kip848_broker()?;
+    kaas.create_topic("static848", 4, &[]).await?;
+    let a = kip848_consumer(&kaas, "static848-g", &[("group.instance.id", "a")])?;
+    let b = kip848_consumer(&kaas, "static848-g", &[("group.instance.id", "b")])?;
+    a.subscribe(&["static848"])?;
+    b.subscribe(&["static848"])?;
+    let before = poll_until(&[&a, &b], Duration::from_secs(60), "static split", covers_exactly_once(4))?;
+    let (epoch, _) = describe_consumer_group(&kaas, "static848-g")?;
+    // Closing a static member is a temporary leave (epoch -2): its partitions wait for it.
+    drop(b);
+    let b2 = kip848_consumer(&kaas, "static848-g", &[("group.instance.id", "b")])?;
+    b2.subscribe(&["static848"])?;
+    let after = poll_until(&[&a, &b2], Duration::from_secs(60), "static rejoin", covers_exactly_once(4))?;
+    assert_eq!(before, after, "the same partitions come back to the same instances");
+    assert_eq!(describe_consumer_group(&kaas, "static848-g")?.0, epoch, "no new group epoch");
     Ok(())
 }

@@ -22,7 +22,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ListGro
                 listed = listed.with_group_state(str_bytes(g.state));
             }
             if ctx.version >= 5 {
-                listed = listed.with_group_type(str_bytes("classic"));
+                listed = listed.with_group_type(str_bytes(g.group_type));
             }
             listed
         })

@@ -22,7 +22,9 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetF
             .map(|g| {
                 let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
                 let out = OffsetFetchResponseGroup::default();
-                match broker.groups.fetch_offsets(&g.group_id, topics) {
+                // v9: a consumer group's member says who it is, so a stale one is refused.
+                let member = g.member_id.as_ref().map(|m| (m.as_str(), g.member_epoch));
+                match broker.groups.fetch_offsets(&g.group_id, member, topics) {
                     Err(e) => out.with_group_id(g.group_id).with_error_code(e.code()),
                     Ok(found) => out.with_group_id(g.group_id).with_topics(convert(found, |t, ps| {
                         let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartitions::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))));
@@ -34,7 +36,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetF
         return Reply::Now(response.with_groups(groups));
     }
     let topics = request.topics.map(|ts| ts.into_iter().map(|t| (t.name.to_string(), t.partition_indexes)).collect());
-    Reply::Now(match broker.groups.fetch_offsets(&request.group_id, topics) {
+    Reply::Now(match broker.groups.fetch_offsets(&request.group_id, None, topics) {
         Err(e) => response.with_error_code(e.code()),
         Ok(found) => response.with_topics(convert(found, |t, ps| {
             let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartition::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))));

@@ -7,6 +7,7 @@ use kafka_protocol::ResponseError as E;
 use kaas_groups::Entry;
 
 use super::record::Key;
+use super::consumer::Partitions;
 use super::{Coordinator, GroupState};
 
 /// A group as DescribeGroups reports it.
@@ -27,6 +28,35 @@ pub struct ListedGroup {
     pub group_id: String,
     pub protocol_type: String,
     pub state: &'static str,
+    /// `classic` or `consumer`.
+    pub group_type: &'static str,
+}
+
+/// A consumer group as ConsumerGroupDescribe reports it.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerDescribed {
+    pub error: Option<E>,
+    pub message: Option<String>,
+    pub state: &'static str,
+    pub group_epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: &'static str,
+    pub members: Vec<ConsumerMemberDescribed>,
+}
+
+/// One member of a described consumer group; partitions by topic name.
+#[derive(Debug, Clone)]
+pub struct ConsumerMemberDescribed {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_names: Vec<String>,
+    pub subscribed_regex: Option<String>,
+    pub assigned: Partitions,
+    pub target: Partitions,
 }
 
 impl Coordinator {
@@ -48,6 +78,10 @@ impl Coordinator {
             return DescribedGroup { error: v6.then_some(E::GroupIdNotFound), ..out };
         };
         let g = group.lock();
+        if g.consumer.is_some() {
+            // As Kafka: DescribeGroups only knows classic groups ("is not a classic group").
+            return DescribedGroup { error: v6.then_some(E::GroupIdNotFound), ..out };
+        }
         out.state = g.state.name();
         out.protocol_type = g.protocol_type.clone().unwrap_or_default();
         // As in Kafka: the protocol and member metadata/assignment only of a settled group.
@@ -68,22 +102,59 @@ impl Coordinator {
 
     /// Lists groups, filtered by state and type names (case-insensitive; empty = all).
     pub fn list(self: &Arc<Self>, states: &[String], types: &[String]) -> Vec<ListedGroup> {
-        // Only classic groups exist until KIP-848 lands.
-        if !types.is_empty() && !types.iter().any(|t| t.eq_ignore_ascii_case("classic")) {
-            return Vec::new();
-        }
         let mut out = Vec::new();
         for shard in self.shards.iter().filter(|s| s.is_owned()) {
             for (id, group) in shard.all() {
                 let g = group.lock();
-                if g.is(GroupState::Dead) || (!states.is_empty() && !states.iter().any(|s| s.eq_ignore_ascii_case(g.state.name()))) {
+                let wanted = |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
+                if g.is(GroupState::Dead) || !wanted(states, g.state_name()) || !wanted(types, g.group_type()) {
                     continue;
                 }
-                out.push(ListedGroup { group_id: id, protocol_type: g.protocol_type.clone().unwrap_or_default(), state: g.state.name() });
+                out.push(ListedGroup { group_id: id, protocol_type: g.protocol_type.clone().unwrap_or_default(), state: g.state_name(), group_type: g.group_type() });
             }
         }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
+    }
+
+    /// ConsumerGroupDescribe of one group: GROUP_ID_NOT_FOUND for an unknown or classic group.
+    pub fn describe_consumer(self: &Arc<Self>, group_id: &str) -> ConsumerDescribed {
+        let fail = |e: E, message: String| ConsumerDescribed { error: Some(e), message: Some(message), state: GroupState::Dead.name(), ..ConsumerDescribed::default() };
+        let shard = match self.shard(group_id) {
+            Ok(s) => s,
+            Err(e) => return fail(e, "This broker does not coordinate the group.".into()),
+        };
+        let Some(group) = shard.get(group_id) else { return fail(E::GroupIdNotFound, format!("Group {group_id} not found.")) };
+        let g = group.lock();
+        let Some(c) = g.consumer.as_ref().filter(|_| !g.is(GroupState::Dead)) else {
+            return fail(E::GroupIdNotFound, format!("Group {group_id} is not a consumer group."));
+        };
+        let members = c
+            .value
+            .members
+            .values()
+            .map(|m| ConsumerMemberDescribed {
+                member_id: m.id.clone(),
+                instance_id: m.instance_id.clone(),
+                rack_id: m.rack_id.clone(),
+                member_epoch: m.member_epoch,
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                subscribed_names: m.subscribed_names.clone(),
+                subscribed_regex: m.subscribed_regex.clone(),
+                assigned: m.assigned.clone(),
+                target: c.value.target.get(&m.id).cloned().unwrap_or_default(),
+            })
+            .collect();
+        ConsumerDescribed {
+            error: None,
+            message: None,
+            state: g.state_name(),
+            group_epoch: c.value.group_epoch,
+            assignment_epoch: c.value.assignment_epoch,
+            assignor: c.assignor(),
+            members,
+        }
     }
 
     /// Deletes an empty group and its offsets, durably.

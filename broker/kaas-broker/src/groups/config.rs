@@ -21,8 +21,12 @@ pub struct GroupConfig {
     /// Largest protocol metadata of one member (Kafka bounds it only by the record size of
     /// `__consumer_offsets`; kaas refuses it at join so one member cannot poison the group).
     pub max_member_metadata_bytes: usize,
-    /// `group.max.size`.
+    /// `group.max.size` (and `group.consumer.max.size`).
     pub max_size: usize,
+    /// `group.consumer.heartbeat.interval.ms`: how often KIP-848 members heartbeat.
+    pub consumer_heartbeat_interval: Duration,
+    /// `group.consumer.session.timeout.ms`: a KIP-848 member silent this long is fenced.
+    pub consumer_session_timeout: Duration,
 }
 
 impl Default for GroupConfig {
@@ -36,29 +40,8 @@ impl Default for GroupConfig {
             offset_metadata_max_bytes: 4096,
             max_member_metadata_bytes: 1024 * 1024,
             max_size: usize::MAX,
+            consumer_heartbeat_interval: Duration::from_millis(5_000),
+            consumer_session_timeout: Duration::from_millis(45_000),
         }
-    }
-}
-
-impl GroupConfig {
-    /// The defaults, overridden by `KAAS_GROUP_INITIAL_REBALANCE_DELAY_MS`,
-    /// `KAAS_GROUP_MIN_SESSION_TIMEOUT_MS`, `KAAS_OFFSETS_RETENTION_MINUTES` and
-    /// `KAAS_OFFSETS_RETENTION_CHECK_INTERVAL_MS` when set (the binary has no flags for them yet).
-    pub fn from_env() -> GroupConfig {
-        let ms = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
-        let mut c = GroupConfig::default();
-        if let Some(v) = ms("KAAS_GROUP_INITIAL_REBALANCE_DELAY_MS") {
-            c.initial_rebalance_delay = Duration::from_millis(v);
-        }
-        if let Some(v) = ms("KAAS_GROUP_MIN_SESSION_TIMEOUT_MS") {
-            c.min_session_timeout = Duration::from_millis(v);
-        }
-        if let Some(v) = ms("KAAS_OFFSETS_RETENTION_MINUTES") {
-            c.offsets_retention = Duration::from_secs(v.saturating_mul(60));
-        }
-        if let Some(v) = ms("KAAS_OFFSETS_RETENTION_CHECK_INTERVAL_MS") {
-            c.offsets_retention_check_interval = Duration::from_millis(v.max(100));
-        }
-        c
     }
 }

@@ -10,6 +10,7 @@ use kafka_protocol::ResponseError;
 use kaas_groups::{Entry, ShardLog};
 use tokio::sync::oneshot;
 
+use super::consumer::ConsumerGroup;
 use super::record::{GroupValue, Key, MemberValue, OffsetValue, to_bytes};
 
 /// Kafka's classic group states, with the names DescribeGroups and ListGroups use.
@@ -142,6 +143,10 @@ pub(crate) struct Group {
     pub(crate) offsets: HashMap<(String, i32), Committed>,
     /// `group.initial.rebalance.delay.ms`.
     pub(crate) initial_delay: Duration,
+    /// Set when this is a KIP-848 consumer group. Its classic fields then stay empty, its
+    /// `state` is only Empty (no members) or Stable (members), which is what offset expiry,
+    /// deletion and the classic APIs look at; [`Group::state_name`] gives Kafka's name.
+    pub(crate) consumer: Option<ConsumerGroup>,
 }
 
 impl Group {
@@ -163,13 +168,15 @@ impl Group {
             sync_deadline: None,
             offsets: HashMap::new(),
             initial_delay,
+            consumer: None,
         }
     }
 
     /// Rebuilds a group from its persisted record: members come back Stable with fresh
     /// sessions (they heartbeat, or expire and trigger a rebalance), as in Kafka's load.
-    pub(crate) fn restore(id: &str, value: GroupValue, now: Instant, initial_delay: Duration) -> Group {
+    pub(crate) fn restore(id: &str, value: GroupValue, now: Instant, initial_delay: Duration, consumer_session: Duration) -> Group {
         let mut g = Group::new(id, value.state_ms, initial_delay);
+        g.consumer = value.consumer.map(|c| ConsumerGroup::restore(c, now, consumer_session));
         g.protocol_type = value.protocol_type;
         g.protocol = value.protocol;
         g.generation = value.generation;
@@ -195,8 +202,44 @@ impl Group {
             };
             g.members.insert(m.id, member);
         }
-        g.state = if g.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
+        let empty = g.members.is_empty() && g.consumer.as_ref().is_none_or(ConsumerGroup::is_empty);
+        g.state = if empty { GroupState::Empty } else { GroupState::Stable };
         g
+    }
+
+    /// A classic group with nobody in it and nobody joining: it may become a consumer group.
+    pub(crate) fn is_idle_classic(&self) -> bool {
+        self.consumer.is_none() && self.is(GroupState::Empty) && self.members.is_empty() && self.pending.is_empty()
+    }
+
+    /// Turns an idle classic group (or a new one) into a consumer group; offsets stay.
+    pub(crate) fn become_consumer(&mut self) {
+        self.consumer = Some(ConsumerGroup::default());
+        self.protocol_type = Some("consumer".to_owned());
+        self.protocol = None;
+        self.leader = None;
+    }
+
+    /// Keeps `state` in step with a consumer group's membership (see [`Group::consumer`]).
+    pub(crate) fn sync_consumer_state(&mut self, now_ms: i64) {
+        let Some(c) = &self.consumer else { return };
+        let want = if c.is_empty() { GroupState::Empty } else { GroupState::Stable };
+        if !self.is(GroupState::Dead) && self.state != want {
+            self.set_state(want, now_ms);
+        }
+    }
+
+    /// The state name DescribeGroups / ListGroups / ConsumerGroupDescribe report.
+    pub(crate) fn state_name(&self) -> &'static str {
+        match &self.consumer {
+            Some(c) if !self.is(GroupState::Dead) => c.state_name(),
+            _ => self.state.name(),
+        }
+    }
+
+    /// `consumer` (KIP-848) or `classic`, as ListGroups v5 names group types.
+    pub(crate) fn group_type(&self) -> &'static str {
+        if self.consumer.is_some() { "consumer" } else { "classic" }
     }
 
     pub(crate) fn value(&self) -> GroupValue {
@@ -221,6 +264,7 @@ impl Group {
                     assignment: m.assignment.clone(),
                 })
                 .collect(),
+            consumer: self.consumer.as_ref().map(|c| c.value.clone()),
         }
     }
 
@@ -299,10 +343,10 @@ impl Group {
     fn drop_member(&mut self, id: &str, error: ResponseError) {
         let Some(mut m) = self.members.shift_remove(id) else { return };
         m.fail(error);
-        if let Some(iid) = &m.instance_id {
-            if self.static_members.get(iid).is_some_and(|mid| mid == id) {
-                self.static_members.remove(iid);
-            }
+        if let Some(iid) = &m.instance_id
+            && self.static_members.get(iid).is_some_and(|mid| mid == id)
+        {
+            self.static_members.remove(iid);
         }
         self.pending_sync.remove(id);
         if self.leader.as_deref() == Some(id) {

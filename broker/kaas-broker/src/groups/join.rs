@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use super::config::GroupConfig;
 use super::group::{Group, GroupState, JoinResult, Member};
-use super::Answer;
+use super::{Answer, storage_error};
 
 /// A decoded, version-normalised JoinGroup.
 #[derive(Debug, Clone)]
@@ -71,6 +71,17 @@ pub(crate) fn join(g: &mut Group, req: JoinRequest, config: &GroupConfig, log: &
     if g.is(GroupState::Dead) {
         return fail(E::CoordinatorNotAvailable);
     }
+    if let Some(c) = &g.consumer {
+        // A classic member may take over an empty consumer group (Kafka deletes the empty
+        // group and creates a classic one; offsets stay). Kafka 4 would also let it join a
+        // consumer group with members (KIP-848 migration); kaas does not, and answers as
+        // Kafka does for protocols the group cannot take.
+        if !c.is_empty() {
+            return fail(E::InconsistentGroupProtocol);
+        }
+        g.consumer = None;
+        g.protocol_type = None;
+    }
     if !g.supports(&req.protocol_type, &req.protocols) {
         return fail(E::InconsistentGroupProtocol);
     }
@@ -82,10 +93,10 @@ pub(crate) fn join(g: &mut Group, req: JoinRequest, config: &GroupConfig, log: &
 }
 
 fn join_new(g: &mut Group, req: JoinRequest, config: &GroupConfig, log: &ShardLog, now: Instant, now_ms: i64) -> Answer<JoinResult> {
-    if let Some(iid) = req.instance_id.clone() {
-        if let Some(old_id) = g.static_members.get(&iid).cloned() {
-            return replace_static(g, req, &old_id, log, now, now_ms);
-        }
+    if let Some(iid) = req.instance_id.clone()
+        && let Some(old_id) = g.static_members.get(&iid).cloned()
+    {
+        return replace_static(g, req, &old_id, log, now, now_ms);
     }
     if g.members.len() + g.pending.len() >= config.max_size {
         return Answer::Now(JoinResult::error(E::GroupMaxSizeReached, ""));
@@ -229,9 +240,12 @@ fn replace_static(g: &mut Group, req: JoinRequest, old_id: &str, log: &ShardLog,
         g.leader = Some(new_id.clone());
     }
     if g.is(GroupState::Stable) && g.select_protocol() == g.protocol {
-        if let Err(e) = g.persist(log) {
-            tracing::warn!(group = %g.id, error = %e, "cannot record the static member's new id; it will rejoin");
-        }
+        // The new member id must survive a coordinator move before the member learns it:
+        // otherwise the next coordinator would fence the member it just answered.
+        let seq = match g.persist(log) {
+            Ok(seq) => seq,
+            Err(e) => return Answer::Now(JoinResult::error(storage_error(&e), "")),
+        };
         let is_leader = g.leader.as_deref() == Some(new_id.as_str());
         let protocol = g.protocol.clone().unwrap_or_default();
         let (leader, skip, members) = if req.supports_skip_assignment {
@@ -242,7 +256,7 @@ fn replace_static(g: &mut Group, req: JoinRequest, old_id: &str, log: &ShardLog,
             // the member simply syncs and gets its assignment back.
             (old_leader, false, Vec::new())
         };
-        return Answer::Now(JoinResult {
+        let answer = JoinResult {
             error: None,
             generation: g.generation,
             protocol_type: g.protocol_type.clone(),
@@ -251,7 +265,8 @@ fn replace_static(g: &mut Group, req: JoinRequest, old_id: &str, log: &ShardLog,
             member_id: new_id,
             skip_assignment: skip,
             members,
-        });
+        };
+        return answer_when_durable(answer, log, seq);
     }
     let (tx, rx) = oneshot::channel();
     if let Some(m) = g.members.get_mut(&new_id) {
@@ -261,6 +276,20 @@ fn replace_static(g: &mut Group, req: JoinRequest, old_id: &str, log: &ShardLog,
         g.prepare_rebalance(now, now_ms);
     }
     g.maybe_complete_join(now, now_ms, log);
+    Answer::Wait(rx)
+}
+
+/// Sends `answer` once the shard log is durable up to `seq` (the error instead if it cannot be).
+fn answer_when_durable(answer: JoinResult, log: &ShardLog, seq: u64) -> Answer<JoinResult> {
+    let (tx, rx) = oneshot::channel();
+    let log = log.clone();
+    tokio::spawn(async move {
+        let result = match log.wait_durable(seq).await {
+            Ok(()) => answer,
+            Err(e) => JoinResult::error(storage_error(&e), ""),
+        };
+        let _ = tx.send(result);
+    });
     Answer::Wait(rx)
 }
 

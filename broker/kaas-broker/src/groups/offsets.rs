@@ -132,6 +132,10 @@ pub(crate) fn all_committed(g: &Group) -> Vec<(String, Vec<(i32, OffsetValue)>)>
 /// Topics the group's consumers subscribe to (from their ConsumerProtocol subscriptions), so
 /// OffsetDelete can refuse offsets still in use.
 pub(crate) fn subscribed_topics(g: &Group) -> HashSet<String> {
+    if let Some(c) = &g.consumer {
+        let names = c.value.members.values().flat_map(|m| m.subscribed_names.iter().cloned());
+        return names.chain(c.value.topics.keys().cloned()).collect();
+    }
     let protocol = g.protocol.clone().unwrap_or_default();
     g.members.values().flat_map(|m| parse_subscription(&m.metadata(&protocol))).collect()
 }
@@ -206,11 +210,9 @@ pub(crate) fn expire(g: &mut Group, log: &ShardLog, retention_ms: i64, now_ms: i
         tracing::info!(group = %g.id, "expired committed offsets");
     }
     let empty = g.is(GroupState::Empty) && g.offsets.values().all(|c| c.value.is_none());
-    if empty && (group_expired || simple) {
-        if log.append(&[Entry::delete(Key::group(&g.id))]).is_ok() {
-            g.set_state(GroupState::Dead, now_ms);
-            return true;
-        }
+    if empty && (group_expired || simple) && log.append(&[Entry::delete(Key::group(&g.id))]).is_ok() {
+        g.set_state(GroupState::Dead, now_ms);
+        return true;
     }
     false
 }

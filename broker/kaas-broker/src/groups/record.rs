@@ -55,6 +55,10 @@ pub(crate) struct GroupValue {
     /// Wall-clock ms of the last state change (offset expiry of an empty group counts from it).
     pub(crate) state_ms: i64,
     pub(crate) members: Vec<MemberValue>,
+    /// A KIP-848 consumer group's state (absent for classic groups and in records written
+    /// before consumer groups existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) consumer: Option<super::consumer::ConsumerValue>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,11 +18,13 @@ pub(crate) struct CoordinatorShard {
     pub(crate) log: ShardLog,
     groups: Mutex<HashMap<String, GroupRef>>,
     initial_delay: Duration,
+    /// A restored consumer group's members get this long to heartbeat again.
+    consumer_session: Duration,
 }
 
 impl CoordinatorShard {
-    pub(crate) fn new(log: ShardLog, initial_delay: Duration) -> CoordinatorShard {
-        CoordinatorShard { log, groups: Mutex::new(HashMap::new()), initial_delay }
+    pub(crate) fn new(log: ShardLog, initial_delay: Duration, consumer_session: Duration) -> CoordinatorShard {
+        CoordinatorShard { log, groups: Mutex::new(HashMap::new()), initial_delay, consumer_session }
     }
 
     pub(crate) fn is_owned(&self) -> bool {
@@ -42,7 +44,7 @@ impl CoordinatorShard {
             match Key::parse(&e.key) {
                 Some(Key::Group { g }) => {
                     let v: GroupValue = serde_json::from_slice(&value).map_err(|_| bad("group", &e.key))?;
-                    groups.insert(g.clone(), Group::restore(&g, v, now, self.initial_delay));
+                    groups.insert(g.clone(), Group::restore(&g, v, now, self.initial_delay, self.consumer_session));
                 }
                 Some(Key::Offset { g, t, p }) => {
                     let v: OffsetValue = serde_json::from_slice(&value).map_err(|_| bad("offset", &e.key))?;

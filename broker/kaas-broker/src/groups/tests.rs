@@ -127,17 +127,89 @@ async fn offsets_are_durable_across_coordinators_and_deletable() {
     c.close();
 
     let c2 = coordinator(&fs);
-    let got = c2.fetch_offsets("g", Some(vec![("t".into(), vec![0, 1, 2])])).unwrap();
+    let got = c2.fetch_offsets("g", None, Some(vec![("t".into(), vec![0, 1, 2])])).unwrap();
     let offsets: Vec<Option<i64>> = got[0].1.iter().map(|(_, v)| v.as_ref().map(|v| v.offset)).collect();
     assert_eq!(offsets, [Some(10), Some(20), None]);
     assert_eq!(c2.list(&[], &[]).len(), 1);
     assert_eq!(c2.delete_offsets("g", &[("t".into(), 0)]).await.unwrap(), vec![None]);
-    assert_eq!(c2.fetch_offsets("g", None).unwrap()[0].1.len(), 1);
+    assert_eq!(c2.fetch_offsets("g", None, None).unwrap()[0].1.len(), 1);
     assert_eq!(c2.delete_group("g").await, None);
     assert_eq!(c2.delete_group("g").await, Some(E::GroupIdNotFound));
     drop(c2); // a crash: no relinquish
 
     let c3 = coordinator(&fs);
-    assert!(c3.fetch_offsets("g", None).unwrap().is_empty());
+    assert!(c3.fetch_offsets("g", None, None).unwrap().is_empty());
     assert!(c3.list(&[], &[]).is_empty());
+}
+
+/// One topic "t" with four partitions.
+struct FourPartitions;
+
+impl TopicView for FourPartitions {
+    fn partition_count(&self, topic: &str) -> Option<i32> {
+        (topic == "t").then_some(4)
+    }
+    fn topic_names(&self) -> Vec<String> {
+        vec!["t".into()]
+    }
+}
+
+fn consumer_hb(member: &str, epoch: i32) -> ConsumerHeartbeat {
+    ConsumerHeartbeat {
+        group_id: "g".into(),
+        member_id: member.into(),
+        member_epoch: epoch,
+        instance_id: None,
+        rack_id: None,
+        rebalance_timeout_ms: if epoch == 0 { 30_000 } else { -1 },
+        subscribed_topic_names: (epoch == 0).then(|| vec!["t".into()]),
+        subscribed_topic_regex: None,
+        server_assignor: None,
+        owned: (epoch == 0).then(Default::default),
+        client_id: "c".into(),
+        client_host: "/127.0.0.1".into(),
+        member_id_required: true,
+    }
+}
+
+#[tokio::test]
+async fn consumer_groups_are_durable_fence_stale_commits_and_refuse_classic_members() {
+    let fs: FsRef = Arc::new(MemFs::new());
+    let c = coordinator(&fs);
+    let a = c.consumer_heartbeat(consumer_hb("a", 0), &FourPartitions).resolve(HeartbeatAnswer::error).await;
+    assert_eq!((a.error, a.member_epoch), (None, 1));
+    assert_eq!(a.assignment.as_ref().map(|p| p["t"].len()), Some(4));
+    assert_eq!(get(c.join(join_req("", None))).await.error, Some(E::InconsistentGroupProtocol));
+    assert_eq!(c.list(&[], &["consumer".into()]).first().map(|g| g.state), Some("Stable"));
+    assert!(c.list(&[], &["classic".into()]).is_empty());
+
+    let commit = |generation, offset| CommitRequest {
+        group_id: "g".into(),
+        generation,
+        member_id: "a".into(),
+        instance_id: None,
+        retention_ms: -1,
+        offsets: vec![CommitOffset { topic: "t".into(), partition: 0, offset, leader_epoch: -1, metadata: String::new() }],
+    };
+    assert!(matches!(c.commit(commit(0, 5), true), Err(E::StaleMemberEpoch)));
+    assert!(matches!(c.commit(commit(1, 5), false), Err(E::UnsupportedVersion)), "member epochs need OffsetCommit v9");
+    c.commit(commit(1, 5), true).unwrap().await.unwrap();
+    assert!(matches!(c.fetch_offsets("g", Some(("a", 0)), None), Err(E::StaleMemberEpoch)));
+    c.close();
+
+    // The next coordinator knows the member, its epoch and its partitions.
+    let c2 = coordinator(&fs);
+    let d = c2.describe_consumer("g");
+    assert_eq!((d.error, d.group_epoch, d.assignment_epoch, d.state), (None, 1, 1, "Stable"));
+    assert_eq!(d.members.first().map(|m| (m.member_epoch, m.assigned["t"].len())), Some((1, 4)));
+    let again = c2.consumer_heartbeat(consumer_hb("a", 1), &FourPartitions).resolve(HeartbeatAnswer::error).await;
+    assert_eq!((again.error, again.member_epoch), (None, 1));
+    assert_eq!(c2.fetch_offsets("g", Some(("a", 1)), None).unwrap()[0].1[0].1.as_ref().map(|v| v.offset), Some(5));
+    // Leaving empties the group; then a classic member may take it over, offsets kept.
+    let left = c2.consumer_heartbeat(consumer_hb("a", -1), &FourPartitions).resolve(HeartbeatAnswer::error).await;
+    assert_eq!((left.error, left.member_epoch), (None, -1));
+    assert_eq!(c2.describe_consumer("g").state, "Empty");
+    assert_eq!(get(c2.join(join_req("", None))).await.error, Some(E::MemberIdRequired));
+    assert_eq!(c2.describe_consumer("g").error, Some(E::GroupIdNotFound), "now a classic group");
+    assert_eq!(c2.fetch_offsets("g", None, None).unwrap()[0].1.len(), 1);
 }

@@ -74,6 +74,7 @@ pub(crate) fn tick_group(g: &mut Group, log: &ShardLog, now: Instant, now_ms: i6
         }
         _ => {}
     }
+    expire_consumer_members(g, log, now, now_ms);
     // A member waiting for its JoinGroup or SyncGroup answer is not expected to heartbeat.
     let expired: Vec<String> = g
         .members
@@ -84,5 +85,25 @@ pub(crate) fn tick_group(g: &mut Group, log: &ShardLog, now: Instant, now_ms: i6
     for id in expired {
         tracing::info!(group = %g.id, member = %id, "member session expired");
         g.remove_member(&id, E::UnknownMemberId, now, now_ms, log);
+    }
+}
+
+/// KIP-848 members whose session expired, or who did not revoke partitions within their
+/// rebalance timeout, are fenced: removed, their partitions freed, the group epoch bumped. The
+/// record is appended without waiting; if it cannot be written, the next heartbeat's record
+/// (the whole group state) carries the removal.
+fn expire_consumer_members(g: &mut Group, log: &ShardLog, now: Instant, now_ms: i64) {
+    let Some(c) = g.consumer.as_mut() else { return };
+    let expired = c.expired(now);
+    if expired.is_empty() {
+        return;
+    }
+    for id in &expired {
+        tracing::info!(group = %g.id, member = %id, "consumer group member fenced: session or revocation timeout");
+        c.remove_member(id);
+    }
+    g.sync_consumer_state(now_ms);
+    if let Err(e) = g.persist(log) {
+        tracing::warn!(group = %g.id, error = %e, "cannot record fenced members now; the next heartbeat records them");
     }
 }
