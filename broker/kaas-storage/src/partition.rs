@@ -140,6 +140,17 @@ impl Partition {
         self.lock().high_watermark
     }
 
+    /// The last stable offset: the high watermark, or the first offset of the earliest
+    /// transaction still open here if that is lower. read_committed consumers stop at it.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.lock().last_stable_offset()
+    }
+
+    /// Transactions open in this partition (DescribeProducers).
+    pub fn open_transactions(&self) -> Vec<crate::OpenTxn> {
+        self.lock().producers.txns.open()
+    }
+
     /// First readable offset.
     pub fn log_start_offset(&self) -> i64 {
         self.lock().log_start_offset
@@ -231,6 +242,13 @@ impl Partition {
 }
 
 impl State {
+    fn last_stable_offset(&self) -> i64 {
+        self.producers
+            .txns
+            .first_unstable_offset()
+            .map_or(self.high_watermark, |f| f.min(self.high_watermark))
+    }
+
     fn manifest(&self) -> manifest::Manifest {
         manifest::Manifest {
             epoch: self.leader_epoch,
