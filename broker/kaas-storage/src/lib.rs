@@ -32,7 +32,8 @@ pub use engine::Engine;
 pub use error::{Error, Result};
 pub use manifest::Manifest;
 pub use partition::{AppendOptions, AppendOutcome, Partition, ReadOutcome, TakeoverReport};
-pub use txn_index::{AbortedTxn, OpenTxn};
+pub use producer_state::ProducerSummary;
+pub use txn_index::AbortedTxn;
 
 /// Re-exported so callers can name the filesystem types without depending on kaas-shared.
 pub use kaas_shared::fs::{Fs, FsRef, MemFs, RealFs};

@@ -146,9 +146,10 @@ impl Partition {
         self.lock().last_stable_offset()
     }
 
-    /// Transactions open in this partition (DescribeProducers).
-    pub fn open_transactions(&self) -> Vec<crate::OpenTxn> {
-        self.lock().producers.txns.open()
+    /// Every producer known to this partition, with its open transaction if any
+    /// (DescribeProducers).
+    pub fn producers(&self) -> Vec<crate::ProducerSummary> {
+        self.lock().producers.summaries()
     }
 
     /// First readable offset.

@@ -50,6 +50,18 @@ impl ProducerEntry {
     }
 }
 
+/// What DescribeProducers reports about one producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// -1 if none is remembered.
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    /// First offset of its open transaction here.
+    pub txn_start_offset: Option<i64>,
+}
+
 /// All producers of one partition.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ProducerStates {
@@ -78,6 +90,28 @@ impl ProducerStates {
     pub(crate) fn entries(&self) -> Vec<ProducerEntry> {
         let mut v: Vec<_> = self.producers.values().cloned().collect();
         v.sort_by_key(|e| e.producer_id);
+        v
+    }
+
+    pub(crate) fn summaries(&self) -> Vec<ProducerSummary> {
+        let open: HashMap<i64, i64> = self
+            .txns
+            .open()
+            .into_iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect();
+        let mut v: Vec<_> = self
+            .producers
+            .values()
+            .map(|e| ProducerSummary {
+                producer_id: e.producer_id,
+                epoch: e.epoch,
+                last_sequence: e.last_seq(),
+                last_timestamp: e.last_timestamp,
+                txn_start_offset: open.get(&e.producer_id).copied(),
+            })
+            .collect();
+        v.sort_by_key(|s| s.producer_id);
         v
     }
 

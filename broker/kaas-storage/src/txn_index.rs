@@ -26,11 +26,11 @@ pub struct AbortedTxn {
     pub last_offset: i64,
 }
 
-/// A transaction open in this partition (DescribeProducers).
+/// A transaction open in this partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpenTxn {
-    pub producer_id: i64,
-    pub first_offset: i64,
+pub(crate) struct OpenTxn {
+    pub(crate) producer_id: i64,
+    pub(crate) first_offset: i64,
 }
 
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
