@@ -23,6 +23,7 @@ pub mod takeover_driver;
 pub mod topic_config;
 pub mod topic_store;
 pub mod topics;
+pub mod txn;
 
 pub use broker::Broker;
 pub use config::BrokerConfig;
