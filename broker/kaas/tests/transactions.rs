@@ -157,21 +157,28 @@ async fn offsets_sent_to_a_transaction_are_committed_only_with_it() -> TestResul
     let kaas = Kaas::start()?;
     kaas.create_topic("in", 1, &[]).await?;
     kaas.create_topic("out", 1, &[]).await?;
-    let consumer: BaseConsumer = kaas
-        .config()
-        .set("group.id", "eos")
-        .set("enable.auto.commit", "false")
-        .create()?;
+    let group_consumer = |isolation: &str| -> TestResult<BaseConsumer> {
+        let mut c = kaas.config();
+        c.set("group.id", "eos")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", isolation);
+        Ok(c.create()?)
+    };
+    // read_uncommitted: OffsetFetch without require_stable sees the last committed offset;
+    // read_committed: with require_stable, a pending offset is UNSTABLE_OFFSET_COMMIT.
+    let consumer = group_consumer("read_uncommitted")?;
+    let stable = group_consumer("read_committed")?;
     let cgm = consumer.group_metadata().ok_or("no group metadata")?;
-    let committed = || -> TestResult<Offset> {
+    let fetch = |c: &BaseConsumer, timeout: Duration| -> TestResult<Offset> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition("in", 0);
-        let got = consumer.committed_offsets(tpl, T)?;
+        let got = c.committed_offsets(tpl, timeout)?;
         Ok(got
             .find_partition("in", 0)
             .ok_or("partition missing")?
             .offset())
     };
+    let committed = || fetch(&consumer, T);
     let offsets = |o: i64| -> TestResult<TopicPartitionList> {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset("in", 0, Offset::Offset(o))?;
@@ -186,8 +193,13 @@ async fn offsets_sent_to_a_transaction_are_committed_only_with_it() -> TestResul
         Offset::Invalid,
         "pending until the transaction commits"
     );
+    assert!(
+        fetch(&stable, Duration::from_secs(2)).is_err(),
+        "a read_committed consumer waits for the outcome"
+    );
     p.commit_transaction(T)?;
     assert_eq!(committed()?, Offset::Offset(5));
+    assert_eq!(fetch(&stable, T)?, Offset::Offset(5));
 
     p.begin_transaction()?;
     send(&p, "out", &["y"])?;
