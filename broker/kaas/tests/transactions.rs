@@ -301,3 +301,236 @@ async fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() -> TestRes
     );
     Ok(())
 }
+
+mod wire_level {
+    //! Bad input and the admin APIs, spoken directly on the wire.
+
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::ResponseError as E;
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::describe_producers_request::TopicRequest;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest,
+        EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ListTransactionsRequest,
+        ProduceRequest, ProducerId, TopicName, TransactionalId,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    use super::common::wire::Wire;
+    use super::common::{Kaas, TestResult};
+
+    fn s(v: &str) -> StrBytes {
+        StrBytes::from_string(v.to_owned())
+    }
+
+    fn txn_batch(producer_id: i64, producer_epoch: i16, sequence: i32) -> TestResult<Bytes> {
+        let record = Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence,
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_millis() as i64,
+            key: None,
+            value: Some(Bytes::from_static(b"v")),
+            headers: Default::default(),
+        };
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &[record], &options)?;
+        Ok(buf.freeze())
+    }
+
+    fn produce(
+        wire: &mut Wire,
+        txn: Option<&str>,
+        partition: i32,
+        records: Bytes,
+    ) -> TestResult<i16> {
+        let request = ProduceRequest::default()
+            .with_transactional_id(txn.map(|t| TransactionalId(s(t))))
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(s("w")))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(records)),
+                    ]),
+            ]);
+        let response = wire.call(9, &request)?;
+        Ok(response.responses[0].partition_responses[0].error_code)
+    }
+
+    fn add_partition(
+        wire: &mut Wire,
+        txn: &str,
+        pid: i64,
+        epoch: i16,
+        partition: i32,
+    ) -> TestResult<i16> {
+        let request = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s(txn)))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(s("w")))
+                    .with_partitions(vec![partition]),
+            ]);
+        let response = wire.call(3, &request)?;
+        Ok(response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code)
+    }
+
+    #[test]
+    fn bad_transactional_input_gets_kafka_errors() -> TestResult {
+        let kaas = Kaas::start()?;
+        let mut wire = Wire::connect(&kaas.bootstrap)?;
+        wire.create_topic("w", 2)?;
+        let found = wire.call(
+            3,
+            &FindCoordinatorRequest::default()
+                .with_key(s("w-txn"))
+                .with_key_type(1),
+        )?;
+        assert_eq!(
+            (found.error_code, found.port),
+            (0, i32::from(kaas.port())),
+            "this broker coordinates"
+        );
+        let init = wire.call(
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(s("w-txn"))))
+                .with_transaction_timeout_ms(60_000),
+        )?;
+        assert_eq!(init.error_code, 0);
+        let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+        let timeout = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(s("w-txn"))))
+            .with_transaction_timeout_ms(0);
+        assert_eq!(
+            wire.call(4, &timeout)?.error_code,
+            E::InvalidTransactionTimeout.code()
+        );
+
+        assert_eq!(
+            add_partition(&mut wire, "nobody", pid, epoch, 0)?,
+            E::InvalidProducerIdMapping.code()
+        );
+        assert_eq!(
+            add_partition(&mut wire, "w-txn", pid, epoch - 1, 0)?,
+            E::ProducerFenced.code()
+        );
+        assert_eq!(add_partition(&mut wire, "w-txn", pid, epoch, 0)?, 0);
+        // Transactional records without a transactional id, and for a partition outside the
+        // transaction, are refused; nothing is written.
+        assert_eq!(
+            produce(&mut wire, None, 0, txn_batch(pid, epoch, 0)?)?,
+            E::TransactionalIdAuthorizationFailed.code()
+        );
+        assert_eq!(
+            produce(&mut wire, Some("w-txn"), 1, txn_batch(pid, epoch, 0)?)?,
+            E::InvalidTxnState.code()
+        );
+        assert_eq!(
+            produce(&mut wire, Some("w-txn"), 0, txn_batch(pid, epoch - 1, 0)?)?,
+            E::InvalidProducerEpoch.code()
+        );
+        assert_eq!(
+            produce(&mut wire, Some("w-txn"), 0, txn_batch(pid, epoch, 0)?)?,
+            0
+        );
+
+        // The admin view of the open transaction.
+        let listed = wire.call(
+            1,
+            &ListTransactionsRequest::default()
+                .with_state_filters(vec![s("Ongoing")])
+                .with_duration_filter(-1),
+        )?;
+        let ids: Vec<String> = listed
+            .transaction_states
+            .iter()
+            .map(|t| t.transactional_id.to_string())
+            .collect();
+        assert_eq!(ids, vec!["w-txn"]);
+        let described = wire.call(
+            0,
+            &DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(s("w-txn"))]),
+        )?;
+        let t = &described.transaction_states[0];
+        assert_eq!(
+            (t.error_code, t.transaction_state.as_str(), t.producer_id.0),
+            (0, "Ongoing", pid)
+        );
+        assert_eq!(t.topics[0].partitions, vec![0]);
+        let producers = wire.call(
+            0,
+            &DescribeProducersRequest::default().with_topics(vec![
+                TopicRequest::default()
+                    .with_name(TopicName(s("w")))
+                    .with_partition_indexes(vec![0]),
+            ]),
+        )?;
+        let active = &producers.topics[0].partitions[0].active_producers;
+        assert_eq!(
+            active
+                .iter()
+                .map(|p| (p.producer_id.0, p.current_txn_start_offset))
+                .collect::<Vec<_>>(),
+            vec![(pid, 0)]
+        );
+
+        // EndTxn from a fenced epoch changes nothing; the real one commits.
+        let end = |epoch: i16| {
+            EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(s("w-txn")))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_committed(true)
+        };
+        assert_eq!(
+            wire.call(3, &end(epoch - 1))?.error_code,
+            E::ProducerFenced.code()
+        );
+        assert_eq!(wire.call(3, &end(epoch))?.error_code, 0);
+        assert_eq!(
+            wire.call(3, &end(epoch))?.error_code,
+            0,
+            "a retried commit succeeds"
+        );
+        let described = wire.call(
+            0,
+            &DescribeTransactionsRequest::default().with_transactional_ids(vec![
+                TransactionalId(s("w-txn")),
+                TransactionalId(s("unknown")),
+            ]),
+        )?;
+        assert_eq!(
+            described.transaction_states[0].transaction_state.as_str(),
+            "CompleteCommit"
+        );
+        assert_eq!(
+            described.transaction_states[1].error_code,
+            E::TransactionalIdNotFound.code()
+        );
+        Ok(())
+    }
+}

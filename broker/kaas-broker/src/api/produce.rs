@@ -84,8 +84,12 @@ fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) ->
 /// transaction must include the partition (Kafka's produce-side verification, KIP-890 part 1):
 /// otherwise INVALID_TXN_STATE (or the producer's fencing error), and nothing is written.
 fn verify_transactional(broker: &Broker, transactional_id: Option<&str>, topic: &str, index: i32, records: &[u8]) -> Result<(), (ResponseError, Option<String>)> {
-    let Some(id) = transactional_id else { return Ok(()) };
     let Some((producer_id, epoch)) = crate::txn::batch_producer(records) else { return Ok(()) };
+    // Kafka's answer to transactional records without a transactional id: a transaction nobody
+    // coordinates would hold the last stable offset back forever.
+    let Some(id) = transactional_id else {
+        return Err((ResponseError::TransactionalIdAuthorizationFailed, Some("transactional records need a transactional id".into())));
+    };
     broker.txns.verify(id, producer_id, epoch, &(topic.to_owned(), index)).map_err(|e| {
         debug!(topic, partition = index, transactional_id = id, producer_id, epoch, error = %e, "transactional write refused");
         // NB: a produce from a fenced epoch answers INVALID_PRODUCER_EPOCH (PRODUCER_FENCED is
