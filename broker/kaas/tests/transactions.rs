@@ -305,7 +305,7 @@ async fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() -> TestRes
 mod wire_level {
     //! Bad input and the admin APIs, spoken directly on the wire.
 
-    use bytes::{Bytes, BytesMut};
+    use bytes::Bytes;
     use kafka_protocol::ResponseError as E;
     use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
@@ -316,42 +316,12 @@ mod wire_level {
         ProduceRequest, ProducerId, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
 
-    use super::common::wire::Wire;
+    use super::common::wire::{Wire, txn_batch};
     use super::common::{Kaas, TestResult};
 
     fn s(v: &str) -> StrBytes {
         StrBytes::from_string(v.to_owned())
-    }
-
-    fn txn_batch(producer_id: i64, producer_epoch: i16, sequence: i32) -> TestResult<Bytes> {
-        let record = Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id,
-            producer_epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: 0,
-            sequence,
-            timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_millis() as i64,
-            key: None,
-            value: Some(Bytes::from_static(b"v")),
-            headers: Default::default(),
-        };
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, &[record], &options)?;
-        Ok(buf.freeze())
     }
 
     fn produce(
@@ -441,19 +411,34 @@ mod wire_level {
         // Transactional records without a transactional id, and for a partition outside the
         // transaction, are refused; nothing is written.
         assert_eq!(
-            produce(&mut wire, None, 0, txn_batch(pid, epoch, 0)?)?,
+            produce(&mut wire, None, 0, txn_batch(pid, epoch, 0, &["v"])?)?,
             E::TransactionalIdAuthorizationFailed.code()
         );
         assert_eq!(
-            produce(&mut wire, Some("w-txn"), 1, txn_batch(pid, epoch, 0)?)?,
+            produce(
+                &mut wire,
+                Some("w-txn"),
+                1,
+                txn_batch(pid, epoch, 0, &["v"])?
+            )?,
             E::InvalidTxnState.code()
         );
         assert_eq!(
-            produce(&mut wire, Some("w-txn"), 0, txn_batch(pid, epoch - 1, 0)?)?,
+            produce(
+                &mut wire,
+                Some("w-txn"),
+                0,
+                txn_batch(pid, epoch - 1, 0, &["v"])?
+            )?,
             E::InvalidProducerEpoch.code()
         );
         assert_eq!(
-            produce(&mut wire, Some("w-txn"), 0, txn_batch(pid, epoch, 0)?)?,
+            produce(
+                &mut wire,
+                Some("w-txn"),
+                0,
+                txn_batch(pid, epoch, 0, &["v"])?
+            )?,
             0
         );
 
