@@ -91,7 +91,7 @@ async fn complete(broker: &Broker, c: &Completion) {
         }
     }
     let _ = retry(broker, c, "completion record", || async {
-        broker.txns.finish(c).await.map_err(|e| e.response_error())
+        broker.txns.finish(c).map_err(|e| e.response_error())
     })
     .await;
     info!(transactional_id = %c.transactional_id, producer_id = c.producer_id, epoch = c.producer_epoch, commit = c.commit, partitions = c.partitions.len(), coordinator_epoch = c.coordinator_epoch, "transaction completed");
