@@ -52,6 +52,48 @@ async fn append_txn(p: &Partition, pid: i64, epoch: i16, seq: i32) {
     p.wait_durable(out.last_offset).await.unwrap();
 }
 
+/// Starts a transactional id "tx" and adds partitions and groups to its transaction.
+async fn begin(
+    broker: &Arc<Broker>,
+    partitions: &[(String, i32)],
+    groups: &[String],
+) -> (i64, i16) {
+    let (pid, epoch) = broker
+        .txns
+        .init_producer_id(broker, "tx", 60_000, None)
+        .await
+        .unwrap();
+    broker
+        .txns
+        .add("tx", pid, epoch, partitions, groups)
+        .await
+        .unwrap();
+    (pid, epoch)
+}
+
+/// PrepareCommit made durable, and nothing more: the broker "crashes" before any marker.
+async fn prepare_commit(broker: &Broker, pid: i64, epoch: i16) {
+    let decided = broker
+        .txns
+        .prepare_end("tx", pid, epoch, true)
+        .await
+        .unwrap();
+    assert!(decided.is_some());
+}
+
+/// Runs the transactions loop until "tx" is CompleteCommit; stop it with the sender.
+async fn complete_in_background(
+    broker: &Arc<Broker>,
+) -> (
+    tokio::sync::watch::Sender<bool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let ticker = tokio::spawn(broker.clone().transactions_loop(stop_rx));
+    wait_state(broker, "tx", TxnState::CompleteCommit).await;
+    (stop_tx, ticker)
+}
+
 async fn wait_state(broker: &Broker, id: &str, state: TxnState) {
     for _ in 0..200 {
         if broker
@@ -73,27 +115,11 @@ async fn a_commit_decided_before_a_crash_is_completed_after_restart() {
     let (pid, epoch) = {
         let broker = open(tmp.path());
         create_topic(&broker);
-        let (pid, epoch) = broker
-            .txns
-            .init_producer_id(&broker, "tx", 60_000, None)
-            .await
-            .unwrap();
-        broker
-            .txns
-            .add("tx", pid, epoch, &[("t".to_owned(), 0)], &[])
-            .await
-            .unwrap();
+        let (pid, epoch) = begin(&broker, &[("t".to_owned(), 0)], &[]).await;
         append_txn(&partition(&broker), pid, epoch, 0).await;
         assert_eq!(partition(&broker).last_stable_offset(), 0);
         // PrepareCommit is durable, then the broker "crashes" before any marker is written.
-        assert!(
-            broker
-                .txns
-                .prepare_end("tx", pid, epoch, true)
-                .await
-                .unwrap()
-                .is_some()
-        );
+        prepare_commit(&broker, pid, epoch).await;
         (pid, epoch)
     };
     let broker = open(tmp.path());
@@ -106,9 +132,7 @@ async fn a_commit_decided_before_a_crash_is_completed_after_restart() {
         0,
         "the open transaction was recovered from the log"
     );
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let ticker = tokio::spawn(broker.clone().transactions_loop(stop_rx));
-    wait_state(&broker, "tx", TxnState::CompleteCommit).await;
+    let (stop_tx, ticker) = complete_in_background(&broker).await;
     let p = partition(&broker);
     assert_eq!(
         (p.last_stable_offset(), p.high_watermark()),
@@ -195,4 +219,56 @@ async fn bad_input_gets_kafka_errors_and_changes_nothing() {
         (TxnState::Empty, epoch2),
         "refusals change no state"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_of_a_commit_decided_before_a_crash_become_visible_after_restart() {
+    use crate::groups::{CommitOffset, TxnCommitRequest};
+    let tmp = tempfile::tempdir().unwrap();
+    let committed = |broker: &Arc<Broker>| {
+        let found = broker
+            .groups
+            .fetch_offsets("g", Some(vec![("t".to_owned(), vec![0])]))
+            .unwrap();
+        found[0].1[0].1.as_ref().map(|v| v.offset)
+    };
+    {
+        let broker = open(tmp.path());
+        create_topic(&broker);
+        let (pid, epoch) = begin(&broker, &[], &["g".to_owned()]).await;
+        let offset = CommitOffset {
+            topic: "t".into(),
+            partition: 0,
+            offset: 42,
+            leader_epoch: -1,
+            metadata: String::new(),
+        };
+        let req = TxnCommitRequest {
+            group_id: "g".into(),
+            producer_id: pid,
+            generation: -1,
+            member_id: String::new(),
+            instance_id: None,
+            offsets: vec![offset],
+        };
+        broker.groups.txn_commit(req).unwrap().await.unwrap();
+        assert_eq!(
+            committed(&broker),
+            None,
+            "pending until the transaction commits"
+        );
+        assert!(broker.groups.has_pending_txn_offset("g", "t", 0));
+        prepare_commit(&broker, pid, epoch).await;
+    }
+    let broker = open(tmp.path());
+    assert!(
+        broker.groups.has_pending_txn_offset("g", "t", 0),
+        "the pending offset is durable"
+    );
+    assert_eq!(committed(&broker), None);
+    let (stop_tx, ticker) = complete_in_background(&broker).await;
+    assert_eq!(committed(&broker), Some(42));
+    assert!(!broker.groups.has_pending_txn_offset("g", "t", 0));
+    let _ = stop_tx.send(true);
+    ticker.await.unwrap();
 }
