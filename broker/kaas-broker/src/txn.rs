@@ -305,21 +305,49 @@ impl TxnCoordinator {
 
     /// EndTxn: PrepareCommit/PrepareAbort made durable, then the markers; answers once they are
     /// written (or after [`END_TXN_WAIT`], the outcome being durable anyway).
-    pub async fn end_txn(&self, broker: &Arc<Broker>, id: &str, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<(), TxnError> {
-        let Some(decided) = self.prepare_end(id, producer_id, producer_epoch, commit).await? else { return Ok(()) };
-        let Some(driver) = markers::spawn_completion(broker.clone(), decided) else { return Ok(()) };
+    pub async fn end_txn(
+        &self,
+        broker: &Arc<Broker>,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), TxnError> {
+        let Some(decided) = self
+            .prepare_end(id, producer_id, producer_epoch, commit)
+            .await?
+        else {
+            return Ok(());
+        };
+        let Some(driver) = markers::spawn_completion(broker.clone(), decided) else {
+            return Ok(());
+        };
         if tokio::time::timeout(END_TXN_WAIT, driver).await.is_err() {
-            warn!(transactional_id = id, producer_id, commit, "markers not all written yet; answering EndTxn, the completion continues");
+            warn!(
+                transactional_id = id,
+                producer_id,
+                commit,
+                "markers not all written yet; answering EndTxn, the completion continues"
+            );
         }
         Ok(())
     }
 
     /// EndTxn's first phase: the outcome, durable. `None` for a retry of a completed EndTxn.
-    async fn prepare_end(&self, id: &str, producer_id: i64, producer_epoch: i16, commit: bool) -> Result<Option<Completion>, TxnError> {
+    async fn prepare_end(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<Option<Completion>, TxnError> {
         let (shard, epoch) = self.shard(id)?;
         let (seq, meta) = {
             let mut txns = shard.txns.lock();
-            let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping { found: producer_id, current: -1 })?;
+            let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
+                found: producer_id,
+                current: -1,
+            })?;
             meta.check_producer(producer_id, producer_epoch)?;
             let mut next = meta.clone();
             if next.end(commit, now_ms())? == EndOutcome::AlreadyDone {
