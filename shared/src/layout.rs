@@ -76,6 +76,13 @@ impl Layout {
         self.groups_dir().join(names::group_shard_dir_name(shard))
     }
 
+    /// `<root>/__cluster/transactions/<shard:04>/`.
+    pub fn txn_shard_dir(&self, shard: u32) -> PathBuf {
+        self.cluster_dir()
+            .join(names::TRANSACTIONS_DIR)
+            .join(names::group_shard_dir_name(shard))
+    }
+
     /// `<root>/<topic>/`.
     pub fn topic_dir(&self, topic: &str) -> PathBuf {
         self.root.join(topic)

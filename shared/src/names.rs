@@ -28,6 +28,9 @@ pub const ASSIGNMENT_FILE: &str = "assignment.json";
 pub const BROKERS_DIR: &str = "brokers";
 /// Directory of the consumer-group shards, in [`CLUSTER_DIR`].
 pub const GROUPS_DIR: &str = "groups";
+/// Directory of the transaction-state shards, in [`CLUSTER_DIR`]. Each shard directory is named
+/// and laid out like a group shard's (the same epoch-fenced key/value log).
+pub const TRANSACTIONS_DIR: &str = "transactions";
 
 const SHARD_WIDTH: usize = 4;
 const GROUP_LOG_EXT: &str = "log";

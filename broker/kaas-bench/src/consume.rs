@@ -29,15 +29,7 @@ pub(crate) struct ConsumeFigures {
 
 impl ConsumeFigures {
     pub(crate) fn row(&self, name: &str) -> Row {
-        let secs = self.elapsed.as_secs_f64().max(1e-9);
-        Row {
-            name: name.to_string(),
-            mb_per_s: self.bytes as f64 / secs / 1e6,
-            msgs_per_s: self.messages as f64 / secs,
-            p50_ms: None,
-            p99_ms: None,
-            p999_ms: None,
-        }
+        Row::throughput(name, self.bytes, self.messages, self.elapsed)
     }
 }
 

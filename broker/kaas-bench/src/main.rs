@@ -7,6 +7,7 @@ mod consume;
 mod groups;
 mod produce;
 mod report;
+mod transact;
 
 use std::time::Duration;
 
@@ -32,6 +33,9 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Consume a topic from the beginning with default consumer settings.
     Consume(consume::ConsumeArgs),
+    /// Transactions of `--records` records back to back, then the idempotent producer flat out
+    /// on the same topic, for comparison.
+    Transactions(transact::TxnArgs),
     /// The standard suite: 1 KiB, acks=all, 1 and 8 partitions; flat out, 10k msg/s, consume;
     /// then the consumer-group figures.
     Suite(SuiteArgs),
@@ -92,6 +96,13 @@ fn main() -> anyhow::Result<()> {
             group_suite(&args.bootstrap, &g)?;
         }
         Command::Groups(g) => group_suite(&args.bootstrap, &g)?,
+        Command::Transactions(t) => {
+            let txn = transact::run_transactions(&args.bootstrap, &t)?;
+            let idem = transact::run_idempotent(&args.bootstrap, &t)?;
+            report::print_table(&[txn.row(&format!("transactions of {} records", t.records)), idem.row("idempotent flat out")]);
+            let ratio = txn.row("").mb_per_s / idem.row("").mb_per_s.max(1e-9);
+            println!("{:.1} transactions/s; transactional MB/s is {ratio:.2}x the idempotent producer's", txn.transactions_per_s());
+        }
     }
     Ok(())
 }

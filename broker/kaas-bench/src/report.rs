@@ -11,6 +11,14 @@ pub(crate) struct Row {
     pub(crate) p999_ms: Option<f64>,
 }
 
+impl Row {
+    /// A row of throughput only (no latency figures).
+    pub(crate) fn throughput(name: &str, bytes: u64, messages: u64, elapsed: std::time::Duration) -> Row {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        Row { name: name.to_string(), mb_per_s: bytes as f64 / secs / 1e6, msgs_per_s: messages as f64 / secs, p50_ms: None, p99_ms: None, p999_ms: None }
+    }
+}
+
 pub(crate) fn print_table(rows: &[Row]) {
     let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.2}"));
     println!("{:<30} {:>10} {:>12} {:>10} {:>10} {:>10}", "scenario", "MB/s", "msgs/s", "p50 ms", "p99 ms", "p99.9 ms");

@@ -1,6 +1,8 @@
 //! One module per Kafka API. Each `handle` takes the decoded request and answers it against the
 //! broker's state; shared lookups live here.
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod consumer_group_describe;
@@ -13,6 +15,9 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_producers;
+pub mod describe_transactions;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -22,6 +27,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -29,6 +35,8 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 use std::sync::Arc;
 
@@ -47,6 +55,19 @@ pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
 /// A `TopicName` from any string.
 pub(crate) fn topic_name(s: impl Into<String>) -> TopicName {
     TopicName(str_bytes(s))
+}
+
+/// Groups `(topic, item)` pairs into one entry per run of the same topic, keeping the order
+/// (responses list each request topic once, with its partitions).
+pub(crate) fn by_topic<P>(items: impl IntoIterator<Item = (String, P)>) -> Vec<(String, Vec<P>)> {
+    let mut out: Vec<(String, Vec<P>)> = Vec::new();
+    for (topic, item) in items {
+        match out.last_mut() {
+            Some((t, items)) if *t == topic => items.push(item),
+            _ => out.push((topic, vec![item])),
+        }
+    }
+    out
 }
 
 /// The partition a request names, if this broker has and leads it.

@@ -13,6 +13,7 @@ use crate::groups::Coordinator;
 use crate::leadership::LocalLease;
 use crate::topic_store::TopicStore;
 use crate::topics::{Leadership, TopicRegistry};
+use crate::txn::TxnCoordinator;
 
 /// One kaas broker.
 #[derive(Debug)]
@@ -26,6 +27,9 @@ pub struct Broker {
     pub cluster: Option<crate::cluster::Cluster>,
     /// The group coordinator; in local mode it owns every group shard.
     pub groups: Arc<Coordinator>,
+    /// The transaction coordinator; in local mode it owns every transaction shard (cluster
+    /// mode does not offer transactions yet).
+    pub txns: TxnCoordinator,
 }
 
 impl Broker {
@@ -42,15 +46,17 @@ impl Broker {
         let groups = Coordinator::open(engine.fs().clone(), engine.layout(), config.groups.clone())?;
         // Local mode owns every group shard; in a cluster the runtime takes shards over as
         // assignment.json places them (Coordinator::take_over / relinquish).
+        let txns = TxnCoordinator::open(engine.fs().clone(), engine.layout())?;
         if config.cluster.is_none() {
             groups.take_over_all(&lease)?;
+            txns.take_over_all(&lease)?;
         }
         info!(node_id = config.node_id, storage = ?config.storage, topics = topics.list().len(), "broker opened");
         let cluster = config
             .cluster
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups }))
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups, txns }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.
@@ -68,9 +74,10 @@ impl Broker {
         }
     }
 
-    /// Relinquishes every partition and group shard: manifests, producer state and group
-    /// snapshots persisted, handles closed.
+    /// Relinquishes every partition, group and transaction shard: manifests, producer state
+    /// and shard snapshots persisted, handles closed.
     pub fn close(&self) {
+        self.txns.close();
         self.groups.close();
         self.topics.close_all();
     }

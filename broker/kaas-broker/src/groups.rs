@@ -25,6 +25,7 @@ mod offsets;
 mod record;
 mod shard;
 mod timers;
+mod txn_offsets;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +45,7 @@ pub use group::{GroupState, JoinResult, SyncResult};
 pub use join::JoinRequest;
 pub use membership::{HeartbeatRequest, Leaving, SyncRequest};
 pub use offsets::{CommitOffset, CommitRequest};
+pub use txn_offsets::TxnCommitRequest;
 
 use crate::broker::now_ms;
 use crate::leadership::LocalLease;

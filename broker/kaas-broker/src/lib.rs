@@ -25,6 +25,7 @@ pub mod topic_admin;
 pub mod topic_config;
 pub mod topic_store;
 pub mod topics;
+pub mod txn;
 
 pub use broker::Broker;
 pub use config::BrokerConfig;

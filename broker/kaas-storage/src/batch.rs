@@ -19,8 +19,8 @@ pub(crate) const OFFSETS_PREFIX_LEN: usize = 27;
 
 const CRC_START: usize = 21;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
-const TRANSACTIONAL_BIT: i16 = 0x10;
-const CONTROL_BIT: i16 = 0x20;
+pub(crate) const TRANSACTIONAL_BIT: i16 = 0x10;
+pub(crate) const CONTROL_BIT: i16 = 0x20;
 const COMPRESSION_MASK: i16 = 0x07;
 
 /// The fixed header of one v2 batch.
@@ -47,6 +47,14 @@ impl BatchHeader {
     }
     pub(crate) fn is_compressed(&self) -> bool {
         self.attributes & COMPRESSION_MASK != 0
+    }
+    /// Part of a transaction (data or marker).
+    pub(crate) fn is_transactional(&self) -> bool {
+        self.attributes & TRANSACTIONAL_BIT != 0
+    }
+    /// A control batch (a transaction marker).
+    pub(crate) fn is_control(&self) -> bool {
+        self.attributes & CONTROL_BIT != 0
     }
     pub(crate) fn is_log_append_time(&self) -> bool {
         self.attributes & TIMESTAMP_TYPE_BIT != 0
@@ -161,9 +169,9 @@ pub(crate) fn check_batch(
             "clients may not append control batches".into(),
         ));
     }
-    if header.attributes & TRANSACTIONAL_BIT != 0 {
+    if header.attributes & TRANSACTIONAL_BIT != 0 && header.producer_id < 0 {
         return Err(Error::InvalidRecord(
-            "transactional batches are not supported".into(),
+            "transactional batch without a producer id".into(),
         ));
     }
     if header.compression_codec() > 4 {
@@ -263,7 +271,7 @@ pub(crate) fn first_record_at_or_after(
 }
 
 /// Reads a zigzag varint/varlong; returns (value, bytes used).
-fn read_varint(buf: &[u8]) -> Option<(i64, usize)> {
+pub(crate) fn read_varint(buf: &[u8]) -> Option<(i64, usize)> {
     let mut raw: u64 = 0;
     for (i, b) in buf.iter().take(10).enumerate() {
         raw |= u64::from(b & 0x7f) << (7 * i);

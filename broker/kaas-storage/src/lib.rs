@@ -11,6 +11,7 @@
 
 mod batch;
 mod config;
+mod control;
 mod engine;
 mod error;
 mod index;
@@ -23,12 +24,16 @@ mod scan;
 mod segment;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod txn_index;
 
 pub use config::{LogConfig, TimestampType};
+pub use control::{Marker, MarkerKind};
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use manifest::Manifest;
 pub use partition::{AppendOptions, AppendOutcome, Partition, ReadOutcome, TakeoverReport};
+pub use producer_state::ProducerSummary;
+pub use txn_index::AbortedTxn;
 
 /// Re-exported so callers can name the filesystem types without depending on kaas-shared.
 pub use kaas_shared::fs::{Fs, FsRef, MemFs, RealFs};

@@ -146,6 +146,18 @@ impl Partition {
         self.lock().high_watermark
     }
 
+    /// The last stable offset: the high watermark, or the first offset of the earliest
+    /// transaction still open here if that is lower. read_committed consumers stop at it.
+    pub fn last_stable_offset(&self) -> i64 {
+        self.lock().last_stable_offset()
+    }
+
+    /// Every producer known to this partition, with its open transaction if any
+    /// (DescribeProducers).
+    pub fn producers(&self) -> Vec<crate::ProducerSummary> {
+        self.lock().producers.summaries()
+    }
+
     /// First readable offset.
     pub fn log_start_offset(&self) -> i64 {
         self.lock().log_start_offset
@@ -243,6 +255,13 @@ impl Partition {
 }
 
 impl State {
+    fn last_stable_offset(&self) -> i64 {
+        self.producers
+            .txns
+            .first_unstable_offset()
+            .map_or(self.high_watermark, |f| f.min(self.high_watermark))
+    }
+
     fn manifest(&self) -> manifest::Manifest {
         manifest::Manifest {
             epoch: self.leader_epoch,

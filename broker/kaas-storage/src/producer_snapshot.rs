@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Result;
 use crate::producer_state::{ProducerEntry, ProducerStates};
+use crate::txn_index::Transactions;
 
 const VERSION: u32 = 1;
 
@@ -24,6 +25,9 @@ struct Snapshot {
     /// The state covers every batch below this offset.
     offset: i64,
     producers: Vec<ProducerEntry>,
+    /// Open and aborted transactions (absent in snapshots written before transactions).
+    #[serde(default)]
+    transactions: Transactions,
 }
 
 /// Writes the snapshot of `states` taken by the leader of `epoch`, valid for every batch below
@@ -40,6 +44,7 @@ pub(crate) fn write(
         epoch,
         offset,
         producers: states.entries(),
+        transactions: states.txns.clone(),
     };
     Ok(write_json(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), &snap)?)
 }
@@ -48,9 +53,11 @@ pub(crate) fn write(
 /// yields `None` and the caller rebuilds the state from the whole log instead.
 pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Option<(i32, i64, ProducerStates)> {
     match read_json::<Snapshot>(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), "producer snapshot") {
-        Ok(Some(s)) if s.version == VERSION => {
-            Some((s.epoch, s.offset, ProducerStates::from_entries(s.producers)))
-        }
+        Ok(Some(s)) if s.version == VERSION => Some((
+            s.epoch,
+            s.offset,
+            ProducerStates::from_entries(s.producers, s.transactions),
+        )),
         Ok(Some(s)) => {
             tracing::warn!(dir = %dir.display(), version = s.version, "unknown producer snapshot version; rebuilding from the log");
             None

@@ -14,6 +14,8 @@ use std::collections::{HashMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::batch::{BatchHeader, increment_sequence};
+use crate::control::MarkerKind;
+use crate::txn_index::Transactions;
 use crate::{Error, Result};
 
 /// How many batches per producer are remembered for duplicate detection (Kafka's value).
@@ -48,10 +50,24 @@ impl ProducerEntry {
     }
 }
 
+/// What DescribeProducers reports about one producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerSummary {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// -1 if none is remembered.
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
+    /// First offset of its open transaction here.
+    pub txn_start_offset: Option<i64>,
+}
+
 /// All producers of one partition.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ProducerStates {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open and aborted transactions.
+    pub(crate) txns: Transactions,
 }
 
 /// What checking a request's batches found.
@@ -64,15 +80,38 @@ pub(crate) enum Checked {
 }
 
 impl ProducerStates {
-    pub(crate) fn from_entries(entries: Vec<ProducerEntry>) -> Self {
+    pub(crate) fn from_entries(entries: Vec<ProducerEntry>, txns: Transactions) -> Self {
         ProducerStates {
             producers: entries.into_iter().map(|e| (e.producer_id, e)).collect(),
+            txns,
         }
     }
 
     pub(crate) fn entries(&self) -> Vec<ProducerEntry> {
         let mut v: Vec<_> = self.producers.values().cloned().collect();
         v.sort_by_key(|e| e.producer_id);
+        v
+    }
+
+    pub(crate) fn summaries(&self) -> Vec<ProducerSummary> {
+        let open: HashMap<i64, i64> = self
+            .txns
+            .open()
+            .into_iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect();
+        let mut v: Vec<_> = self
+            .producers
+            .values()
+            .map(|e| ProducerSummary {
+                producer_id: e.producer_id,
+                epoch: e.epoch,
+                last_sequence: e.last_seq(),
+                last_timestamp: e.last_timestamp,
+                txn_start_offset: open.get(&e.producer_id).copied(),
+            })
+            .collect();
+        v.sort_by_key(|s| s.producer_id);
         v
     }
 
@@ -132,11 +171,31 @@ impl ProducerStates {
         Ok(Checked::Fresh)
     }
 
+    /// Checks that a marker's epoch is not older than the producer's (Kafka fences markers
+    /// from a coordinator that has not seen the latest epoch).
+    pub(crate) fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<()> {
+        match self.producers.get(&producer_id) {
+            Some(e) if epoch < e.epoch => Err(Error::InvalidProducerEpoch {
+                producer_id,
+                found: epoch,
+                current: e.epoch,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends the producer's transaction at the marker batch `b` (after [`Self::record`] of it).
+    pub(crate) fn end_txn(&mut self, b: &BatchHeader, kind: MarkerKind) {
+        self.txns.on_marker(b.producer_id, kind, b.base_offset);
+    }
+
     /// Records an appended batch (after `check`, or when replaying the log on recovery).
+    /// A marker only moves the producer's epoch: it carries no sequence.
     pub(crate) fn record(&mut self, b: &BatchHeader) {
         if b.producer_id < 0 {
             return;
         }
+        self.txns.on_data(b);
         let entry = self
             .producers
             .entry(b.producer_id)
@@ -149,6 +208,9 @@ impl ProducerStates {
         if b.producer_epoch != entry.epoch {
             entry.epoch = b.producer_epoch;
             entry.batches.clear();
+        }
+        if b.is_control() {
+            return;
         }
         if entry.batches.len() == BATCHES_TO_RETAIN {
             entry.batches.pop_front();
@@ -164,8 +226,11 @@ impl ProducerStates {
     }
 
     /// Drops producers idle since before `cutoff_ms`.
+    /// A producer with an open transaction is kept: its marker is still to come.
     pub(crate) fn expire(&mut self, cutoff_ms: i64) {
-        self.producers.retain(|_, e| e.last_timestamp >= cutoff_ms);
+        let txns = &self.txns;
+        self.producers
+            .retain(|pid, e| e.last_timestamp >= cutoff_ms || txns.is_open(*pid));
     }
 }
 

@@ -14,4 +14,5 @@ mod scenarios {
     mod lookups;
     mod recovery;
     mod retention;
+    mod transactions;
 }

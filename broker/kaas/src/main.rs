@@ -172,6 +172,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let broker_for_http = broker.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let housekeeping = tokio::spawn(broker.clone().housekeeping_loop(stop_rx.clone()));
+    let transactions = tokio::spawn(broker.clone().transactions_loop(stop_rx.clone()));
     let mut cluster_tasks = kaas_broker::cluster::spawn(broker.clone(), stop_rx.clone()).await.context("starting the cluster runtime")?;
     let http = tokio::net::TcpListener::bind(args.http_listen).await.with_context(|| format!("binding {}", args.http_listen))?;
     let mut http_stop = stop_rx.clone();
@@ -194,6 +195,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await;
     let _ = stop_tx.send(true);
     let _ = housekeeping.await;
+    let _ = transactions.await;
     while cluster_tasks.join_next().await.is_some() {}
     let _ = http_task.await;
     let closing = broker.clone();

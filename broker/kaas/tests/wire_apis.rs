@@ -161,6 +161,7 @@ fn describe_cluster_offset_for_leader_epoch_and_api_versions() -> TestResult {
     let find = |key: ApiKey| versions.api_keys.iter().find(|k| k.api_key == key as i16).map(|k| (k.min_version, k.max_version));
     assert_eq!(find(ApiKey::Produce), Some((0, 11)), "Produce from v0 (KAFKA-18659), no transactions-v2 versions");
     assert_eq!(find(ApiKey::Fetch), Some((4, 18)));
-    assert_eq!(find(ApiKey::EndTxn), None, "nothing unbuilt is advertised");
+    assert_eq!(find(ApiKey::EndTxn), Some((0, 4)), "transactions, without the transactions-v2 version");
+    assert_eq!(find(ApiKey::ElectLeaders), None, "nothing unbuilt is advertised");
     Ok(())
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::select_all;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
-use kaas_storage::Partition;
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
+use kaas_storage::{AbortedTxn, Partition};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -30,6 +30,8 @@ struct Target {
 /// What one read of one partition found.
 struct Found {
     records: Bytes,
+    /// read_committed: aborted transactions overlapping `records`.
+    aborted: Vec<AbortedTxn>,
     state: LastSent,
     error: Option<ResponseError>,
 }
@@ -151,20 +153,22 @@ fn read_round(targets: &[Target], limits: &Limits) -> Vec<Found> {
         .map(|t| {
             let partition = match &t.partition {
                 Ok(p) => p,
-                Err(e) => return Found { records: Bytes::new(), state: unknown_state(), error: Some(*e) },
+                Err(e) => return Found { records: Bytes::new(), aborted: Vec::new(), state: unknown_state(), error: Some(*e) },
             };
             let state = LastSent {
                 high_watermark: partition.high_watermark(),
-                last_stable_offset: partition.high_watermark(),
+                last_stable_offset: partition.last_stable_offset(),
                 log_start_offset: partition.log_start_offset(),
             };
             let partition_max = usize::try_from(t.position.max_bytes).unwrap_or(0);
             // KIP-74: the first partition with data may exceed the limits by one batch; after
             // that the response budget is strict.
             if total > 0 && budget == 0 {
-                return Found { records: Bytes::new(), state, error: None };
+                return Found { records: Bytes::new(), aborted: Vec::new(), state, error: None };
             }
-            match partition.read(t.position.fetch_offset, partition_max.min(budget.max(1))) {
+            let (offset, max) = (t.position.fetch_offset, partition_max.min(budget.max(1)));
+            let read = if limits.read_committed { partition.read_committed(offset, max) } else { partition.read(offset, max) };
+            match read {
                 Ok(read) => {
                     total += read.records.len();
                     budget = budget.saturating_sub(read.records.len());
@@ -173,9 +177,9 @@ fn read_round(targets: &[Target], limits: &Limits) -> Vec<Found> {
                         last_stable_offset: read.last_stable_offset,
                         log_start_offset: read.log_start_offset,
                     };
-                    Found { records: read.records, state, error: None }
+                    Found { records: read.records, aborted: read.aborted_transactions, state, error: None }
                 }
-                Err(e) => Found { records: Bytes::new(), state, error: Some(super::storage_error(e)) },
+                Err(e) => Found { records: Bytes::new(), aborted: Vec::new(), state, error: Some(super::storage_error(e)) },
             }
         })
         .collect()
@@ -211,7 +215,9 @@ fn respond(broker: &Broker, plan: &SessionPlan, targets: Vec<Target>, found: Vec
             .with_high_watermark(found.state.high_watermark)
             .with_last_stable_offset(found.state.last_stable_offset)
             .with_log_start_offset(found.state.log_start_offset)
-            .with_aborted_transactions(read_committed.then(Vec::new))
+            .with_aborted_transactions(read_committed.then(|| {
+                found.aborted.iter().map(|a| AbortedTransaction::default().with_producer_id(ProducerId(a.producer_id)).with_first_offset(a.first_offset)).collect()
+            }))
             .with_preferred_read_replica(BrokerId(-1))
             .with_records(Some(found.records));
         let (name, id) = match (&target.topic, &target.key.topic) {

@@ -1,5 +1,5 @@
-//! FindCoordinator: this broker answers for the groups whose shard it owns (all of them in
-//! local mode). Transactions do not exist yet, so a TRANSACTION key has no coordinator.
+//! FindCoordinator: this broker answers for the groups and transactional ids whose shard it
+//! owns (all of them in local mode). Cluster mode does not offer transactions yet.
 
 use std::sync::Arc;
 
@@ -38,9 +38,12 @@ fn find(broker: &Broker, key_type: i8, key: String) -> Coordinator {
         KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, answer, &key),
         KEY_TYPE_GROUP if !broker.groups.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the group's shard is not loaded here")),
         KEY_TYPE_GROUP => None,
+        KEY_TYPE_TRANSACTION if key.is_empty() => Some((ResponseError::InvalidRequest, "the transactional id is empty")),
         // Not retriable on purpose: a client asking for a transaction coordinator should fail
         // now with a clear message, not retry until its timeout.
-        KEY_TYPE_TRANSACTION => Some((ResponseError::InvalidRequest, "transactions are not supported by this kaas version yet")),
+        KEY_TYPE_TRANSACTION if broker.cluster.is_some() => Some((ResponseError::InvalidRequest, "transactions are not supported in cluster mode by this kaas version yet")),
+        KEY_TYPE_TRANSACTION if !broker.txns.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the transactional id's shard is not loaded here")),
+        KEY_TYPE_TRANSACTION => None,
         _ => Some((ResponseError::InvalidRequest, "unknown key type")),
     };
     match error {

@@ -1,20 +1,34 @@
-//! InitProducerId for the idempotent producer: a producer id unique across the cluster,
-//! allocated from blocks claimed on the volume by exclusive create.
+//! InitProducerId. Without a transactional id (the idempotent producer): a producer id unique
+//! across the cluster, allocated from blocks claimed on the volume by exclusive create. With
+//! one: the transaction coordinator's id and a bumped epoch, fencing the previous producer.
 
 use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: InitProducerIdRequest) -> Reply<InitProducerIdResponse> {
     let response = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
-    if request.transactional_id.is_some() {
-        // Transactions are not built yet; FindCoordinator(TRANSACTION) is not advertised either.
-        return Reply::Now(response.with_error_code(ResponseError::InvalidRequest.code()));
+    if let Some(id) = request.transactional_id.as_ref().map(|t| t.to_string()) {
+        if id.is_empty() {
+            return Reply::Now(response.with_error_code(ResponseError::InvalidRequest.code()));
+        }
+        // KIP-360: a client that already has an id and epoch names them.
+        let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
+        let broker = broker.clone();
+        return Reply::Later(Box::pin(async move {
+            match broker.txns.init_producer_id(&broker, &id, request.transaction_timeout_ms, expected).await {
+                Ok((pid, epoch)) => response.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch),
+                Err(e) => {
+                    debug!(transactional_id = %id, error = %e, "InitProducerId refused");
+                    response.with_error_code(e.response_error().code())
+                }
+            }
+        }));
     }
     // A non-transactional producer always gets a fresh id at epoch 0, as in Kafka; a client
     // that asks to bump its epoch (KIP-360) is served the same way.

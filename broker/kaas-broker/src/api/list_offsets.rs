@@ -50,10 +50,10 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ListOff
 }
 
 /// (offset, timestamp) for one query; -1/-1 where Kafka answers "none".
-fn lookup(partition: &Partition, timestamp: i64, _read_committed: bool) -> Result<(i64, i64), ResponseError> {
-        // Without transactions the last stable offset is the high watermark, so both isolation
-    // levels see the same end.
+fn lookup(partition: &Partition, timestamp: i64, read_committed: bool) -> Result<(i64, i64), ResponseError> {
+    // read_committed consumers end at the last stable offset (the first open transaction).
     Ok(match timestamp {
+        LATEST if read_committed => (partition.last_stable_offset(), -1),
         LATEST => (partition.high_watermark(), -1),
         EARLIEST | EARLIEST_LOCAL => (partition.log_start_offset(), -1),
         LATEST_TIERED => (-1, -1),

@@ -46,15 +46,11 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetC
             Some(Ok(durable)) => durable.await,
             Some(Err(e)) => Err(e),
         };
-        let mut topics: Vec<OffsetCommitResponseTopic> = Vec::new();
-        for (topic, partition, error) in answers {
+        let partitions = answers.into_iter().map(|(topic, partition, error)| {
             let error = error.or(outcome.err());
-            let p = OffsetCommitResponsePartition::default().with_partition_index(partition).with_error_code(error.map_or(0, |e| e.code()));
-            match topics.last_mut() {
-                Some(t) if t.name.0.as_str() == topic => t.partitions.push(p),
-                _ => topics.push(OffsetCommitResponseTopic::default().with_name(super::topic_name(topic)).with_partitions(vec![p])),
-            }
-        }
+            (topic, OffsetCommitResponsePartition::default().with_partition_index(partition).with_error_code(error.map_or(0, |e| e.code())))
+        });
+        let topics = super::by_topic(partitions).into_iter().map(|(t, ps)| OffsetCommitResponseTopic::default().with_name(super::topic_name(t)).with_partitions(ps)).collect();
         OffsetCommitResponse::default().with_topics(topics)
     }))
 }

@@ -1,8 +1,10 @@
-//! OffsetFetch: one group (v1–7) or many (v8+). Without transactions no offset is ever pending,
-//! so `require_stable` is always satisfied.
+//! OffsetFetch: one group (v1–7) or many (v8+). With `require_stable` (v7+, read_committed
+//! consumers), a partition with an offset pending in an open transaction answers
+//! UNSTABLE_OFFSET_COMMIT (retriable) instead of an offset that may be about to change.
 
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics};
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
 
@@ -15,6 +17,10 @@ type Found = Vec<(String, Vec<(i32, Option<OffsetView>)>)>;
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetFetchRequest) -> Reply<OffsetFetchResponse> {
     let response = OffsetFetchResponse::default();
+    let unstable = |group: &str, topic: &str, partition: i32| {
+        let pending = request.require_stable && broker.groups.has_pending_txn_offset(group, topic, partition);
+        if pending { ResponseError::UnstableOffsetCommit.code() } else { 0 }
+    };
     if ctx.version >= 8 {
         let groups = request
             .groups
@@ -26,10 +32,11 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetF
                 let member = g.member_id.as_ref().map(|m| (m.as_str(), g.member_epoch));
                 match broker.groups.fetch_offsets(&g.group_id, member, topics) {
                     Err(e) => out.with_group_id(g.group_id).with_error_code(e.code()),
-                    Ok(found) => out.with_group_id(g.group_id).with_topics(convert(found, |t, ps| {
-                        let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartitions::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))));
-                        OffsetFetchResponseTopics::default().with_name(topic_name(t)).with_partitions(ps.collect())
-                    })),
+                    Ok(found) => out.with_topics(convert(found, |t, ps| {
+                        let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartitions::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))).with_error_code(unstable(&g.group_id, &t, p)));
+                        let ps = ps.collect();
+                        OffsetFetchResponseTopics::default().with_name(topic_name(t)).with_partitions(ps)
+                    })).with_group_id(g.group_id),
                 }
             })
             .collect();
@@ -39,8 +46,9 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetF
     Reply::Now(match broker.groups.fetch_offsets(&request.group_id, None, topics) {
         Err(e) => response.with_error_code(e.code()),
         Ok(found) => response.with_topics(convert(found, |t, ps| {
-            let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartition::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))));
-            OffsetFetchResponseTopic::default().with_name(topic_name(t)).with_partitions(ps.collect())
+            let ps = ps.into_iter().map(|(p, v)| OffsetFetchResponsePartition::default().with_partition_index(p).with_committed_offset(v.offset).with_committed_leader_epoch(v.leader_epoch).with_metadata(Some(str_bytes(v.metadata))).with_error_code(unstable(&request.group_id, &t, p)));
+            let ps = ps.collect();
+            OffsetFetchResponseTopic::default().with_name(topic_name(t)).with_partitions(ps)
         })),
     })
 }

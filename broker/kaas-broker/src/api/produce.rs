@@ -24,6 +24,7 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Produc
     let acks = request.acks;
     let valid_acks = matches!(acks, -1..=1);
     let now = now_ms();
+    let transactional_id = request.transactional_id.as_ref().map(|t| t.to_string());
     // The ordered part: every append happens now, before the next request of this connection.
     let appended: Vec<(String, Vec<Appended>)> = request
         .topic_data
@@ -36,7 +37,9 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Produc
                 .map(|data| Appended {
                     index: data.index,
                     result: if valid_acks {
-                        append(broker, &name, data.index, data.records.as_deref().unwrap_or_default(), now)
+                        let records = data.records.as_deref().unwrap_or_default();
+                        verify_transactional(broker, transactional_id.as_deref(), &name, data.index, records)
+                            .and_then(|()| append(broker, &name, data.index, records, now))
                     } else {
                         Err((ResponseError::InvalidRequiredAcks, None))
                     },
@@ -75,6 +78,28 @@ fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) ->
             Err((e.response_error(), Some(e.to_string())))
         }
     }
+}
+
+/// A transactional write must belong to the producer's Ongoing transaction, and that
+/// transaction must include the partition (Kafka's produce-side verification, KIP-890 part 1):
+/// otherwise INVALID_TXN_STATE (or the producer's fencing error), and nothing is written.
+fn verify_transactional(broker: &Broker, transactional_id: Option<&str>, topic: &str, index: i32, records: &[u8]) -> Result<(), (ResponseError, Option<String>)> {
+    let Some((producer_id, epoch)) = crate::txn::batch_producer(records) else { return Ok(()) };
+    // Kafka's answer to transactional records without a transactional id: a transaction nobody
+    // coordinates would hold the last stable offset back forever.
+    let Some(id) = transactional_id else {
+        return Err((ResponseError::TransactionalIdAuthorizationFailed, Some("transactional records need a transactional id".into())));
+    };
+    broker.txns.verify(id, producer_id, epoch, &(topic.to_owned(), index)).map_err(|e| {
+        debug!(topic, partition = index, transactional_id = id, producer_id, epoch, error = %e, "transactional write refused");
+        // NB: a produce from a fenced epoch answers INVALID_PRODUCER_EPOCH (PRODUCER_FENCED is
+        // not a produce error for clients of these versions).
+        let code = match e.response_error() {
+            ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+            other => other,
+        };
+        (code, Some(e.to_string()))
+    })
 }
 
 async fn respond(appended: Appended, timeout: Duration) -> PartitionProduceResponse {

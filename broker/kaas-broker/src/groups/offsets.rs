@@ -79,7 +79,7 @@ impl PendingCommit {
     }
 }
 
-fn apply(g: &mut Group, key: (String, i32), value: Option<OffsetValue>, seq: u64) {
+pub(crate) fn apply(g: &mut Group, key: (String, i32), value: Option<OffsetValue>, seq: u64) {
     let newer = g.offsets.get(&key).is_some_and(|c| c.seq > seq);
     if !newer {
         g.offsets.insert(key, Committed { value, seq });

@@ -13,6 +13,9 @@ pub(crate) enum Key {
     Group { g: String },
     #[serde(rename = "o")]
     Offset { g: String, t: String, p: i32 },
+    /// An offset committed inside a transaction (TxnOffsetCommit), pending its marker.
+    #[serde(rename = "x")]
+    TxnOffset { g: String, pid: i64, t: String, p: i32 },
 }
 
 impl Key {
@@ -22,6 +25,10 @@ impl Key {
 
     pub(crate) fn offset(group: &str, topic: &str, partition: i32) -> String {
         encode(&Key::Offset { g: group.to_owned(), t: topic.to_owned(), p: partition })
+    }
+
+    pub(crate) fn txn_offset(group: &str, producer_id: i64, topic: &str, partition: i32) -> String {
+        encode(&Key::TxnOffset { g: group.to_owned(), pid: producer_id, t: topic.to_owned(), p: partition })
     }
 
     pub(crate) fn parse(key: &str) -> Option<Key> {

@@ -1,6 +1,6 @@
 //! A coordinator shard: the groups whose id hashes to it, over its [`ShardLog`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,10 +13,15 @@ use super::record::{GroupValue, Key, OffsetValue};
 
 pub(crate) type GroupRef = Arc<Mutex<Group>>;
 
+/// Offsets committed in open transactions: (group, producer id) → partition → offset.
+pub(crate) type PendingTxnOffsets = HashMap<(String, i64), BTreeMap<(String, i32), OffsetValue>>;
+
 #[derive(Debug)]
 pub(crate) struct CoordinatorShard {
     pub(crate) log: ShardLog,
     groups: Mutex<HashMap<String, GroupRef>>,
+    /// Transactional offsets waiting for their transaction's outcome (durable in the log).
+    pub(crate) pending_txn: Mutex<PendingTxnOffsets>,
     initial_delay: Duration,
     /// A restored consumer group's members get this long to heartbeat again.
     consumer_session: Duration,
@@ -24,7 +29,7 @@ pub(crate) struct CoordinatorShard {
 
 impl CoordinatorShard {
     pub(crate) fn new(log: ShardLog, initial_delay: Duration, consumer_session: Duration) -> CoordinatorShard {
-        CoordinatorShard { log, groups: Mutex::new(HashMap::new()), initial_delay, consumer_session }
+        CoordinatorShard { log, groups: Mutex::new(HashMap::new()), pending_txn: Mutex::new(HashMap::new()), initial_delay, consumer_session }
     }
 
     pub(crate) fn is_owned(&self) -> bool {
@@ -38,6 +43,7 @@ impl CoordinatorShard {
         let now = Instant::now();
         let mut groups: HashMap<String, Group> = HashMap::new();
         let mut offsets = Vec::new();
+        let mut pending = PendingTxnOffsets::new();
         let bad = |what: &str, key: &str| crate::Error::InvalidRequest(format!("unreadable {what} record {key:?} in group shard {}", self.log.dir().display()));
         for e in entries {
             let Some(value) = e.value else { continue };
@@ -49,6 +55,10 @@ impl CoordinatorShard {
                 Some(Key::Offset { g, t, p }) => {
                     let v: OffsetValue = serde_json::from_slice(&value).map_err(|_| bad("offset", &e.key))?;
                     offsets.push((g, t, p, v));
+                }
+                Some(Key::TxnOffset { g, pid, t, p }) => {
+                    let v: OffsetValue = serde_json::from_slice(&value).map_err(|_| bad("transactional offset", &e.key))?;
+                    pending.entry((g, pid)).or_default().insert((t, p), v);
                 }
                 None => {
                     self.log.relinquish().ok();
@@ -62,6 +72,7 @@ impl CoordinatorShard {
             group.offsets.insert((t, p), Committed { value: Some(v), seq: 0 });
         }
         let count = groups.len();
+        *self.pending_txn.lock() = pending;
         *self.groups.lock() = groups.into_iter().map(|(k, g)| (k, Arc::new(Mutex::new(g)))).collect();
         Ok(count)
     }
@@ -80,6 +91,7 @@ impl CoordinatorShard {
     }
 
     fn unload(&self, error: ResponseError) {
+        self.pending_txn.lock().clear();
         for (_, g) in self.groups.lock().drain() {
             let mut g = g.lock();
             g.fail_all(error);

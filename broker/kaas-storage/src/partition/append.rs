@@ -7,6 +7,7 @@ use kaas_shared::names::SegmentFileKind;
 use super::{Partition, Shared, State};
 use crate::batch::{self, BatchHeader};
 use crate::config::{LogConfig, TimestampType};
+use crate::control::{self, Marker};
 use crate::producer_state::Checked;
 use crate::segment::Segment;
 use crate::{Error, Result, producer_snapshot};
@@ -60,13 +61,7 @@ impl Partition {
             }
         };
         let mut st = self.lock();
-        st.require_writable()?;
-        if opts.leader_epoch < st.leader_epoch {
-            return Err(Error::FencedLeaderEpoch {
-                requested: opts.leader_epoch,
-                current: st.leader_epoch,
-            });
-        }
+        st.require_writable_at(opts.leader_epoch)?;
         if let Checked::Duplicate(m) = st.producers.check(batches.iter().map(|(_, h)| h))? {
             let log_append_time_ms = if log_append_time >= 0 {
                 m.timestamp
@@ -111,6 +106,42 @@ impl Partition {
     }
 }
 
+impl Partition {
+    /// Appends a transaction marker for `marker.producer_id` (commit or abort), ending its
+    /// transaction in this partition: the last stable offset moves past it once durable, and an
+    /// abort is indexed for read_committed fetches. Idempotent in effect: a repeated marker for
+    /// a transaction that is no longer open appends a harmless marker and changes no state
+    /// (consumers skip control batches). Does not fsync: await [`Partition::wait_durable`].
+    pub fn append_marker(&self, marker: &Marker, opts: AppendOptions) -> Result<AppendOutcome> {
+        let mut records = control::build(marker, opts.now_ms);
+        let mut header = batch::parse_header(&records)?;
+        let config = self.config();
+        let mut st = self.lock();
+        st.require_writable_at(opts.leader_epoch)?;
+        st.producers
+            .check_marker(marker.producer_id, marker.producer_epoch)?;
+        st.maybe_roll(&self.shared, &config, records.len() as u64, 1, opts.now_ms)?;
+        let offset = st.log_end_offset;
+        batch::patch_offsets(&mut records, offset, st.leader_epoch);
+        header.base_offset = offset;
+        st.write_active(
+            &records,
+            &[(0, header)],
+            config.index_interval_bytes,
+            opts.now_ms,
+        )?;
+        st.producers.end_txn(&header, marker.kind);
+        st.log_end_offset = offset + 1;
+        Ok(AppendOutcome {
+            base_offset: offset,
+            last_offset: offset,
+            log_append_time_ms: -1,
+            log_start_offset: st.log_start_offset,
+            duplicate: false,
+        })
+    }
+}
+
 fn check_timestamp(config: &LogConfig, h: &BatchHeader, now: i64) -> Result<()> {
     for ts in [h.base_timestamp, h.max_timestamp] {
         let too_old = now.saturating_sub(ts) > config.message_timestamp_before_max_ms;
@@ -123,6 +154,18 @@ fn check_timestamp(config: &LogConfig, h: &BatchHeader, now: i64) -> Result<()> 
 }
 
 impl State {
+    /// Checks that this engine may write the partition for a caller at `leader_epoch`.
+    fn require_writable_at(&self, leader_epoch: i32) -> Result<()> {
+        self.require_writable()?;
+        if leader_epoch < self.leader_epoch {
+            return Err(Error::FencedLeaderEpoch {
+                requested: leader_epoch,
+                current: self.leader_epoch,
+            });
+        }
+        Ok(())
+    }
+
     /// One positioned write of the whole request to the page cache, then index bookkeeping.
     fn write_active(
         &mut self,

@@ -10,6 +10,7 @@ use super::takeover::relative;
 use super::{Partition, State};
 use crate::batch::{self, BatchHeader};
 use crate::scan::{SMALL_CHUNK, Scanner, Step};
+use crate::txn_index::AbortedTxn;
 use crate::{Error, Result};
 
 /// The result of a read.
@@ -21,8 +22,11 @@ pub struct ReadOutcome {
     pub high_watermark: i64,
     /// Log start offset at the time of the read.
     pub log_start_offset: i64,
-    /// Last stable offset (= high watermark: no transactions yet).
+    /// Last stable offset: the first offset of the earliest open transaction, or the high
+    /// watermark.
     pub last_stable_offset: i64,
+    /// read_committed only: the aborted transactions overlapping the returned batches.
+    pub aborted_transactions: Vec<AbortedTxn>,
 }
 
 /// Where in one segment a read looks, captured under the lock and executed outside it.
@@ -87,38 +91,69 @@ impl Partition {
     /// the first batch alone is larger (then that one batch, as Kafka does). Data comes from
     /// one segment per call. `OffsetOutOfRange` outside `[logStartOffset, highWatermark]`.
     pub fn read(&self, fetch_offset: i64, max_bytes: usize) -> Result<ReadOutcome> {
+        self.read_isolated(fetch_offset, max_bytes, false)
+    }
+
+    /// [`Partition::read`] for a read_committed consumer: batches only below the last stable
+    /// offset, plus the aborted transactions overlapping what is returned.
+    pub fn read_committed(&self, fetch_offset: i64, max_bytes: usize) -> Result<ReadOutcome> {
+        self.read_isolated(fetch_offset, max_bytes, true)
+    }
+
+    fn read_isolated(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        committed: bool,
+    ) -> Result<ReadOutcome> {
         let mut after_segment = None;
         loop {
-            let (window, outcome) = {
+            let (window, outcome, bound) = {
                 let mut st = self.lock();
                 st.require_leader()?;
+                let lso = st.last_stable_offset();
                 let outcome = ReadOutcome {
                     records: Bytes::new(),
                     high_watermark: st.high_watermark,
                     log_start_offset: st.log_start_offset,
-                    last_stable_offset: st.high_watermark,
+                    last_stable_offset: lso,
+                    aborted_transactions: Vec::new(),
                 };
                 if fetch_offset < st.log_start_offset || fetch_offset > st.high_watermark {
                     return Err(st.out_of_range(fetch_offset));
                 }
-                if fetch_offset == st.high_watermark {
+                let bound = if committed { lso } else { st.high_watermark };
+                if fetch_offset >= bound {
                     return Ok(outcome);
                 }
                 let Some(i) = st.segment_index(fetch_offset, after_segment) else {
                     return Ok(outcome);
                 };
                 after_segment = Some(st.segments[i].base_offset);
-                (self.window(&mut st, i, fetch_offset)?, outcome)
+                (self.window(&mut st, i, fetch_offset)?, outcome, bound)
             };
             let Some((pos, first)) = window.find(fetch_offset, |_| true)? else {
                 continue;
             };
+            if first.base_offset >= bound {
+                return Ok(outcome);
+            }
             let available = usize::try_from(window.limit - pos).unwrap_or(usize::MAX);
             let len = available.min(max_bytes).max(first.size);
             let mut buf = window.read_at(pos, len)?;
-            buf.truncate(whole_batches(&buf));
+            let (end, next_offset) = whole_batches_below(&buf, bound);
+            buf.truncate(end);
+            let aborted_transactions = if committed {
+                self.lock()
+                    .producers
+                    .txns
+                    .aborted_between(fetch_offset, next_offset)
+            } else {
+                Vec::new()
+            };
             return Ok(ReadOutcome {
                 records: Bytes::from(buf),
+                aborted_transactions,
                 ..outcome
             });
         }
@@ -248,16 +283,18 @@ fn find_timestamp(window: &Window, log_start: i64, target: i64) -> Result<Option
         .map(|(o, ts)| (o.max(log_start), ts)))
 }
 
-/// Length of the prefix of `buf` made of whole batches.
-fn whole_batches(buf: &[u8]) -> usize {
-    let mut end = 0;
-    while let Some((_, size, _)) = batch::peek_offsets(&buf[end..]) {
-        if end + size > buf.len() {
+/// The length of the prefix of `buf` made of whole batches that start below `bound`, and the
+/// offset after its last batch.
+fn whole_batches_below(buf: &[u8], bound: i64) -> (usize, i64) {
+    let (mut end, mut next) = (0, i64::MIN);
+    while let Some((base, size, delta)) = batch::peek_offsets(&buf[end..]) {
+        if end + size > buf.len() || base >= bound {
             break;
         }
         end += size;
+        next = base + i64::from(delta) + 1;
     }
-    end
+    (end, next)
 }
 
 impl State {

@@ -78,6 +78,8 @@ impl Partition {
         }
         st.producers
             .expire(now_ms.saturating_sub(config.producer_id_expiration_ms));
+        let log_start = st.log_start_offset;
+        st.producers.txns.trim(log_start);
         Ok(())
     }
 

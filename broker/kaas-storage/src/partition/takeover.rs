@@ -9,7 +9,7 @@ use super::{Partition, Role, State, listing};
 use crate::producer_state::ProducerStates;
 use crate::scan::{BIG_CHUNK, Scanner, Step};
 use crate::segment::Segment;
-use crate::{Error, Result, manifest, producer_snapshot};
+use crate::{Error, Result, control, manifest, producer_snapshot};
 
 /// What a take_over found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,11 +229,20 @@ impl State {
             };
             let file = seg.file.clone().ok_or(Error::NotLeader)?;
             let mut scan = Scanner::new(&*file, start, seg.size, false, BIG_CHUNK);
-            while let Step::Batch { header, .. } =
+            while let Step::Batch { header, pos } =
                 scan.next_step().map_err(|e| Error::io("read", dir, e))?
             {
                 if header.base_offset >= from {
                     self.producers.record(&header);
+                    if header.is_control() {
+                        // Markers are tiny: read the whole batch to learn commit or abort.
+                        let mut batch = vec![0u8; header.size];
+                        file.read_exact_at(&mut batch, pos)
+                            .map_err(|e| Error::io("read", dir, e))?;
+                        if let Some(kind) = control::kind_of(&header, &batch) {
+                            self.producers.end_txn(&header, kind);
+                        }
+                    }
                 }
             }
         }

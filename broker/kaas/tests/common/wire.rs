@@ -98,11 +98,20 @@ impl Wire {
 
 /// One v2 record batch of `values`, idempotent when `producer_id >= 0`.
 pub fn batch(producer_id: i64, producer_epoch: i16, base_sequence: i32, values: &[&str]) -> TestResult<Bytes> {
+    encode_batch(false, producer_id, producer_epoch, base_sequence, values)
+}
+
+/// One transactional v2 record batch of `values`.
+pub fn txn_batch(producer_id: i64, producer_epoch: i16, base_sequence: i32, values: &[&str]) -> TestResult<Bytes> {
+    encode_batch(true, producer_id, producer_epoch, base_sequence, values)
+}
+
+fn encode_batch(transactional: bool, producer_id: i64, producer_epoch: i16, base_sequence: i32, values: &[&str]) -> TestResult<Bytes> {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
         .map(|(i, v)| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: -1,

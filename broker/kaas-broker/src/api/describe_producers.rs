@@ -1,0 +1,58 @@
+//! DescribeProducers: per partition, the producers with an open transaction there and where it
+//! started (what `kafka-transactions.sh describe-producers` and `find-hanging` read).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
+
+use super::{led_partition, str_bytes};
+use crate::broker::Broker;
+use crate::router::{Reply, RequestContext};
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    _ctx: &RequestContext,
+    request: DescribeProducersRequest,
+) -> Reply<DescribeProducersResponse> {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partition_indexes
+                .iter()
+                .map(|&index| {
+                    let answer = PartitionResponse::default().with_partition_index(index);
+                    match led_partition(broker, &t.name.0, index) {
+                        Err(e) => answer
+                            .with_error_code(e.code())
+                            .with_error_message(Some(str_bytes(e.to_string()))),
+                        Ok(p) => answer.with_active_producers(
+                            p.producers()
+                                .into_iter()
+                                .map(|s| {
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(s.producer_id))
+                                        .with_producer_epoch(i32::from(s.epoch))
+                                        .with_last_sequence(s.last_sequence)
+                                        .with_last_timestamp(s.last_timestamp)
+                                        .with_coordinator_epoch(-1)
+                                        .with_current_txn_start_offset(
+                                            s.txn_start_offset.unwrap_or(-1),
+                                        )
+                                })
+                                .collect(),
+                        ),
+                    }
+                })
+                .collect();
+            TopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    Reply::Now(DescribeProducersResponse::default().with_topics(topics))
+}

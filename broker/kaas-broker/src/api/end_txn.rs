@@ -1,0 +1,36 @@
+//! EndTxn: commit or abort. The outcome is durable before the markers are written; the answer
+//! comes once they are (see `TxnCoordinator::end_txn`).
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
+use tracing::debug;
+
+use crate::broker::Broker;
+use crate::router::{Reply, RequestContext};
+
+pub async fn handle(
+    broker: &Arc<Broker>,
+    _ctx: &RequestContext,
+    request: EndTxnRequest,
+) -> Reply<EndTxnResponse> {
+    let id = request.transactional_id.to_string();
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
+        let response = EndTxnResponse::default()
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        match broker
+            .txns
+            .end_txn(&broker, &id, pid, epoch, request.committed)
+            .await
+        {
+            Ok(()) => response,
+            Err(e) => {
+                debug!(transactional_id = %id, producer_id = pid, epoch, commit = request.committed, error = %e, "EndTxn refused");
+                response.with_error_code(e.response_error().code())
+            }
+        }
+    }))
+}

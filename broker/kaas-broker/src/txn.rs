@@ -1,0 +1,523 @@
+//! The transaction coordinator: transactional ids, their producer ids and epochs, and the
+//! two-phase end of a transaction (Prepare → markers → Complete), with state kept in
+//! transaction shards on the shared volume.
+//!
+//! Transactional ids are spread over [`kaas_groups::SHARD_COUNT`] shards by the same stable
+//! hash as groups; each shard is a [`kaas_groups::ShardLog`] under
+//! `__cluster/transactions/<shard>/` whose keys are transactional ids and whose values are
+//! their [`TxnMetadata`] as JSON (the latest value wins, as in Kafka's compacted
+//! `__transaction_state`). Local mode owns every shard.
+//!
+//! Seed 001, for this module:
+//! 1. Atomic primitive: every transition is one appended, CRC-framed log entry (or part of a
+//!    renamed snapshot); nothing is edited in place.
+//! 2. Idempotent and re-driven: a transition is acknowledged only after its fsync. Ending a
+//!    transaction is PrepareX (durable) → markers → CompleteX (durable); a take-over re-drives
+//!    every transaction it finds in PrepareX, and writing a marker twice is harmless (the
+//!    second finds no open transaction and changes no state).
+//! 3. Single writer fenced by epoch: one owner per shard, the epoch in every shard file name;
+//!    markers carry the shard epoch as coordinator epoch, and a completion driver stops as soon
+//!    as its shard is no longer owned at the epoch it started under.
+
+mod markers;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kaas_groups::{Entry, SHARD_COUNT, ShardLog, shard_of};
+use kaas_shared::fs::FsRef;
+use kaas_shared::layout::Layout;
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+pub use markers::write_marker;
+pub use state::{
+    EndOutcome, InitOutcome, MAX_TIMEOUT_MS, TxnError, TxnMetadata, TxnState, check_timeout,
+};
+
+use crate::broker::{Broker, now_ms};
+use crate::leadership::LocalLease;
+
+/// How long EndTxn waits for the markers before answering anyway (the outcome is durable and
+/// the completion continues in the background; the client sees CONCURRENT_TRANSACTIONS on its
+/// next request until it is done).
+const END_TXN_WAIT: Duration = Duration::from_secs(10);
+
+/// One transaction shard: its log and the live metadata of its transactional ids.
+#[derive(Debug)]
+struct TxnShard {
+    log: ShardLog,
+    txns: Mutex<HashMap<String, TxnMetadata>>,
+}
+
+/// A transaction whose outcome is decided: what the completion driver writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub commit: bool,
+    pub partitions: Vec<(String, i32)>,
+    pub groups: Vec<String>,
+    /// The shard epoch the outcome was decided under (the markers' coordinator epoch).
+    pub coordinator_epoch: i32,
+}
+
+/// The transaction coordinator of this broker.
+#[derive(Debug)]
+pub struct TxnCoordinator {
+    shards: Vec<TxnShard>,
+    /// Transactional ids with a completion driver running.
+    in_flight: Mutex<HashSet<String>>,
+}
+
+impl TxnCoordinator {
+    /// Opens every shard stat-only (no descriptors, nothing loaded).
+    pub fn open(fs: FsRef, layout: &Layout) -> crate::Result<TxnCoordinator> {
+        let shards = (0..SHARD_COUNT)
+            .map(|s| {
+                Ok(TxnShard {
+                    log: ShardLog::open(fs.clone(), layout.txn_shard_dir(s))?,
+                    txns: Mutex::new(HashMap::new()),
+                })
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(TxnCoordinator {
+            shards,
+            in_flight: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Local mode: takes every shard over at one past the newest epoch on the volume.
+    pub fn take_over_all(&self, lease: &LocalLease) -> crate::Result<()> {
+        for shard in 0..SHARD_COUNT {
+            let stored = self.shards[shard as usize].log.stored_epoch()?;
+            self.take_over(shard, lease.takeover_epoch(stored))?;
+        }
+        Ok(())
+    }
+
+    /// Takes one shard over at `epoch` and loads its transactional ids. Transactions left in
+    /// PrepareCommit/PrepareAbort are completed by [`TxnCoordinator::pending_completions`]'s
+    /// driver. A record this build cannot read is an error: the shard is left unowned.
+    pub fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
+        let s = self.shard_at(shard)?;
+        let entries = s.log.take_over(epoch)?;
+        let mut txns = HashMap::new();
+        for e in entries {
+            let Some(value) = e.value else { continue };
+            let Ok(meta) = serde_json::from_slice::<TxnMetadata>(&value) else {
+                s.log.relinquish().ok();
+                return Err(crate::Error::InvalidRequest(format!(
+                    "unreadable transaction record {:?} in {}",
+                    e.key,
+                    s.log.dir().display()
+                )));
+            };
+            txns.insert(e.key, meta);
+        }
+        let completing = txns.values().filter(|m| m.state.is_completing()).count();
+        info!(
+            shard,
+            epoch,
+            transactional_ids = txns.len(),
+            completing,
+            "transaction shard taken over"
+        );
+        *s.txns.lock() = txns;
+        Ok(())
+    }
+
+    /// Hands one shard over: persisted, then unloaded.
+    pub fn relinquish(&self, shard: u32) -> crate::Result<()> {
+        let s = self.shard_at(shard)?;
+        s.txns.lock().clear();
+        Ok(s.log.relinquish()?)
+    }
+
+    /// Drops one shard without persisting anything.
+    pub fn abandon(&self, shard: u32) -> crate::Result<()> {
+        let s = self.shard_at(shard)?;
+        s.txns.lock().clear();
+        s.log.abandon();
+        Ok(())
+    }
+
+    /// Shutdown: relinquishes every owned shard.
+    pub fn close(&self) {
+        for shard in 0..SHARD_COUNT {
+            if let Err(e) = self.relinquish(shard) {
+                tracing::error!(shard, error = %e, "relinquishing a transaction shard failed; the next owner replays its log");
+            }
+        }
+    }
+
+    fn shard_at(&self, shard: u32) -> crate::Result<&TxnShard> {
+        self.shards
+            .get(shard as usize)
+            .ok_or_else(|| crate::Error::InvalidRequest(format!("no transaction shard {shard}")))
+    }
+
+    /// Whether this broker coordinates `transactional_id` now (FindCoordinator).
+    pub fn coordinates(&self, transactional_id: &str) -> bool {
+        self.shards[shard_of(transactional_id) as usize]
+            .log
+            .epoch()
+            .is_some()
+    }
+
+    fn shard(&self, transactional_id: &str) -> Result<(&TxnShard, i32), TxnError> {
+        let s = &self.shards[shard_of(transactional_id) as usize];
+        s.log
+            .epoch()
+            .map(|epoch| (s, epoch))
+            .ok_or(TxnError::NotCoordinator)
+    }
+
+    /// Appends `meta` as the new value of `id`; returns the durability ticket.
+    fn persist(shard: &TxnShard, id: &str, meta: &TxnMetadata) -> Result<u64, TxnError> {
+        let value = serde_json::to_vec(meta).map_err(|e| TxnError::Storage(e.to_string()))?;
+        shard
+            .log
+            .append(&[Entry::put(id, value)])
+            .map_err(|e| TxnError::Storage(e.to_string()))
+    }
+
+    async fn durable(shard: &TxnShard, seq: u64) -> Result<(), TxnError> {
+        shard
+            .log
+            .wait_durable(seq)
+            .await
+            .map_err(|e| TxnError::Storage(e.to_string()))
+    }
+
+    /// InitProducerId with a transactional id: `(producer id, epoch)` once durable.
+    pub async fn init_producer_id(
+        &self,
+        broker: &Arc<Broker>,
+        id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), TxnError> {
+        let timeout_ms = check_timeout(timeout_ms)?;
+        let (shard, epoch) = self.shard(id)?;
+        let now = now_ms();
+        let allocate = || {
+            broker
+                .engine
+                .producer_ids()
+                .allocate()
+                .map_err(|e| TxnError::ProducerIds(e.to_string()))
+        };
+        let (seq, meta, outcome) = {
+            let mut txns = shard.txns.lock();
+            let (meta, outcome) = match txns.get_mut(id) {
+                None => (
+                    TxnMetadata::new(allocate()?, timeout_ms, now),
+                    InitOutcome::Ready,
+                ),
+                Some(m) => {
+                    let mut next = m.clone();
+                    let outcome = next.init(expected, timeout_ms, now)?;
+                    if outcome == InitOutcome::NeedsNewProducerId {
+                        next.rebind(allocate()?);
+                    }
+                    (next, outcome)
+                }
+            };
+            let seq = Self::persist(shard, id, &meta)?;
+            txns.insert(id.to_owned(), meta.clone());
+            (seq, meta, outcome)
+        };
+        Self::durable(shard, seq).await?;
+        if outcome == InitOutcome::AbortFirst {
+            info!(
+                transactional_id = id,
+                producer_id = meta.producer_id,
+                epoch = meta.producer_epoch,
+                "aborting the open transaction of a re-initialised producer"
+            );
+            drop(markers::spawn_completion(
+                broker.clone(),
+                completion(id, &meta, epoch),
+            ));
+            return Err(TxnError::Concurrent("PrepareAbort"));
+        }
+        Ok((meta.producer_id, meta.producer_epoch))
+    }
+
+    /// AddPartitionsToTxn / AddOffsetsToTxn (groups): adds to the transaction, durably.
+    pub async fn add(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+        groups: &[String],
+    ) -> Result<(), TxnError> {
+        let (shard, _) = self.shard(id)?;
+        let seq = {
+            let mut txns = shard.txns.lock();
+            let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
+                found: producer_id,
+                current: -1,
+            })?;
+            meta.check_producer(producer_id, producer_epoch)?;
+            let mut next = meta.clone();
+            if !next.add(partitions, groups, now_ms())? {
+                return Ok(());
+            }
+            let seq = Self::persist(shard, id, &next)?;
+            *meta = next;
+            seq
+        };
+        Self::durable(shard, seq).await
+    }
+
+    /// AddPartitionsToTxn v4 `verify_only` and the produce check: every partition must be in
+    /// the producer's Ongoing transaction.
+    pub fn verify(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partition: &(String, i32),
+    ) -> Result<(), TxnError> {
+        let (shard, _) = self.shard(id)?;
+        let txns = shard.txns.lock();
+        let meta = txns.get(id).ok_or(TxnError::ProducerIdMapping {
+            found: producer_id,
+            current: -1,
+        })?;
+        meta.check_producer(producer_id, producer_epoch)?;
+        if meta.state != TxnState::Ongoing || !meta.partitions.contains(partition) {
+            return Err(TxnError::InvalidState {
+                request: "a transactional write to a partition not in the transaction",
+                state: meta.state.name(),
+            });
+        }
+        Ok(())
+    }
+
+    /// EndTxn: PrepareCommit/PrepareAbort made durable, then the markers; answers once they are
+    /// written (or after [`END_TXN_WAIT`], the outcome being durable anyway).
+    pub async fn end_txn(
+        &self,
+        broker: &Arc<Broker>,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<(), TxnError> {
+        let Some(decided) = self
+            .prepare_end(id, producer_id, producer_epoch, commit)
+            .await?
+        else {
+            return Ok(());
+        };
+        let Some(driver) = markers::spawn_completion(broker.clone(), decided) else {
+            return Ok(());
+        };
+        if tokio::time::timeout(END_TXN_WAIT, driver).await.is_err() {
+            warn!(
+                transactional_id = id,
+                producer_id,
+                commit,
+                "markers not all written yet; answering EndTxn, the completion continues"
+            );
+        }
+        Ok(())
+    }
+
+    /// EndTxn's first phase: the outcome, durable. `None` for a retry of a completed EndTxn.
+    async fn prepare_end(
+        &self,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+    ) -> Result<Option<Completion>, TxnError> {
+        let (shard, epoch) = self.shard(id)?;
+        let (seq, meta) = {
+            let mut txns = shard.txns.lock();
+            let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
+                found: producer_id,
+                current: -1,
+            })?;
+            meta.check_producer(producer_id, producer_epoch)?;
+            let mut next = meta.clone();
+            if next.end(commit, now_ms())? == EndOutcome::AlreadyDone {
+                return Ok(None);
+            }
+            let seq = Self::persist(shard, id, &next)?;
+            *meta = next.clone();
+            (seq, next)
+        };
+        Self::durable(shard, seq).await?;
+        Ok(Some(completion(id, &meta, epoch)))
+    }
+
+    /// The driver's last step: PrepareX → CompleteX. Nothing happens if the transaction moved
+    /// on (another driver completed it) or the shard changed hands.
+    ///
+    /// NB: CompleteX is appended but not waited for. It needs no fsync of its own: if a crash
+    /// loses it, the take-over finds PrepareX and writes the markers again (harmless), and any
+    /// later transition of this id is fsynced after it in the same log. This saves one fsync
+    /// per transaction on the commit path.
+    pub(crate) fn finish(&self, c: &Completion) -> Result<(), TxnError> {
+        let (shard, epoch) = self.shard(&c.transactional_id)?;
+        if epoch != c.coordinator_epoch {
+            return Err(TxnError::NotCoordinator);
+        }
+        {
+            let mut txns = shard.txns.lock();
+            let Some(meta) = txns.get_mut(&c.transactional_id) else {
+                return Ok(());
+            };
+            if (meta.producer_id, meta.producer_epoch) != (c.producer_id, c.producer_epoch) {
+                return Ok(());
+            }
+            let mut next = meta.clone();
+            if !next.complete(now_ms()) {
+                return Ok(());
+            }
+            Self::persist(shard, &c.transactional_id, &next)?;
+            *meta = next;
+        }
+        Ok(())
+    }
+
+    /// Marks a driver for `id` as running; `false` if one already is.
+    pub(crate) fn start_driver(&self, id: &str) -> bool {
+        self.in_flight.lock().insert(id.to_owned())
+    }
+
+    pub(crate) fn driver_done(&self, id: &str) {
+        self.in_flight.lock().remove(id);
+    }
+
+    /// Whether `c`'s shard is still owned at the epoch its outcome was decided under.
+    pub(crate) fn still_owns(&self, c: &Completion) -> bool {
+        self.shard(&c.transactional_id)
+            .is_ok_and(|(_, epoch)| epoch == c.coordinator_epoch)
+    }
+
+    /// Every decided transaction of the owned shards (to re-drive after a take-over), and
+    /// every Ongoing one past its timeout, moved to PrepareAbort with a bumped epoch (durable
+    /// before returned).
+    pub async fn pending_completions(&self, now: i64) -> Vec<Completion> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let Some(epoch) = shard.log.epoch() else {
+                continue;
+            };
+            let mut expired = Vec::new();
+            let last_seq = {
+                let mut txns = shard.txns.lock();
+                let mut last_seq = None;
+                for (id, meta) in txns.iter_mut() {
+                    if meta.expired(now) {
+                        let mut next = meta.clone();
+                        next.fence_and_abort(now);
+                        match Self::persist(shard, id, &next) {
+                            Ok(seq) => {
+                                warn!(transactional_id = %id, producer_id = next.producer_id, epoch = next.producer_epoch, timeout_ms = next.timeout_ms, "transaction timed out; aborting it");
+                                *meta = next;
+                                last_seq = Some(seq);
+                                expired.push(id.clone());
+                            }
+                            Err(e) => {
+                                warn!(transactional_id = %id, error = %e, "cannot persist the abort of a timed-out transaction; retrying on the next tick")
+                            }
+                        }
+                    }
+                }
+                let decided = txns.iter().filter(|(_, m)| m.state.is_completing());
+                out.extend(decided.map(|(id, m)| completion(id, m, epoch)));
+                last_seq
+            };
+            if let Some(seq) = last_seq
+                && let Err(e) = Self::durable(shard, seq).await
+            {
+                warn!(dir = %shard.log.dir().display(), error = %e, "aborts of timed-out transactions are not durable; not writing their markers");
+                out.retain(|c| !expired.contains(&c.transactional_id));
+            }
+        }
+        out
+    }
+
+    /// One transactional id's metadata (DescribeTransactions).
+    pub fn describe(&self, id: &str) -> Result<Option<TxnMetadata>, TxnError> {
+        let (shard, _) = self.shard(id)?;
+        Ok(shard.txns.lock().get(id).cloned())
+    }
+
+    /// Every transactional id of the owned shards (ListTransactions).
+    pub fn list(&self) -> Vec<(String, TxnMetadata)> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            out.extend(
+                shard
+                    .txns
+                    .lock()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone())),
+            );
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+/// The producer id and epoch of the first transactional batch of a produce request's records
+/// (attributes bit 4), if there is one. Walks the batches by their length fields only.
+pub fn batch_producer(records: &[u8]) -> Option<(i64, i16)> {
+    let mut rest = records;
+    while rest.len() >= 61 {
+        let attributes = i16::from_be_bytes(rest.get(21..23)?.try_into().ok()?);
+        if attributes & 0x10 != 0 {
+            let producer_id = i64::from_be_bytes(rest.get(43..51)?.try_into().ok()?);
+            let epoch = i16::from_be_bytes(rest.get(51..53)?.try_into().ok()?);
+            return Some((producer_id, epoch));
+        }
+        let length = usize::try_from(i32::from_be_bytes(rest.get(8..12)?.try_into().ok()?)).ok()?;
+        rest = rest.get(12usize.checked_add(length)?..)?;
+    }
+    None
+}
+
+fn completion(id: &str, meta: &TxnMetadata, coordinator_epoch: i32) -> Completion {
+    Completion {
+        transactional_id: id.to_owned(),
+        producer_id: meta.producer_id,
+        producer_epoch: meta.producer_epoch,
+        commit: meta.state == TxnState::PrepareCommit,
+        partitions: meta.partitions.iter().cloned().collect(),
+        groups: meta.groups.iter().cloned().collect(),
+        coordinator_epoch,
+    }
+}
+
+impl Broker {
+    /// Until `stop` fires: aborts timed-out transactions and completes every decided one that
+    /// has no driver (found at startup or take-over, or whose driver gave up).
+    pub async fn transactions_loop(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.changed() => return,
+            }
+            // Drivers in flight are not started twice (see `markers::spawn_completion`), so
+            // this re-drives exactly the decided transactions nobody is completing.
+            for c in self.txns.pending_completions(now_ms()).await {
+                drop(markers::spawn_completion(self.clone(), c));
+            }
+        }
+    }
+}
