@@ -139,6 +139,12 @@ async fn three_consumers_share_six_partitions_and_rebalance_on_leave_and_death()
     let ghost_generation = ghost.join().map_err(|_| "ghost thread panicked")??;
     assert!(ghost_generation > 1);
     poll_until(&[&a, &b], Duration::from_secs(60), "after the ghost's session expired", covers_exactly_once(6))?;
+    // Close both at once: closing one while the other is not polled can leave a rebalance
+    // waiting for the silent one until its max.poll.interval (as it would with Kafka).
+    let closing = [a, b].map(|consumer| std::thread::spawn(move || drop(consumer)));
+    for thread in closing {
+        thread.join().map_err(|_| "closing a consumer panicked")?;
+    }
     Ok(())
 }
 

@@ -107,6 +107,9 @@ pub fn txn_batch(producer_id: i64, producer_epoch: i16, base_sequence: i32, valu
 }
 
 fn encode_batch(transactional: bool, producer_id: i64, producer_epoch: i16, base_sequence: i32, values: &[&str]) -> TestResult<Bytes> {
+    // Now, not a fixed date: the broker expires producers idle longer than
+    // transactional.id.expiration.ms, judged by their batches' timestamps.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -120,7 +123,7 @@ fn encode_batch(transactional: bool, producer_id: i64, producer_epoch: i16, base
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: if producer_id >= 0 { base_sequence + i as i32 } else { -1 },
-            timestamp: 1_700_000_000_000,
+            timestamp: now,
             key: None,
             value: Some(Bytes::copy_from_slice(v.as_bytes())),
             headers: Default::default(),
