@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kaas_storage::buffers;
 use kafka_protocol::messages::{self, ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
@@ -187,11 +188,23 @@ pub fn encode_response<T: Encodable>(
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let size = header.compute_size(header_version).map_err(encode_err)?
         + body.compute_size(version).map_err(encode_err)?;
-    let mut buf = BytesMut::with_capacity(4 + size);
+    if 4 + size < buffers::MIN_POOLED {
+        let mut buf = BytesMut::with_capacity(4 + size);
+        buf.put_i32(size as i32);
+        header.encode(&mut buf, header_version).map_err(encode_err)?;
+        body.encode(&mut buf, version).map_err(encode_err)?;
+        return Ok(buf.freeze());
+    }
+    // NB: large responses (fetches) are encoded into a pooled buffer whose pages stay mapped
+    // from one response to the next: a fresh multi-MB buffer per fetch cost more in page faults
+    // than the copy itself (see kaas_storage::buffers).
+    let mut buf = buffers::pool().take(4 + size);
+    buf.clear();
     buf.put_i32(size as i32);
     header.encode(&mut buf, header_version).map_err(encode_err)?;
     body.encode(&mut buf, version).map_err(encode_err)?;
-    Ok(buf.freeze())
+    let len = buf.len();
+    Ok(buffers::freeze(buf, len))
 }
 
 /// The request header, decoded at the version its API key prescribes.

@@ -10,6 +10,7 @@
 //! and nothing of Kubernetes.
 
 mod batch;
+pub mod buffers;
 mod config;
 mod control;
 mod engine;

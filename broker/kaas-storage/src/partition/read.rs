@@ -9,6 +9,7 @@ use kaas_shared::fs::File;
 use super::takeover::relative;
 use super::{Partition, State};
 use crate::batch::{self, BatchHeader};
+use crate::buffers;
 use crate::scan::{SMALL_CHUNK, Scanner, Step};
 use crate::txn_index::AbortedTxn;
 use crate::{Error, Result};
@@ -140,9 +141,17 @@ impl Partition {
             }
             let available = usize::try_from(window.limit - pos).unwrap_or(usize::MAX);
             let len = available.min(max_bytes).max(first.size);
-            let mut buf = window.read_at(pos, len)?;
-            let (end, next_offset) = whole_batches_below(&buf, bound);
-            buf.truncate(end);
+            // NB: a pooled buffer, not a fresh one: fetches of up to a MiB per partition
+            // otherwise fault in (and zero) every page of every read (see `buffers`).
+            let mut buf = buffers::pool().take(len);
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            window
+                .file
+                .read_exact_at(&mut buf[..len], pos)
+                .map_err(|e| Error::io("read", "segment", e))?;
+            let (end, next_offset) = whole_batches_below(&buf[..len], bound);
             let aborted_transactions = if committed {
                 self.lock()
                     .producers
@@ -152,7 +161,7 @@ impl Partition {
                 Vec::new()
             };
             return Ok(ReadOutcome {
-                records: Bytes::from(buf),
+                records: buffers::freeze(buf, end),
                 aborted_transactions,
                 ..outcome
             });

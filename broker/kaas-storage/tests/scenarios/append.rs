@@ -72,6 +72,44 @@ fn offsets_are_assigned_in_order(v: &Volume) {
 }
 scenario!(offsets_are_assigned_in_order);
 
+/// Reads hand out pooled buffers (kaas_storage::buffers): a buffer still referenced is never
+/// reused, and a reused one never shows its previous, longer contents.
+fn pooled_read_buffers_neither_alias_nor_leak(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    let big = BatchBuilder::new()
+        .timestamps(NOW)
+        .records(4, 64 * 1024)
+        .build();
+    append(&p, 1, big.clone());
+    let small = batch("s", 2);
+    append(&p, 1, small.clone());
+    let first = p.read(0, 1 << 20).unwrap().records;
+    assert_eq!(first.len(), big.len() + small.len());
+    let again = p.read(0, 1 << 20).unwrap().records;
+    assert_eq!(again, first);
+    assert_ne!(
+        again.as_ptr(),
+        first.as_ptr(),
+        "a held buffer is not handed out"
+    );
+    drop((first, again));
+    let tail = p.read(4, 1 << 20).unwrap().records;
+    assert_eq!(
+        tail.len(),
+        small.len(),
+        "only the batch read, no stale bytes"
+    );
+    assert_eq!(values(&decode_records(&tail)), vec!["s-0", "s-1"]);
+    let head = p.read(0, big.len()).unwrap().records;
+    assert_eq!(
+        decode_records(&head).len(),
+        4,
+        "whole batches within max_bytes"
+    );
+    assert_eq!(head.len(), big.len());
+}
+scenario!(pooled_read_buffers_neither_alias_nor_leak);
+
 fn bad_crc_writes_nothing(v: &Volume) {
     let p = v.leader(1, LogConfig::default());
     append(&p, 1, batch("ok", 1));
