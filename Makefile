@@ -30,6 +30,7 @@ build:
 ## Benchmark figures: a release broker on a temp dir, driven by kaas-bench (librdkafka).
 bench: deps build
 	scripts/bench.sh
+	$(MAKE) bench-failover
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -12,7 +12,7 @@
 E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
 
-.PHONY: e2e-bins e2e-selftest e2e-scenarios e2e-up e2e-down
+.PHONY: e2e-bins e2e-selftest e2e-scenarios bench-failover e2e-up e2e-down
 
 e2e-bins:
 	@$(E2E_DIR)/hack/bins.sh >/dev/null
@@ -31,6 +31,14 @@ e2e-scenarios: e2e-bins
 	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
 	cd $(E2E_DIR)/scenarios && nice -n 19 go vet .
 	cd $(E2E_DIR)/scenarios && go test $(E2E_GOTEST_FLAGS) -v .
+
+# Failover figures on the same cluster (BenchmarkFailover): unavailability after kill -9,
+# SIGSTOP and SIGTERM drain of a leader, and after kill -9 with a 1 GiB active segment.
+bench-failover: e2e-bins
+	$(CARGO) build --locked -p kaas --bin kaas
+	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
+	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
+	cd $(E2E_DIR)/scenarios && go test -count=1 -timeout 30m -run '^$$' -bench Failover -benchtime 1x .
 
 e2e-up: e2e-bins
 	@$(E2E_DIR)/hack/up.sh

@@ -23,31 +23,3 @@ func repoRoot(t *testing.T) string {
 	}
 	return filepath.Join(wd, "..", "..")
 }
-
-// operatorBinary is the kaas-operator binary under test: $KAAS_OPERATOR_BIN, else the debug
-// build (`cargo build -p kaas-operator`, which `make operator-e2e` runs first).
-func operatorBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("KAAS_OPERATOR_BIN")
-	if bin == "" {
-		bin = filepath.Join(repoRoot(t), "target", "debug", "kaas-operator")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("operator binary: %v (run `cargo build -p kaas-operator` or set KAAS_OPERATOR_BIN)", err)
-	}
-	return bin
-}
-
-// brokerBinary is the kaas broker under test: $KAAS_BIN, else the debug build
-// (`cargo build -p kaas`, which `make operator-e2e` runs first).
-func brokerBinary(t *testing.T) string {
-	t.Helper()
-	bin := os.Getenv("KAAS_BIN")
-	if bin == "" {
-		bin = filepath.Join(repoRoot(t), "target", "debug", "kaas")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("broker binary: %v (run `cargo build -p kaas` or set KAAS_BIN)", err)
-	}
-	return bin
-}

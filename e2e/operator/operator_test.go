@@ -13,59 +13,19 @@ import (
 	"time"
 
 	"kaas/e2e/harness"
+	"kaas/e2e/kaastest"
 )
 
-const ns = "demo"
+const ns = kaastest.Namespace
 
-const clusterYAML = `
-apiVersion: v1
-kind: Namespace
-metadata: {name: demo}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: shared, namespace: demo}
-spec:
-  accessModes: [ReadWriteMany]
-  storageClassName: kaas-e2e-rwx
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: kaas.dev/v1alpha1
-kind: KafkaCluster
-metadata: {name: kc, namespace: demo}
-spec:
-  replicas: 3
-  version: 0.1.0
-  storage: {existingClaim: shared}
-  listener: {advertise: PodIp}
-  config: {log.retention.ms: "600000"}
-`
-
-func topicYAML(name string, partitions int, extra string) string {
-	return fmt.Sprintf("apiVersion: kaas.dev/v1alpha1\nkind: KafkaTopic\nmetadata: {name: %s, namespace: demo}\nspec: {clusterRef: kc, partitions: %d%s}\n", name, partitions, extra)
-}
-
-// jp reads one jsonpath of one object ("" when absent).
-func jp(c *harness.Cluster, kind, name, path string) string {
-	out, err := c.Kubectl("-n", ns, "get", kind, name, "-o", "jsonpath={"+path+"}")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(out)
-}
-
-func waitJP(c *harness.Cluster, timeout time.Duration, kind, name, path, want string) {
-	c.Eventually(timeout, fmt.Sprintf("%s/%s %s = %q", kind, name, path, want), func() (bool, error) {
-		got := jp(c, kind, name, path)
-		return got == want, fmt.Errorf("got %q", got)
-	})
-}
+var clusterYAML = kaastest.Cluster(`  config: {log.retention.ms: "600000"}
+`)
 
 func TestOperator(t *testing.T) {
 	root := repoRoot(t)
 	c := harness.Start(t, harness.Options{Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": operatorBinary(t),
-		"ghcr.io/kaas/kaas:*":          brokerBinary(t),
+		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
+		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
 	}})
 	volume := c.VolumeDir("shared")
 
@@ -78,26 +38,26 @@ func TestOperator(t *testing.T) {
 
 	t.Run("cluster objects", func(t *testing.T) {
 		c := c.For(t)
-		waitJP(c, 3*time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		if got := jp(c, "kafkacluster", "kc", ".status.readyBrokers"); got != "3" {
+		c.WaitJSONPath(3*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if got := c.JSONPath(ns, "kafkacluster", "kc", ".status.readyBrokers"); got != "3" {
 			t.Fatalf("readyBrokers = %q", got)
 		}
-		if got := jp(c, "kafkacluster", "kc", ".status.bootstrapServers"); got != "kc-bootstrap.demo.svc:9092" {
+		if got := c.JSONPath(ns, "kafkacluster", "kc", ".status.bootstrapServers"); got != "kc-bootstrap.demo.svc:9092" {
 			t.Fatalf("bootstrapServers = %q", got)
 		}
-		if got := jp(c, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="MY_POD_NAME")].valueFrom.fieldRef.fieldPath`); got != "metadata.name" {
+		if got := c.JSONPath(ns, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="MY_POD_NAME")].valueFrom.fieldRef.fieldPath`); got != "metadata.name" {
 			t.Fatalf("MY_POD_NAME from %q", got)
 		}
-		if got := jp(c, "statefulset", "kc", ".spec.template.spec.volumes[0].persistentVolumeClaim.claimName"); got != "shared" {
+		if got := c.JSONPath(ns, "statefulset", "kc", ".spec.template.spec.volumes[0].persistentVolumeClaim.claimName"); got != "shared" {
 			t.Fatalf("claim %q", got)
 		}
-		if got := jp(c, "service", "kc-brokers", ".spec.clusterIP"); got != "None" {
+		if got := c.JSONPath(ns, "service", "kc-brokers", ".spec.clusterIP"); got != "None" {
 			t.Fatalf("headless clusterIP %q", got)
 		}
-		if got := jp(c, "poddisruptionbudget", "kc", ".spec.maxUnavailable"); got != "1" {
+		if got := c.JSONPath(ns, "poddisruptionbudget", "kc", ".spec.maxUnavailable"); got != "1" {
 			t.Fatalf("pdb maxUnavailable %q", got)
 		}
-		if got := jp(c, "statefulset", "kc", ".metadata.ownerReferences[0].kind"); got != "KafkaCluster" {
+		if got := c.JSONPath(ns, "statefulset", "kc", ".metadata.ownerReferences[0].kind"); got != "KafkaCluster" {
 			t.Fatalf("owner %q", got)
 		}
 		// The brokers' RBAC allows exactly what brokers use.
@@ -114,13 +74,40 @@ func TestOperator(t *testing.T) {
 		}
 	})
 
+	t.Run("a restarted operator adopts without restarting brokers", func(t *testing.T) {
+		c := c.For(t)
+		uids := func() string {
+			out, _ := c.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=broker", "-o", "jsonpath={.items[*].metadata.uid}")
+			return strings.TrimSpace(out)
+		}
+		before, generation := uids(), c.JSONPath(ns, "statefulset", "kc", ".metadata.generation")
+		if strings.Count(before, " ") != 2 {
+			t.Fatalf("broker pods: %q", before)
+		}
+		old := strings.TrimSpace(c.MustKubectl("-n", "kaas-system", "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", "jsonpath={.items[0].metadata.name}"))
+		c.MustKubectl("-n", "kaas-system", "delete", "pod", old, "--wait=true", "--timeout=60s")
+		c.Eventually(time.Minute, "a new operator pod ready", func() (bool, error) {
+			out, err := c.Kubectl("-n", "kaas-system", "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}`)
+			return err == nil && strings.TrimSpace(out) == "True", fmt.Errorf("ready: %q", out)
+		})
+		// Its first reconcile of every cluster happens at start; give it time to act.
+		time.Sleep(10 * time.Second)
+		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if after := uids(); after != before {
+			t.Errorf("brokers restarted: pods %q → %q", before, after)
+		}
+		if got := c.JSONPath(ns, "statefulset", "kc", ".metadata.generation"); got != generation {
+			t.Errorf("StatefulSet rewritten: generation %s → %s", generation, got)
+		}
+	})
+
 	var firstUID string
 	t.Run("topic directory with identity", func(t *testing.T) {
 		c := c.For(t)
-		c.Apply(topicYAML("orders", 3, ", config: {retention.ms: \"1000\"}"))
-		waitJP(c, 2*time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		firstUID = jp(c, "kafkatopic", "orders", ".metadata.uid")
-		if got := jp(c, "kafkatopic", "orders", ".status.topicId"); got != firstUID {
+		c.Apply(kaastest.Topic("orders", 3, ", config: {retention.ms: \"1000\"}"))
+		c.WaitJSONPath(2*time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		firstUID = c.JSONPath(ns, "kafkatopic", "orders", ".metadata.uid")
+		if got := c.JSONPath(ns, "kafkatopic", "orders", ".status.topicId"); got != firstUID {
 			t.Fatalf("topicId %q, uid %q", got, firstUID)
 		}
 		stamp, err := os.ReadFile(filepath.Join(volume, "orders", "topic.id"))
@@ -133,16 +120,16 @@ func TestOperator(t *testing.T) {
 		c.Eventually(time.Minute, "topic.json with 5 partitions", func() (bool, error) {
 			return readTopicFile(volume, "orders").Partitions == 5, nil
 		})
-		waitJP(c, time.Minute, "kafkatopic", "orders", ".status.partitions", "5")
+		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "orders", ".status.partitions", "5")
 	})
 
 	t.Run("admission rejects bad specs", func(t *testing.T) {
 		c := c.For(t)
 		for _, tc := range []struct{ manifest, says string }{
-			{topicYAML("orders", 2, ""), "partitions may grow but never shrink"},
-			{topicYAML("zero", 0, ""), "should be greater than or equal to 1"},
-			{topicYAML("internal", 1, ", topicName: __offsets"), "reserved for kaas"},
-			{topicYAML("slash", 1, ", topicName: a/b"), "topicName"},
+			{kaastest.Topic("orders", 2, ""), "partitions may grow but never shrink"},
+			{kaastest.Topic("zero", 0, ""), "should be greater than or equal to 1"},
+			{kaastest.Topic("internal", 1, ", topicName: __offsets"), "reserved for kaas"},
+			{kaastest.Topic("slash", 1, ", topicName: a/b"), "topicName"},
 			{"apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: both, namespace: demo}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: x, size: 1Gi}}\n", "set either existingClaim or size"},
 			{"apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: fence, namespace: demo}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: x}, timeouts: {fenceTimeoutMs: 9000, sessionTimeoutMs: 10000}}\n", "sessionTimeoutMs must exceed fenceTimeoutMs"},
 		} {
@@ -152,9 +139,9 @@ func TestOperator(t *testing.T) {
 			}
 		}
 		// Config values are checked with Kafka's rules by the operator, into status.
-		c.Apply(topicYAML("badconfig", 1, ", config: {retention.ms: soon}"))
-		waitJP(c, time.Minute, "kafkatopic", "badconfig", `.status.conditions[?(@.type=="Ready")].reason`, "InvalidSpec")
-		msg := jp(c, "kafkatopic", "badconfig", `.status.conditions[?(@.type=="Ready")].message`)
+		c.Apply(kaastest.Topic("badconfig", 1, ", config: {retention.ms: soon}"))
+		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "badconfig", `.status.conditions[?(@.type=="Ready")].reason`, "InvalidSpec")
+		msg := c.JSONPath(ns, "kafkatopic", "badconfig", `.status.conditions[?(@.type=="Ready")].message`)
 		if !strings.Contains(msg, `"retention.ms": value "soon" is not a whole number`) {
 			t.Errorf("message %q", msg)
 		}
@@ -199,9 +186,9 @@ func TestOperator(t *testing.T) {
 				strings.Contains(text, "kaas_reclaim_pending_directories 0") && strings.Contains(text, "kaas_reclaim_waiting_directories 0")
 			return ok, fmt.Errorf("metrics: %s", text)
 		})
-		c.Apply(topicYAML("orders", 1, ""))
-		waitJP(c, time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		uid := jp(c, "kafkatopic", "orders", ".metadata.uid")
+		c.Apply(kaastest.Topic("orders", 1, ""))
+		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		uid := c.JSONPath(ns, "kafkatopic", "orders", ".metadata.uid")
 		if uid == firstUID {
 			t.Fatal("recreated topic has the old uid")
 		}
@@ -221,22 +208,26 @@ func TestOperator(t *testing.T) {
 		agent := strings.TrimSpace(c.MustKubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=volume-agent", "-o", "jsonpath={.items[0].metadata.name}"))
 		// Change the spec and a topic, and kill both while they work on it.
 		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"replicas":2,"config":{"log.retention.ms":"700000"}}}`)
-		c.Apply(topicYAML("payments", 2, ""))
+		c.Apply(kaastest.Topic("payments", 2, ""))
 		c.Signal("kaas-system", pod, "", syscall.SIGKILL)
 		c.Signal(ns, agent, "", syscall.SIGKILL)
-		waitJP(c, 3*time.Minute, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="KAAS_LOG_RETENTION_MS")].value`, "700000")
-		waitJP(c, 3*time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		waitJP(c, time.Minute, "kafkacluster", "kc", ".status.readyBrokers", "2")
-		waitJP(c, 2*time.Minute, "kafkatopic", "payments", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		checkTopicFile(t, volume, "payments", 2, jp(c, "kafkatopic", "payments", ".metadata.uid"))
+		c.WaitJSONPath(3*time.Minute, ns, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="KAAS_LOG_RETENTION_MS")].value`, "700000")
+		c.WaitJSONPath(3*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", ".status.readyBrokers", "2")
+		// Scale-down removed kc-2 with SIGTERM: it drained (its partitions moved) before exiting.
+		if logs := c.PodLogs(ns, "kc-2", "kaas"); !strings.Contains(logs, "draining: asking the controller to move partitions away") {
+			t.Errorf("kc-2 was not drained on scale-down:\n%s", logs)
+		}
+		c.WaitJSONPath(2*time.Minute, ns, "kafkatopic", "payments", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		checkTopicFile(t, volume, "payments", 2, c.JSONPath(ns, "kafkatopic", "payments", ".metadata.uid"))
 	})
 
 	t.Run("unsupported broker version is refused", func(t *testing.T) {
 		c := c.For(t)
-		image := jp(c, "statefulset", "kc", ".spec.template.spec.containers[0].image")
+		image := c.JSONPath(ns, "statefulset", "kc", ".spec.template.spec.containers[0].image")
 		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"version":"9.0.0"}}`)
-		waitJP(c, time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Degraded")].reason`, "UnsupportedBrokerVersion")
-		if got := jp(c, "statefulset", "kc", ".spec.template.spec.containers[0].image"); got != image {
+		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Degraded")].reason`, "UnsupportedBrokerVersion")
+		if got := c.JSONPath(ns, "statefulset", "kc", ".spec.template.spec.containers[0].image"); got != image {
 			t.Fatalf("an unsupported version was rolled out: %s", got)
 		}
 	})

@@ -38,16 +38,16 @@ func newLedger(topic, prefix string) *ledger {
 
 // producer is an idempotent franz-go producer with acks=all, retrying retriable errors itself
 // (NOT_LEADER_OR_FOLLOWER, ...) for up to a minute per record, as an application would.
-func producer(t *testing.T, seeds []string, extra ...kgo.Opt) *kgo.Client {
+func producer(t testing.TB, seeds []string, extra ...kgo.Opt) *kgo.Client {
 	t.Helper()
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		// Every partition gets records, so every partition's failover is exercised.
 		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()),
-		kgo.RecordDeliveryTimeout(90*time.Second),
-		kgo.ProducerLinger(2*time.Millisecond),
-		kgo.MetadataMinAge(250*time.Millisecond),
+		kgo.RecordDeliveryTimeout(90 * time.Second),
+		kgo.ProducerLinger(2 * time.Millisecond),
+		kgo.MetadataMinAge(250 * time.Millisecond),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 100 * time.Millisecond }),
 	}
 	cl, err := kgo.NewClient(append(opts, extra...)...)
@@ -114,7 +114,7 @@ func (l *ledger) counts() (sent, acked, failed int) {
 }
 
 // readAll reads every partition of topic from its start to its current end.
-func readAll(t *testing.T, seeds []string, topic string) map[int32]map[int64]string {
+func readAll(t testing.TB, seeds []string, topic string) map[int32]map[int64]string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -177,7 +177,7 @@ func readAll(t *testing.T, seeds []string, topic string) map[int32]map[int64]str
 // verify checks the seeds' invariant on l's topic: every acknowledged record is read back at
 // the offset it was acknowledged at, no record is read twice, and one producer's records are
 // in send order within each partition.
-func verify(t *testing.T, seeds []string, l *ledger) {
+func verify(t testing.TB, seeds []string, l *ledger) {
 	t.Helper()
 	got := readAll(t, seeds, l.topic)
 	l.mu.Lock()
@@ -242,7 +242,7 @@ func sequence(value, prefix string) (int, bool) {
 	return seq, err == nil
 }
 
-func adminClient(t *testing.T, seeds []string) *kadm.Client {
+func adminClient(t testing.TB, seeds []string) *kadm.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
 	if err != nil {
@@ -254,7 +254,7 @@ func adminClient(t *testing.T, seeds []string) *kadm.Client {
 
 // produceOnce writes one record to topic/partition with a short delivery timeout and returns
 // the outcome (nil only when acknowledged).
-func produceOnce(ctx context.Context, t *testing.T, seeds []string, topic string, partition int32) error {
+func produceOnce(ctx context.Context, t testing.TB, seeds []string, topic string, partition int32) error {
 	t.Helper()
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(seeds...),
@@ -271,7 +271,7 @@ func produceOnce(ctx context.Context, t *testing.T, seeds []string, topic string
 
 // consumeAsGroup consumes want records of topic in consumer group group, commits, and checks
 // that the committed offsets are the topic's end offsets.
-func consumeAsGroup(t *testing.T, seeds []string, topic, group string, want int) {
+func consumeAsGroup(t testing.TB, seeds []string, topic, group string, want int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -316,4 +316,20 @@ func consumeAsGroup(t *testing.T, seeds []string, topic, group string, want int)
 			t.Errorf("group %s committed %v for %s/%d, end offset %d", group, c.At, topic, end.Partition, end.Offset)
 		}
 	})
+}
+
+// produceAndVerify sends n records with a fresh producer, requires every one acknowledged, and
+// verifies the topic against l.
+func produceAndVerify(t testing.TB, seeds []string, l *ledger, n int) {
+	t.Helper()
+	ctx := context.Background()
+	cl := producer(t, seeds)
+	l.send(ctx, cl, n)
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, acked, failed := l.counts(); acked != n || failed != 0 {
+		t.Fatalf("%s: %d of %d acknowledged, failures %v", l.topic, acked, n, l.failed)
+	}
+	verify(t, seeds, l)
 }

@@ -16,24 +16,11 @@ import (
 func TestMain(m *testing.M) { harness.Main(m) }
 
 // repoRoot is the repository root (e2e/scenarios/../..).
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return filepath.Join(wd, "..", "..")
-}
-
-// binary is $env, else target/debug/<name> (built by `make e2e-scenarios`).
-func binary(t *testing.T, env, name string) string {
-	t.Helper()
-	bin := os.Getenv(env)
-	if bin == "" {
-		bin = filepath.Join(repoRoot(t), "target", "debug", name)
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%s: %v (run `cargo build -p %s` or set %s)", name, err, name, env)
-	}
-	return bin
 }

@@ -22,7 +22,7 @@ type nfs struct {
 }
 
 // startNFS serves backing through one mount per node under dir; stopped at test cleanup.
-func startNFS(t *testing.T, bin, backing, dir string, nodes []string) *nfs {
+func startNFS(t testing.TB, bin, backing, dir string, nodes []string) *nfs {
 	t.Helper()
 	n := &nfs{control: filepath.Join(dir, "nfsfs.sock"), mounts: map[string]string{}}
 	args := []string{"--backing", backing, "--control", n.control}
@@ -72,6 +72,13 @@ func startNFS(t *testing.T, bin, backing, dir string, nodes []string) *nfs {
 		for _, mnt := range n.mounts {
 			// A mount still busy at exit was detached lazily; make sure nothing is left.
 			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+		if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+			for _, mnt := range n.mounts {
+				if strings.Contains(string(mounts), " "+mnt+" ") {
+					t.Errorf("%s is still mounted after kaas-nfsfs stopped", mnt)
+				}
+			}
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logs.Name())

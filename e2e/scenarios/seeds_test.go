@@ -12,37 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"kaas/e2e/harness"
+	"kaas/e2e/kaastest"
 )
 
-const ns = "demo"
+const ns = kaastest.Namespace
 
 // The cluster under test: three brokers, one per node (each node has its own NFS mount), with
 // short timeouts so that failover fits a test run.
-const clusterYAML = `
-apiVersion: v1
-kind: Namespace
-metadata: {name: demo}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: shared, namespace: demo}
-spec:
-  accessModes: [ReadWriteMany]
-  storageClassName: kaas-e2e-rwx
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: kaas.dev/v1alpha1
-kind: KafkaCluster
-metadata: {name: kc, namespace: demo}
-spec:
-  replicas: 3
-  version: 0.1.0
-  storage: {existingClaim: shared}
-  listener: {advertise: PodIp}
-  timeouts: {fenceTimeoutMs: 3000, sessionTimeoutMs: 5000}
+var clusterYAML = kaastest.Cluster(`  timeouts: {fenceTimeoutMs: 3000, sessionTimeoutMs: 5000}
   config: {lease.duration.ms: "5000", housekeeping.interval.ms: "1000", drain.timeout.ms: "20000"}
   podTemplate:
     affinity:
@@ -50,10 +31,21 @@ spec:
         requiredDuringSchedulingIgnoredDuringExecution:
         - labelSelector: {matchLabels: {app.kubernetes.io/component: broker}}
           topologyKey: kubernetes.io/hostname
-`
+`)
 
-func topicYAML(name string, partitions int, extra string) string {
-	return fmt.Sprintf("apiVersion: kaas.dev/v1alpha1\nkind: KafkaTopic\nmetadata: {name: %s, namespace: demo}\nspec: {clusterRef: kc, partitions: %d%s}\n", name, partitions, extra)
+// namesWith lists the names in dir that match(name, pattern) (strings.HasPrefix/HasSuffix).
+func namesWith(dir string, match func(string, string) bool, pattern string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, entry := range entries {
+		if match(entry.Name(), pattern) {
+			names = append(names, entry.Name())
+		}
+	}
+	return names, nil
 }
 
 // assignment is the part of __cluster/assignment.json the scenarios look at.
@@ -83,21 +75,6 @@ type seedsEnv struct {
 	nfs    *nfs
 }
 
-func (e *seedsEnv) jp(kind, name, path string) string {
-	out, err := e.Kubectl("-n", ns, "get", kind, name, "-o", "jsonpath={"+path+"}")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(out)
-}
-
-func (e *seedsEnv) waitJP(timeout time.Duration, kind, name, path, want string) {
-	e.Eventually(timeout, fmt.Sprintf("%s/%s %s = %q", kind, name, path, want), func() (bool, error) {
-		got := e.jp(kind, name, path)
-		return got == want, fmt.Errorf("got %q", got)
-	})
-}
-
 // seeds are the three brokers' Kafka addresses.
 func (e *seedsEnv) seeds() []string {
 	var out []string
@@ -108,7 +85,7 @@ func (e *seedsEnv) seeds() []string {
 }
 
 // leaderOf is the broker leading topic/partition in the current assignment.
-func (e *seedsEnv) leaderOf(t *testing.T, topic string, partition int) (int, int) {
+func (e *seedsEnv) leaderOf(t testing.TB, topic string, partition int) (int, int) {
 	t.Helper()
 	a, err := readAssignment(e.export)
 	if err != nil {
@@ -137,18 +114,34 @@ func (e *seedsEnv) waitMoved(timeout time.Duration, topic string, partition, fro
 	return leader
 }
 
+// whileProducing runs fault while a producer writes to orders, then lets it run two more
+// seconds, stops it and verifies what it was acknowledged.
+func (e *seedsEnv) whileProducing(t testing.TB, prefix string, fault func()) *ledger {
+	t.Helper()
+	l := newLedger("orders", prefix)
+	stop := l.produceWhile(context.Background(), producer(t, e.seeds()))
+	time.Sleep(time.Second)
+	fault()
+	time.Sleep(2 * time.Second)
+	stop()
+	verify(t, e.seeds(), l)
+	return l
+}
+
 func (e *seedsEnv) waitBrokersReady(timeout time.Duration) {
-	e.waitJP(timeout, "kafkacluster", "kc", ".status.readyBrokers", "3")
+	e.WaitJSONPath(timeout, ns, "kafkacluster", "kc", ".status.readyBrokers", "3")
 	for i := range 3 {
 		e.WaitPodReady(ns, fmt.Sprintf("kc-%d", i), timeout)
 	}
 }
 
-func TestSeeds(t *testing.T) {
+// startCluster brings up kaas-nfsfs (one mount per node over one export), a 3-node control
+// plane, the operator from config/ and the 3-broker KafkaCluster, and waits until it is Ready.
+func startCluster(t testing.TB) *seedsEnv {
 	root := repoRoot(t)
-	kaasBin := binary(t, "KAAS_BIN", "kaas")
-	operatorBin := binary(t, "KAAS_OPERATOR_BIN", "kaas-operator")
-	nfsBin := binary(t, "KAAS_NFSFS_BIN", "kaas-nfsfs")
+	kaasBin := harness.CargoBinary(t, "KAAS_BIN", "kaas")
+	operatorBin := harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator")
+	nfsBin := harness.CargoBinary(t, "KAAS_NFSFS_BIN", "kaas-nfsfs")
 
 	// The NFS export, served through one mount per node; started before the cluster so that
 	// it outlives every pod that has files open on it.
@@ -174,15 +167,21 @@ func TestSeeds(t *testing.T) {
 		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
 	}
 	c.Apply(clusterYAML)
-	e.waitJP(4*time.Minute, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+	e.WaitJSONPath(4*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
 	e.waitBrokersReady(2 * time.Minute)
+	return e
+}
+
+func TestSeeds(t *testing.T) {
+	e := startCluster(t)
+	c, export, server := e.Cluster, e.export, e.nfs
 	ctx := context.Background()
 
 	t.Run("steady state", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
 		// A topic by kubectl, and one by Kafka's admin API (which becomes a KafkaTopic).
-		c.Apply(topicYAML("orders", 3, ""))
-		e.waitJP(2*time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		c.Apply(kaastest.Topic("orders", 3, ""))
+		e.WaitJSONPath(2*time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
 		admin := adminClient(t, e.seeds())
 		created, err := admin.CreateTopics(ctx, 4, 1, nil, "Payments_v1")
 		if err != nil {
@@ -195,7 +194,7 @@ func TestSeeds(t *testing.T) {
 		if resource == "" {
 			t.Fatal("CreateTopics made no KafkaTopic")
 		}
-		e.waitJP(time.Minute, "kafkatopic", resource, `.status.conditions[?(@.type=="Ready")].status`, "True")
+		e.WaitJSONPath(time.Minute, ns, "kafkatopic", resource, `.status.conditions[?(@.type=="Ready")].status`, "True")
 		if again, _ := admin.CreateTopics(ctx, 1, 1, nil, "Payments_v1"); again["Payments_v1"].Err == nil {
 			t.Error("creating Payments_v1 twice succeeded")
 		}
@@ -225,10 +224,21 @@ func TestSeeds(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			version := e.jp("kafkaclusterassignments", "kc", ".spec.assignmentVersion")
-			count := e.jp("kafkaclusterassignments", "kc", ".spec.partitionCount")
+			version := e.JSONPath(ns, "kafkaclusterassignments", "kc", ".spec.assignmentVersion")
+			count := e.JSONPath(ns, "kafkaclusterassignments", "kc", ".spec.partitionCount")
 			return version == strconv.FormatInt(a.AssignmentVersion, 10) && count == strconv.Itoa(len(a.Partitions)),
 				fmt.Errorf("mirror v%s with %s partitions, file v%d with %d", version, count, a.AssignmentVersion, len(a.Partitions))
+		})
+		// The operator follows the mirror into the KafkaCluster's status.
+		e.Eventually(time.Minute, "KafkaCluster status naming the controller", func() (bool, error) {
+			a, err := readAssignment(export)
+			if err != nil {
+				return false, err
+			}
+			controller := e.JSONPath(ns, "kafkacluster", "kc", ".status.currentController")
+			version := e.JSONPath(ns, "kafkacluster", "kc", ".status.assignmentVersion")
+			return controller == fmt.Sprintf("kc-%d", a.ControllerID) && version == strconv.FormatInt(a.AssignmentVersion, 10),
+				fmt.Errorf("status says %s at v%s, the file broker %d at v%d", controller, version, a.ControllerID, a.AssignmentVersion)
 		})
 		out := e.MustKubectl("-n", ns, "get", "kafkaclusterassignments")
 		if !strings.Contains(out, "kc") || !strings.Contains(out, "PARTITIONS") {
@@ -239,56 +249,49 @@ func TestSeeds(t *testing.T) {
 
 	t.Run("broker kill -9", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		l := newLedger("orders", "kill")
-		stop := l.produceWhile(ctx, producer(t, e.seeds()))
-		time.Sleep(time.Second)
-		leader, _ := e.leaderOf(t, "orders", 0)
-		pod := fmt.Sprintf("kc-%d", leader)
-		restarts := e.Pod(ns, pod).Status.ContainerStatuses[0].RestartCount
-		e.Signal(ns, pod, "", syscall.SIGKILL)
-		// The kubelet restarts the container at once; whether the partition moved meanwhile
-		// or the new incarnation took it over again, it must serve every acknowledged record.
-		e.Eventually(time.Minute, pod+" restarted and ready", func() (bool, error) {
-			p := e.Pod(ns, pod)
-			return harness.IsReady(p) && p.Status.ContainerStatuses[0].RestartCount > restarts, nil
+		e.whileProducing(t, "kill", func() {
+			leader, _ := e.leaderOf(t, "orders", 0)
+			pod := fmt.Sprintf("kc-%d", leader)
+			restarts := e.Pod(ns, pod).Status.ContainerStatuses[0].RestartCount
+			e.Signal(ns, pod, "", syscall.SIGKILL)
+			// The kubelet restarts the container at once; whether the partition moved meanwhile
+			// or the new incarnation took it over again, it must serve every acknowledged record.
+			e.Eventually(time.Minute, pod+" restarted and ready", func() (bool, error) {
+				p := e.Pod(ns, pod)
+				return harness.IsReady(p) && p.Status.ContainerStatuses[0].RestartCount > restarts, nil
+			})
 		})
-		time.Sleep(2 * time.Second)
-		stop()
-		verify(t, e.seeds(), l)
 		e.waitBrokersReady(2 * time.Minute)
 	})
 
 	t.Run("zombie leader", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		l := newLedger("orders", "zombie")
-		stop := l.produceWhile(ctx, producer(t, e.seeds()))
-		time.Sleep(time.Second)
-		leader, epoch := e.leaderOf(t, "orders", 1)
-		pod := fmt.Sprintf("kc-%d", leader)
-		e.Signal(ns, pod, "", syscall.SIGSTOP)
-		moved := e.waitMoved(time.Minute, "orders", 1, leader, epoch)
-		if moved == leader {
-			t.Errorf("orders/1 stayed on the stopped broker %d", leader)
-		}
-		time.Sleep(time.Second)
-		// The zombie wakes up believing it leads; whatever it does must not be served.
-		e.Signal(ns, pod, "", syscall.SIGCONT)
-		time.Sleep(3 * time.Second)
-		stop()
-		verify(t, e.seeds(), l)
+		e.whileProducing(t, "zombie", func() {
+			leader, epoch := e.leaderOf(t, "orders", 1)
+			pod := fmt.Sprintf("kc-%d", leader)
+			e.Signal(ns, pod, "", syscall.SIGSTOP)
+			moved := e.waitMoved(time.Minute, "orders", 1, leader, epoch)
+			if moved == leader {
+				t.Errorf("orders/1 stayed on the stopped broker %d", leader)
+			}
+			time.Sleep(time.Second)
+			// The zombie wakes up believing it leads; whatever it does must not be served.
+			e.Signal(ns, pod, "", syscall.SIGCONT)
+			time.Sleep(time.Second)
+		})
 		e.waitBrokersReady(2 * time.Minute)
 	})
 
 	t.Run("controller killed", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		holder := e.jp("lease", "kc-controller", ".spec.holderIdentity")
-		transitions, _ := strconv.Atoi(e.jp("lease", "kc-controller", ".spec.leaseTransitions"))
+		holder := e.JSONPath(ns, "lease", "kc-controller", ".spec.holderIdentity")
+		transitions, _ := strconv.Atoi(e.JSONPath(ns, "lease", "kc-controller", ".spec.leaseTransitions"))
 		if holder == "" {
 			t.Fatal("no controller Lease holder")
 		}
 		e.Signal(ns, holder, "", syscall.SIGKILL)
 		e.Eventually(time.Minute, "a new controller epoch", func() (bool, error) {
-			now, _ := strconv.Atoi(e.jp("lease", "kc-controller", ".spec.leaseTransitions"))
+			now, _ := strconv.Atoi(e.JSONPath(ns, "lease", "kc-controller", ".spec.leaseTransitions"))
 			a, err := readAssignment(export)
 			if err != nil {
 				return false, err
@@ -297,29 +300,50 @@ func TestSeeds(t *testing.T) {
 				fmt.Errorf("lease transitions %d → %d, assignment epoch %d", transitions, now, a.ControllerEpoch)
 		})
 		e.waitBrokersReady(2 * time.Minute)
-		l := newLedger("orders", "after-controller")
-		cl := producer(t, e.seeds())
-		l.send(ctx, cl, 500)
-		if err := cl.Flush(ctx); err != nil {
-			t.Fatal(err)
+		produceAndVerify(t, e.seeds(), newLedger("orders", "after-controller"), 500)
+	})
+
+	t.Run("stale controller resumed", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		holder := e.JSONPath(ns, "lease", "kc-controller", ".spec.holderIdentity")
+		transitions, _ := strconv.Atoi(e.JSONPath(ns, "lease", "kc-controller", ".spec.leaseTransitions"))
+		e.Signal(ns, holder, "", syscall.SIGSTOP)
+		var epoch int64
+		e.Eventually(time.Minute, "a new controller while the old one is paused", func() (bool, error) {
+			now, _ := strconv.Atoi(e.JSONPath(ns, "lease", "kc-controller", ".spec.leaseTransitions"))
+			a, err := readAssignment(export)
+			epoch = a.ControllerEpoch
+			return err == nil && now > transitions && a.ControllerEpoch == int64(now), fmt.Errorf("lease transitions %d → %d", transitions, now)
+		})
+		// The paused controller wakes up still believing it controls: whatever it tries, the
+		// assignment never goes back to its epoch.
+		e.Signal(ns, holder, "", syscall.SIGCONT)
+		deadline := time.Now().Add(6 * time.Second)
+		for time.Now().Before(deadline) {
+			if a, err := readAssignment(export); err == nil && a.ControllerEpoch < epoch {
+				t.Fatalf("assignment.json went back to controller epoch %d after epoch %d", a.ControllerEpoch, epoch)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		verify(t, e.seeds(), l)
+		e.Eventually(time.Minute, "the resumed broker to step down", func() (bool, error) {
+			logs := e.PodLogs(ns, holder, "kaas")
+			return strings.Contains(logs, "no longer the controller") || strings.Contains(logs, "lost the controller lease"), nil
+		})
+		e.waitBrokersReady(2 * time.Minute)
+		produceAndVerify(t, e.seeds(), newLedger("orders", "after-stale-controller"), 300)
 	})
 
 	t.Run("SIGTERM drain", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		l := newLedger("orders", "drain")
-		stop := l.produceWhile(ctx, producer(t, e.seeds()))
-		time.Sleep(time.Second)
-		leader, _ := e.leaderOf(t, "orders", 2)
-		e.MustKubectl("-n", ns, "delete", "pod", fmt.Sprintf("kc-%d", leader), "--wait=true", "--timeout=90s")
-		e.waitBrokersReady(2 * time.Minute)
-		time.Sleep(2 * time.Second)
-		stop()
+		var leader int
+		l := e.whileProducing(t, "drain", func() {
+			leader, _ = e.leaderOf(t, "orders", 2)
+			e.MustKubectl("-n", ns, "delete", "pod", fmt.Sprintf("kc-%d", leader), "--wait=true", "--timeout=90s")
+			e.waitBrokersReady(2 * time.Minute)
+		})
 		if _, _, failed := l.counts(); failed > 0 {
 			t.Errorf("a drain gave the producer non-retriable errors: %v", l.failed[:min(5, len(l.failed))])
 		}
-		verify(t, e.seeds(), l)
 		logs := e.PodLogs(ns, fmt.Sprintf("kc-%d", leader), "kaas")
 		if !strings.Contains(logs, "drained: every partition moved away") {
 			t.Errorf("broker %d did not drain before exiting:\n%s", leader, tail(logs, 40))
@@ -328,45 +352,42 @@ func TestSeeds(t *testing.T) {
 
 	t.Run("rolling upgrade", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		l := newLedger("orders", "upgrade")
-		stop := l.produceWhile(ctx, producer(t, e.seeds()))
-		before := e.jp("statefulset", "kc", ".status.updateRevision")
-		e.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"version":"0.1.1"}}`)
-		// One broker at a time: never fewer than two serving while the StatefulSet rolls.
-		fewest := 3
-		e.Eventually(5*time.Minute, "every broker on 0.1.1", func() (bool, error) {
-			ready := 0
+		l := e.whileProducing(t, "upgrade", func() {
+			before := e.JSONPath(ns, "statefulset", "kc", ".status.updateRevision")
+			e.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"version":"0.1.1"}}`)
+			// One broker at a time: never fewer than two serving while the StatefulSet rolls.
+			fewest := 3
+			e.Eventually(5*time.Minute, "every broker on 0.1.1", func() (bool, error) {
+				ready := 0
+				for i := range 3 {
+					if ok, _ := e.PodReady(ns, fmt.Sprintf("kc-%d", i)); ok {
+						ready++
+					}
+				}
+				fewest = min(fewest, ready)
+				updated := e.JSONPath(ns, "statefulset", "kc", ".status.updatedReplicas")
+				current := e.JSONPath(ns, "statefulset", "kc", ".status.updateRevision")
+				return current != before && updated == "3" && ready == 3, fmt.Errorf("revision %s, %s updated, %d ready", current, updated, ready)
+			})
+			if fewest < 2 {
+				t.Errorf("%d brokers were serving at one point of the roll; want one at a time", fewest)
+			}
 			for i := range 3 {
-				if ok, _ := e.PodReady(ns, fmt.Sprintf("kc-%d", i)); ok {
-					ready++
+				image := e.JSONPath(ns, "pod", fmt.Sprintf("kc-%d", i), ".spec.containers[0].image")
+				if image != "ghcr.io/kaas/kaas:0.1.1" {
+					t.Errorf("kc-%d runs %s", i, image)
 				}
 			}
-			fewest = min(fewest, ready)
-			updated := e.jp("statefulset", "kc", ".status.updatedReplicas")
-			current := e.jp("statefulset", "kc", ".status.updateRevision")
-			return current != before && updated == "3" && ready == 3, fmt.Errorf("revision %s, %s updated, %d ready", current, updated, ready)
 		})
-		if fewest < 2 {
-			t.Errorf("%d brokers were serving at one point of the roll; want one at a time", fewest)
-		}
-		for i := range 3 {
-			image := e.jp("pod", fmt.Sprintf("kc-%d", i), ".spec.containers[0].image")
-			if image != "ghcr.io/kaas/kaas:0.1.1" {
-				t.Errorf("kc-%d runs %s", i, image)
-			}
-		}
-		time.Sleep(2 * time.Second)
-		stop()
 		if _, _, failed := l.counts(); failed > 0 {
 			t.Errorf("the roll gave the producer non-retriable errors: %v", l.failed[:min(5, len(l.failed))])
 		}
-		verify(t, e.seeds(), l)
 	})
 
 	t.Run("retention frees the space", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		c.Apply(topicYAML("events", 1, `, config: {retention.ms: "2000", segment.ms: "500", segment.bytes: "1048576"}`))
-		e.waitJP(time.Minute, "kafkatopic", "events", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		c.Apply(kaastest.Topic("events", 1, `, config: {retention.ms: "2000", segment.ms: "500", segment.bytes: "1048576"}`))
+		e.WaitJSONPath(time.Minute, ns, "kafkatopic", "events", `.status.conditions[?(@.type=="Ready")].status`, "True")
 		l := newLedger("events", "retained")
 		l.pad = 1024
 		cl := producer(t, e.seeds())
@@ -380,60 +401,65 @@ func TestSeeds(t *testing.T) {
 		}
 		dir := filepath.Join(export, "events", "0")
 		e.Eventually(time.Minute, "expired segments deleted and no .nfs ghost left", func() (bool, error) {
-			entries, err := os.ReadDir(dir)
+			segments, err := namesWith(dir, strings.HasSuffix, ".log")
 			if err != nil {
 				return false, err
 			}
-			logs := 0
-			for _, entry := range entries {
-				if strings.HasSuffix(entry.Name(), ".log") {
-					logs++
-				}
-			}
 			g := ghosts(export)
-			return logs <= 1 && len(g) == 0, fmt.Errorf("%d segments, ghosts %v", logs, g)
+			return len(segments) <= 1 && len(g) == 0, fmt.Errorf("segments %v, ghosts %v", segments, g)
 		})
 		admin := adminClient(t, e.seeds())
 		starts, err := admin.ListStartOffsets(ctx, "events")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if o, _ := starts.Lookup("events", 0); o.Offset == 0 {
+		start, _ := starts.Lookup("events", 0)
+		if start.Offset == 0 {
 			t.Errorf("log start offset still 0 after retention")
 		}
+		// DeleteRecords moves the start further and frees the segments before it.
+		ends, err := admin.ListEndOffsets(ctx, "events")
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := ends.Lookup("events", 0)
+		deleted, err := admin.DeleteRecords(ctx, kadm.Offsets{"events": {0: {Topic: "events", Partition: 0, At: end.Offset}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := deleted.Lookup("events", 0); r.Err != nil || r.LowWatermark != end.Offset {
+			t.Fatalf("DeleteRecords up to %d: low watermark %d, %v", end.Offset, r.LowWatermark, r.Err)
+		}
+		e.Eventually(time.Minute, "segments before the new start removed, no ghosts", func() (bool, error) {
+			segments, err := namesWith(dir, strings.HasSuffix, ".log")
+			if err != nil {
+				return false, err
+			}
+			g := ghosts(export)
+			return len(segments) <= 1 && len(g) == 0, fmt.Errorf("segments %v, ghosts %v", segments, g)
+		})
 	})
 
 	t.Run("delete and recreate", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		before := e.jp("kafkatopic", "orders", ".metadata.uid")
+		before := e.JSONPath(ns, "kafkatopic", "orders", ".metadata.uid")
 		e.MustKubectl("-n", ns, "delete", "kafkatopic", "orders", "--wait=true", "--timeout=30s")
 		// Recreated at once, racing the reclamation of the old incarnation.
-		c.Apply(topicYAML("orders", 2, ""))
-		e.waitJP(2*time.Minute, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		after := e.jp("kafkatopic", "orders", ".metadata.uid")
+		c.Apply(kaastest.Topic("orders", 2, ""))
+		e.WaitJSONPath(2*time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		after := e.JSONPath(ns, "kafkatopic", "orders", ".metadata.uid")
 		if after == before {
 			t.Fatal("recreated topic has the old uid")
 		}
 		e.Eventually(2*time.Minute, "the old incarnation reclaimed, no ghosts", func() (bool, error) {
-			entries, err := os.ReadDir(export)
+			left, err := namesWith(export, strings.HasPrefix, ".reclaim-")
 			if err != nil {
 				return false, err
-			}
-			var left []string
-			for _, entry := range entries {
-				if strings.HasPrefix(entry.Name(), ".reclaim-") {
-					left = append(left, entry.Name())
-				}
 			}
 			g := ghosts(export)
 			return len(left) == 0 && len(g) == 0, fmt.Errorf("left %v, ghosts %v", left, g)
 		})
-		l := newLedger("orders", "fresh")
-		cl := producer(t, e.seeds())
-		l.send(ctx, cl, 200)
-		if err := cl.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
+		produceAndVerify(t, e.seeds(), newLedger("orders", "fresh"), 200)
 		got := readAll(t, e.seeds(), "orders")
 		total := 0
 		for p, records := range got {
@@ -447,7 +473,6 @@ func TestSeeds(t *testing.T) {
 		if total != 200 {
 			t.Errorf("recreated orders holds %d records, want 200", total)
 		}
-		verify(t, e.seeds(), l)
 	})
 
 	t.Run("Kafka-API delete removes the KafkaTopic", func(t *testing.T) {
@@ -472,8 +497,8 @@ func TestSeeds(t *testing.T) {
 
 	t.Run("EIO and ENOSPC on the leader's volume", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
-		c.Apply(topicYAML("faulty", 2, ""))
-		e.waitJP(time.Minute, "kafkatopic", "faulty", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		c.Apply(kaastest.Topic("faulty", 2, ""))
+		e.WaitJSONPath(time.Minute, ns, "kafkatopic", "faulty", `.status.conditions[?(@.type=="Ready")].status`, "True")
 		// Wait for both partitions to be led, then fail partition 0's writes on its node.
 		e.Eventually(time.Minute, "faulty placed", func() (bool, error) {
 			a, err := readAssignment(export)

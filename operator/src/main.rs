@@ -11,8 +11,9 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kaas_operator::cluster::{self, Context};
 use kaas_operator::topic::{self, AgentContext};
 use kaas_operator::{sweep, versions};
-use kaas_shared::crd::{KafkaCluster, KafkaTopic};
+use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
 use kaas_shared::fs::RealFs;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client};
 use tracing::info;
@@ -104,7 +105,24 @@ async fn run(client: Client, agent_image: String) -> anyhow::Result<()> {
         Api::<StatefulSet>::all(client.clone()),
         watcher::Config::default(),
     )
-    .owns(Api::<Deployment>::all(client), watcher::Config::default())
+    .owns(
+        Api::<Deployment>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    // The controller broker's assignment mirror, named after its cluster: status shows the
+    // current controller and assignment version as soon as they change.
+    .watches(
+        Api::<KafkaClusterAssignments>::all(client),
+        watcher::Config::default(),
+        |mirror| {
+            mirror
+                .metadata
+                .name
+                .clone()
+                .zip(mirror.metadata.namespace.clone())
+                .map(|(name, namespace)| ObjectRef::<KafkaCluster>::new(&name).within(&namespace))
+        },
+    )
     .shutdown_on_signal()
     .run(cluster::reconcile, cluster::error_policy, ctx)
     .for_each(|result| async move {

@@ -1,0 +1,40 @@
+// Package kaastest holds the kaas manifests the e2e tests apply: a namespace with its shared
+// claim and KafkaCluster, and KafkaTopics.
+package kaastest
+
+import "fmt"
+
+// Namespace is the namespace every kaas e2e test deploys into.
+const Namespace = "demo"
+
+// Cluster is a Namespace, an RWX claim `shared` on the harness' pre-created volume, and a
+// 3-broker KafkaCluster `kc` on it with spec lines extra (indented two spaces) added.
+func Cluster(extra string) string {
+	return `
+apiVersion: v1
+kind: Namespace
+metadata: {name: ` + Namespace + `}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: shared, namespace: ` + Namespace + `}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: kaas-e2e-rwx
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: kc, namespace: ` + Namespace + `}
+spec:
+  replicas: 3
+  version: 0.1.0
+  storage: {existingClaim: shared}
+  listener: {advertise: PodIp}
+` + extra
+}
+
+// Topic is a KafkaTopic of cluster kc; extra continues its spec flow mapping (", config: {...}").
+func Topic(name string, partitions int, extra string) string {
+	return fmt.Sprintf("apiVersion: kaas.dev/v1alpha1\nkind: KafkaTopic\nmetadata: {name: %s, namespace: %s}\nspec: {clusterRef: kc, partitions: %d%s}\n", name, Namespace, partitions, extra)
+}
