@@ -35,6 +35,9 @@ pub struct Assignment {
     /// Consumer-group shard coordinators, keyed by shard number.
     #[serde(default)]
     pub consumer_groups: BTreeMap<u32, ShardAssignment>,
+    /// Transaction shard coordinators, keyed by shard number.
+    #[serde(default)]
+    pub transactions: BTreeMap<u32, ShardAssignment>,
 }
 
 /// Where a broker's Kafka listener is.
@@ -57,7 +60,7 @@ pub struct PartitionAssignment {
     pub leader_epoch: i32,
 }
 
-/// One consumer-group shard's coordinator.
+/// One consumer-group or transaction shard's coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShardAssignment {
@@ -84,6 +87,11 @@ impl Assignment {
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionAssignment> {
         self.partitions.get(&names::partition_key(topic, partition))
     }
+
+    /// The listener of `broker`, if this assignment places work on it.
+    pub fn endpoint(&self, broker: i32) -> Option<&BrokerEndpoint> {
+        self.brokers.get(&broker)
+    }
 }
 
 /// Reads assignment.json; `Ok(None)` before the first controller wrote one.
@@ -96,10 +104,10 @@ pub fn read(fs: &dyn Fs, layout: &Layout) -> Result<Option<Assignment>> {
 /// NB: the check against the assignment on disk is check-then-act and so only an early stop;
 /// the fence that holds is on the readers' side (they refuse epochs below the Lease's).
 pub fn write(fs: &dyn Fs, layout: &Layout, assignment: &Assignment) -> Result<()> {
-    if let Some(current) = read(fs, layout)? {
-        if current.controller_epoch > assignment.controller_epoch {
-            return Err(Error::StaleController { found: current.controller_epoch, ours: assignment.controller_epoch });
-        }
+    if let Some(current) = read(fs, layout)?
+        && current.controller_epoch > assignment.controller_epoch
+    {
+        return Err(Error::StaleController { found: current.controller_epoch, ours: assignment.controller_epoch });
     }
     fs.create_dir_all(&layout.cluster_dir()).map_err(|e| Error::io("mkdir", layout.cluster_dir(), e))?;
     write_json(fs, &layout.assignment_file(), assignment)
@@ -117,6 +125,7 @@ mod tests {
             PartitionAssignment { topic_id: Uuid::nil(), leader: 1, leader_epoch: 4 },
         );
         a.consumer_groups.insert(3, ShardAssignment { coordinator: 1, epoch: 2 });
+        a.transactions.insert(7, ShardAssignment { coordinator: 1, epoch: 0 });
         a
     }
 

@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::fetch_session::FetchSessions;
 use crate::groups::Coordinator;
 use crate::leadership::LocalLease;
+use crate::shard_owner::ShardOwner;
 use crate::topic_store::TopicStore;
 use crate::topics::{Leadership, TopicRegistry};
 use crate::txn::TxnCoordinator;
@@ -27,9 +28,11 @@ pub struct Broker {
     pub cluster: Option<crate::cluster::Cluster>,
     /// The group coordinator; in local mode it owns every group shard.
     pub groups: Arc<Coordinator>,
-    /// The transaction coordinator; in local mode it owns every transaction shard (cluster
-    /// mode does not offer transactions yet).
+    /// The transaction coordinator; in local mode it owns every transaction shard, in a
+    /// cluster those assignment.json places here.
     pub txns: TxnCoordinator,
+    /// Connections to the other brokers (transaction markers and verification).
+    pub interbroker: crate::interbroker::InterBroker,
 }
 
 impl Broker {
@@ -44,8 +47,8 @@ impl Broker {
         let leadership = if config.cluster.is_some() { Leadership::Cluster } else { Leadership::Local(lease) };
         let topics = TopicRegistry::open(engine.clone(), Some(store), leadership, config.log_defaults.clone())?;
         let groups = Coordinator::open(engine.fs().clone(), engine.layout(), config.groups.clone())?;
-        // Local mode owns every group shard; in a cluster the runtime takes shards over as
-        // assignment.json places them (Coordinator::take_over / relinquish).
+        // Local mode owns every group and transaction shard; in a cluster the runtime takes
+        // shards over as assignment.json places them (`takeover_driver::reconcile_shards`).
         let txns = TxnCoordinator::open(engine.fs().clone(), engine.layout())?;
         if config.cluster.is_none() {
             groups.take_over_all(&lease)?;
@@ -56,7 +59,7 @@ impl Broker {
             .cluster
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups, txns }))
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups, txns, interbroker: Default::default() }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

@@ -44,7 +44,7 @@ impl Cluster {
             renew_interval: settings.renew_interval,
             session_timeout: settings.session_timeout,
             recompute_interval: Duration::from_secs(2),
-            group_shards: kaas_groups::SHARD_COUNT,
+            shards: kaas_controller::balancer::ShardCounts { groups: kaas_groups::SHARD_COUNT, transactions: kaas_groups::SHARD_COUNT },
             mirror: settings.mirror.clone(),
             ready_brokers: settings.ready_brokers.clone(),
         };
@@ -198,7 +198,9 @@ fn follow_round(broker: &Broker) -> Result<()> {
     }
     let current = cluster.view.current();
     takeover_driver::reconcile(&broker.topics, &current, broker.config.node_id, &cluster.takeover_durations);
-    takeover_driver::reconcile_groups(&broker.groups, &current, broker.config.node_id, &cluster.takeover_durations);
+    let (me, durations) = (broker.config.node_id, &cluster.takeover_durations);
+    takeover_driver::reconcile_shards(&*broker.groups, &current.consumer_groups, &current, me, &durations.group_shards);
+    takeover_driver::reconcile_shards(&broker.txns, &current.transactions, &current, me, &durations.transaction_shards);
     Ok(())
 }
 

@@ -48,7 +48,7 @@ pub use offsets::{CommitOffset, CommitRequest};
 pub use txn_offsets::TxnCommitRequest;
 
 use crate::broker::now_ms;
-use crate::leadership::LocalLease;
+use crate::shard_owner::ShardOwner;
 use shard::{CoordinatorShard, GroupRef};
 
 /// An answer that is ready, or one that comes when the group moves on (a rebalance, an fsync).
@@ -78,6 +78,28 @@ pub(crate) fn storage_error(e: &kaas_groups::Error) -> E {
     }
 }
 
+impl ShardOwner for Coordinator {
+    const KIND: &'static str = "group";
+
+    fn stored_epoch(&self, shard: u32) -> crate::Result<i32> {
+        Ok(self.shard_at(shard)?.log.stored_epoch()?)
+    }
+
+    fn owned_epoch(&self, shard: u32) -> Option<i32> {
+        self.shards.get(shard as usize)?.log.epoch()
+    }
+
+    fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
+        let groups = self.shard_at(shard)?.take_over(epoch)?;
+        info!(shard, epoch, groups, "group shard taken over");
+        Ok(())
+    }
+
+    fn relinquish(&self, shard: u32) -> crate::Result<()> {
+        self.shard_at(shard)?.relinquish()
+    }
+}
+
 /// The group coordinator of this broker.
 #[derive(Debug)]
 pub struct Coordinator {
@@ -100,28 +122,6 @@ impl Coordinator {
         &self.config
     }
 
-    /// Local mode: takes every shard over at one past the newest epoch on the volume.
-    pub fn take_over_all(&self, lease: &LocalLease) -> crate::Result<()> {
-        for shard in 0..SHARD_COUNT {
-            let stored = self.shards[shard as usize].log.stored_epoch()?;
-            self.take_over(shard, lease.takeover_epoch(stored))?;
-        }
-        Ok(())
-    }
-
-    /// Takes one shard over at `epoch` (the cluster runtime's GroupTakeoverDriver entry point).
-    pub fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
-        let s = self.shard_at(shard)?;
-        let groups = s.take_over(epoch)?;
-        info!(shard, epoch, groups, "group shard taken over");
-        Ok(())
-    }
-
-    /// Hands one shard over: persisted, then unloaded.
-    pub fn relinquish(&self, shard: u32) -> crate::Result<()> {
-        self.shard_at(shard)?.relinquish()
-    }
-
     /// Drops one shard without persisting anything.
     pub fn abandon(&self, shard: u32) -> crate::Result<()> {
         self.shard_at(shard)?.abandon();
@@ -140,11 +140,6 @@ impl Coordinator {
                 tracing::error!(shard = i, error = %e, "relinquishing a group shard failed; the next owner replays its log");
             }
         }
-    }
-
-    /// The epoch this broker owns `shard` at, if it owns it (the GroupTakeoverDriver's diff).
-    pub fn owned_epoch(&self, shard: u32) -> Option<i32> {
-        self.shards.get(shard as usize)?.log.epoch()
     }
 
     /// Whether this broker coordinates `group_id` now (FindCoordinator).

@@ -52,6 +52,7 @@ impl Metrics {
             let durations = &cluster.takeover_durations;
             registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions.clone());
             registry.register("group_shard_takeover_seconds", "Group shard take-over durations (log replay included)", durations.group_shards.clone());
+            registry.register("transaction_shard_takeover_seconds", "Transaction shard take-over durations (log replay included)", durations.transaction_shards.clone());
         }
         Metrics { registry, gauges }
     }

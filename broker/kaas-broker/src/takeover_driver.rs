@@ -1,18 +1,19 @@
-//! The TakeoverDriver and GroupTakeoverDriver (seed 003): makes this broker lead exactly the partitions the applied
-//! assignment gives it, at the epochs it gives. Idempotent and re-driven every round, so a
+//! The TakeoverDriver and GroupTakeoverDriver (seed 003): makes this broker lead exactly the
+//! partitions, and own exactly the group and transaction shards, the applied assignment gives
+//! it, at the epochs it gives. Idempotent and re-driven every round, so a
 //! take-over that failed (topic directory not there yet, a transient I/O error) is retried
 //! until it holds — seed 001's rule 2.
 
 use std::collections::BTreeMap;
 
-use kaas_shared::assignment::Assignment;
+use kaas_shared::assignment::{Assignment, ShardAssignment};
 use kaas_shared::names;
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use crate::groups::Coordinator;
+use crate::shard_owner::ShardOwner;
 use crate::topics::TopicRegistry;
 
 /// Converges the registry's leadership to `assignment` for broker `me`.
@@ -71,34 +72,36 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, dur
     }
 }
 
-/// The GroupTakeoverDriver: owns exactly the group shards the assignment gives this broker, at
-/// their epochs; shards placed elsewhere are relinquished (persisted, then unloaded).
-pub fn reconcile_groups(groups: &Coordinator, assignment: &Assignment, me: i32, durations: &TakeoverDurations) {
+/// The GroupTakeoverDriver (and the same for transaction shards): owns exactly the shards
+/// `placed` gives this broker, at their epochs; shards placed elsewhere are relinquished
+/// (persisted, then unloaded).
+pub fn reconcile_shards<O: ShardOwner>(owner: &O, placed: &BTreeMap<u32, ShardAssignment>, assignment: &Assignment, me: i32, durations: &Histogram) {
+    let kind = O::KIND;
     let version = assignment.assignment_version;
     for shard in 0..kaas_groups::SHARD_COUNT {
-        let desired = assignment.consumer_groups.get(&shard).filter(|s| s.coordinator == me).map(|s| s.epoch);
-        let owned = groups.owned_epoch(shard);
+        let desired = placed.get(&shard).filter(|s| s.coordinator == me).map(|s| s.epoch);
+        let owned = owner.owned_epoch(shard);
         if owned == desired {
             continue;
         }
         if let Some(epoch) = owned {
-            let reason = match assignment.consumer_groups.get(&shard) {
+            let reason = match placed.get(&shard) {
                 Some(s) if s.coordinator != me => format!("assignment v{version} moved it to broker {}", s.coordinator),
                 Some(s) => format!("assignment v{version} re-assigned it at epoch {}", s.epoch),
                 None => format!("assignment v{version} no longer places it"),
             };
-            match groups.relinquish(shard) {
-                Ok(()) => info!(shard, epoch, %reason, "relinquished group shard"),
-                Err(e) => warn!(shard, epoch, %reason, error = %e, "group shard relinquish failed; the next owner replays its log"),
+            match owner.relinquish(shard) {
+                Ok(()) => info!(kind, shard, epoch, %reason, "relinquished shard"),
+                Err(e) => warn!(kind, shard, epoch, %reason, error = %e, "shard relinquish failed; the next owner replays its log"),
             }
         }
         if let Some(epoch) = desired {
             let started = std::time::Instant::now();
-            let outcome = groups.take_over(shard, epoch);
-            durations.group_shards.observe(started.elapsed().as_secs_f64());
+            let outcome = owner.take_over(shard, epoch);
+            durations.observe(started.elapsed().as_secs_f64());
             match outcome {
-                Ok(()) => info!(shard, epoch, reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch), "took over group shard"),
-                Err(e) => warn!(shard, epoch, error = %e, "group shard take-over failed; retrying next round"),
+                Ok(()) => info!(kind, shard, epoch, reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch), "took over shard"),
+                Err(e) => warn!(kind, shard, epoch, error = %e, "shard take-over failed; retrying next round"),
             }
         }
     }
@@ -109,12 +112,13 @@ pub fn reconcile_groups(groups: &Coordinator, assignment: &Assignment, me: i32, 
 pub struct TakeoverDurations {
     pub partitions: Histogram,
     pub group_shards: Histogram,
+    pub transaction_shards: Histogram,
 }
 
 impl Default for TakeoverDurations {
     fn default() -> TakeoverDurations {
         // 1 ms .. ~65 s.
         let buckets = || Histogram::new(exponential_buckets(0.001, 2.0, 17));
-        TakeoverDurations { partitions: buckets(), group_shards: buckets() }
+        TakeoverDurations { partitions: buckets(), group_shards: buckets(), transaction_shards: buckets() }
     }
 }

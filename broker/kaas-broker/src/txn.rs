@@ -20,7 +20,9 @@
 //!    as its shard is no longer owned at the epoch it started under.
 
 mod markers;
+mod route;
 mod state;
+mod verification;
 #[cfg(test)]
 mod tests;
 
@@ -34,13 +36,14 @@ use kaas_shared::layout::Layout;
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-pub use markers::write_marker;
+pub use markers::{GROUP_OFFSETS_TOPIC, write_marker};
+use route::Route;
 pub use state::{
     EndOutcome, InitOutcome, MAX_TIMEOUT_MS, TxnError, TxnMetadata, TxnState, check_timeout,
 };
 
 use crate::broker::{Broker, now_ms};
-use crate::leadership::LocalLease;
+use crate::shard_owner::ShardOwner;
 
 /// How long EndTxn waits for the markers before answering anyway (the outcome is durable and
 /// the completion continues in the background; the client sees CONCURRENT_TRANSACTIONS on its
@@ -67,44 +70,21 @@ pub struct Completion {
     pub coordinator_epoch: i32,
 }
 
-/// The transaction coordinator of this broker.
-#[derive(Debug)]
-pub struct TxnCoordinator {
-    shards: Vec<TxnShard>,
-    /// Transactional ids with a completion driver running.
-    in_flight: Mutex<HashSet<String>>,
-}
+impl ShardOwner for TxnCoordinator {
+    const KIND: &'static str = "transaction";
 
-impl TxnCoordinator {
-    /// Opens every shard stat-only (no descriptors, nothing loaded).
-    pub fn open(fs: FsRef, layout: &Layout) -> crate::Result<TxnCoordinator> {
-        let shards = (0..SHARD_COUNT)
-            .map(|s| {
-                Ok(TxnShard {
-                    log: ShardLog::open(fs.clone(), layout.txn_shard_dir(s))?,
-                    txns: Mutex::new(HashMap::new()),
-                })
-            })
-            .collect::<crate::Result<Vec<_>>>()?;
-        Ok(TxnCoordinator {
-            shards,
-            in_flight: Mutex::new(HashSet::new()),
-        })
+    fn stored_epoch(&self, shard: u32) -> crate::Result<i32> {
+        Ok(self.shard_at(shard)?.log.stored_epoch()?)
     }
 
-    /// Local mode: takes every shard over at one past the newest epoch on the volume.
-    pub fn take_over_all(&self, lease: &LocalLease) -> crate::Result<()> {
-        for shard in 0..SHARD_COUNT {
-            let stored = self.shards[shard as usize].log.stored_epoch()?;
-            self.take_over(shard, lease.takeover_epoch(stored))?;
-        }
-        Ok(())
+    fn owned_epoch(&self, shard: u32) -> Option<i32> {
+        self.shards.get(shard as usize)?.log.epoch()
     }
 
     /// Takes one shard over at `epoch` and loads its transactional ids. Transactions left in
     /// PrepareCommit/PrepareAbort are completed by [`TxnCoordinator::pending_completions`]'s
     /// driver. A record this build cannot read is an error: the shard is left unowned.
-    pub fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
+    fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
         let s = self.shard_at(shard)?;
         let entries = s.log.take_over(epoch)?;
         let mut txns = HashMap::new();
@@ -132,11 +112,36 @@ impl TxnCoordinator {
         Ok(())
     }
 
-    /// Hands one shard over: persisted, then unloaded.
-    pub fn relinquish(&self, shard: u32) -> crate::Result<()> {
+    fn relinquish(&self, shard: u32) -> crate::Result<()> {
         let s = self.shard_at(shard)?;
         s.txns.lock().clear();
         Ok(s.log.relinquish()?)
+    }
+}
+
+/// The transaction coordinator of this broker.
+#[derive(Debug)]
+pub struct TxnCoordinator {
+    shards: Vec<TxnShard>,
+    /// Transactional ids with a completion driver running.
+    in_flight: Mutex<HashSet<String>>,
+}
+
+impl TxnCoordinator {
+    /// Opens every shard stat-only (no descriptors, nothing loaded).
+    pub fn open(fs: FsRef, layout: &Layout) -> crate::Result<TxnCoordinator> {
+        let shards = (0..SHARD_COUNT)
+            .map(|s| {
+                Ok(TxnShard {
+                    log: ShardLog::open(fs.clone(), layout.txn_shard_dir(s))?,
+                    txns: Mutex::new(HashMap::new()),
+                })
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        Ok(TxnCoordinator {
+            shards,
+            in_flight: Mutex::new(HashSet::new()),
+        })
     }
 
     /// Drops one shard without persisting anything.
@@ -278,8 +283,10 @@ impl TxnCoordinator {
         Self::durable(shard, seq).await
     }
 
-    /// AddPartitionsToTxn v4 `verify_only` and the produce check: every partition must be in
-    /// the producer's Ongoing transaction.
+    /// AddPartitionsToTxn v4 `verify_only`, the produce check and the TxnOffsetCommit check:
+    /// every partition must be in the producer's Ongoing transaction. A partition of
+    /// [`GROUP_OFFSETS_TOPIC`] stands for a group shard: some group of that shard must have been
+    /// added (AddOffsetsToTxn).
     pub fn verify(
         &self,
         id: &str,
@@ -294,7 +301,12 @@ impl TxnCoordinator {
             current: -1,
         })?;
         meta.check_producer(producer_id, producer_epoch)?;
-        if meta.state != TxnState::Ongoing || !meta.partitions.contains(partition) {
+        let included = if partition.0 == GROUP_OFFSETS_TOPIC {
+            meta.groups.iter().any(|g| i64::from(shard_of(g)) == i64::from(partition.1))
+        } else {
+            meta.partitions.contains(partition)
+        };
+        if meta.state != TxnState::Ongoing || !included {
             return Err(TxnError::InvalidState {
                 request: "a transactional write to a partition not in the transaction",
                 state: meta.state.name(),
@@ -488,6 +500,36 @@ pub fn batch_producer(records: &[u8]) -> Option<(i64, i16)> {
         rest = rest.get(12usize.checked_add(length)?..)?;
     }
     None
+}
+
+/// A partition and the (producer id, epoch) of a transactional write to it.
+pub(crate) type TxnWrite = ((String, i32), (i64, i16));
+
+/// Checks each of `partitions` (with the producer id and epoch writing to it) is in the
+/// Ongoing transaction of `transactional_id`, asking its coordinator wherever it is: here, or
+/// by AddPartitionsToTxn `verify_only` to its broker. Verdicts in order.
+pub(crate) async fn verify_in_transaction(
+    broker: &Broker,
+    transactional_id: &str,
+    partitions: &[TxnWrite],
+) -> Vec<Result<(), kafka_protocol::ResponseError>> {
+    match route::txn_coordinator(broker, shard_of(transactional_id)) {
+        Route::Here => partitions
+            .iter()
+            .map(|(partition, (producer_id, epoch))| {
+                broker
+                    .txns
+                    .verify(transactional_id, *producer_id, *epoch, partition)
+                    .map_err(|e| e.response_error())
+            })
+            .collect(),
+        Route::Peer(address) => {
+            verification::verify_remotely(broker, &address, transactional_id, partitions).await
+        }
+        Route::Unplaced => {
+            vec![Err(kafka_protocol::ResponseError::CoordinatorNotAvailable); partitions.len()]
+        }
+    }
 }
 
 fn completion(id: &str, meta: &TxnMetadata, coordinator_epoch: i32) -> Completion {

@@ -1,4 +1,4 @@
-//! Placement of partition leaders and group-shard coordinators on alive brokers.
+//! Placement of partition leaders and group- and transaction-shard coordinators on alive brokers.
 //!
 //! Sticky (a leader on an eligible broker keeps its partitions), even (loads differ by at most
 //! one), minimal (only as many moves as evening out needs), and every move raises the
@@ -23,11 +23,20 @@ pub struct TopicInfo {
 pub struct Placement {
     pub partitions: BTreeMap<String, PartitionAssignment>,
     pub consumer_groups: BTreeMap<u32, ShardAssignment>,
+    pub transactions: BTreeMap<u32, ShardAssignment>,
 }
 
-/// Places every partition of `topics` and every group shard on `alive` minus `draining`
-/// (or on the draining ones, if nothing else is alive), starting from `previous`.
-pub fn balance(previous: &Placement, topics: &[TopicInfo], alive: &BTreeSet<i32>, draining: &BTreeSet<i32>, group_shards: u32) -> Placement {
+/// How many shards of each kind there are to place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardCounts {
+    pub groups: u32,
+    pub transactions: u32,
+}
+
+/// Places every partition of `topics`, every group shard and every transaction shard on
+/// `alive` minus `draining` (or on the draining ones, if nothing else is alive), starting from
+/// `previous`.
+pub fn balance(previous: &Placement, topics: &[TopicInfo], alive: &BTreeSet<i32>, draining: &BTreeSet<i32>, shards: ShardCounts) -> Placement {
     let mut eligible: BTreeSet<i32> = alive.difference(draining).copied().collect();
     if eligible.is_empty() {
         eligible = alive.clone();
@@ -52,17 +61,17 @@ pub fn balance(previous: &Placement, topics: &[TopicInfo], alive: &BTreeSet<i32>
     .into_iter()
     .map(|(key, (leader, epoch, id))| (key, PartitionAssignment { topic_id: id, leader, leader_epoch: epoch }))
     .collect();
-    let consumer_groups = place(
-        &eligible,
-        (0..group_shards).map(|shard| {
-            let prev = previous.consumer_groups.get(&shard).map(|s| (s.coordinator, s.epoch));
-            (shard, prev, ())
-        }),
-    )
-    .into_iter()
-    .map(|(shard, (coordinator, epoch, ()))| (shard, ShardAssignment { coordinator, epoch }))
-    .collect();
-    Placement { partitions, consumer_groups }
+    let consumer_groups = place_shards(&eligible, &previous.consumer_groups, shards.groups);
+    let transactions = place_shards(&eligible, &previous.transactions, shards.transactions);
+    Placement { partitions, consumer_groups, transactions }
+}
+
+/// Shards `0..count`, each on its previous coordinator when eligible.
+fn place_shards(eligible: &BTreeSet<i32>, previous: &BTreeMap<u32, ShardAssignment>, count: u32) -> BTreeMap<u32, ShardAssignment> {
+    place(eligible, (0..count).map(|shard| (shard, previous.get(&shard).map(|s| (s.coordinator, s.epoch)), ())))
+        .into_iter()
+        .map(|(shard, (coordinator, epoch, ()))| (shard, ShardAssignment { coordinator, epoch }))
+        .collect()
 }
 
 /// The generic sticky, even placement: items with their previous (owner, epoch).
@@ -119,6 +128,10 @@ mod tests {
         TopicInfo { name: name.into(), id: Uuid::from_u128(name.len() as u128 + 1), partitions }
     }
 
+    fn counts(shards: u32) -> ShardCounts {
+        ShardCounts { groups: shards, transactions: shards }
+    }
+
     fn brokers(ids: &[i32]) -> BTreeSet<i32> {
         ids.iter().copied().collect()
     }
@@ -133,18 +146,20 @@ mod tests {
 
     #[test]
     fn even_across_alive_brokers() {
-        let p = balance(&Placement::default(), &[topic("a", 7), topic("bb", 5)], &brokers(&[0, 1, 2]), &BTreeSet::new(), 16);
+        let p = balance(&Placement::default(), &[topic("a", 7), topic("bb", 5)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(16));
         assert_eq!(p.partitions.len(), 12);
         assert!(loads(&p).values().all(|l| *l == 4), "{:?}", loads(&p));
         assert!(p.partitions.values().all(|a| a.leader_epoch == 0));
         let shard_loads: Vec<usize> = (0..3).map(|b| p.consumer_groups.values().filter(|s| s.coordinator == b).count()).collect();
         assert!(shard_loads.iter().all(|l| (5..=6).contains(l)), "{shard_loads:?}");
+        let txn_loads: Vec<usize> = (0..3).map(|b| p.transactions.values().filter(|s| s.coordinator == b).count()).collect();
+        assert!(txn_loads.iter().all(|l| (5..=6).contains(l)), "{txn_loads:?}");
     }
 
     #[test]
     fn sticky_and_minimal_when_a_broker_joins() {
-        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1]), &BTreeSet::new(), 0);
-        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), 0);
+        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1]), &BTreeSet::new(), counts(0));
+        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(0));
         let moved: Vec<_> = before.partitions.iter().filter(|(k, a)| after.partitions[*k].leader != a.leader).collect();
         assert_eq!(moved.len(), 2, "exactly the moves that even 3/3 out to 2/2/2");
         for (k, a) in &moved {
@@ -157,11 +172,16 @@ mod tests {
 
     #[test]
     fn dead_and_draining_brokers_lose_everything_and_epochs_grow() {
-        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), 4);
-        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &brokers(&[1]), 4);
+        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(4));
+        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &brokers(&[1]), counts(4));
         assert!(after.partitions.values().all(|a| a.leader != 1));
         assert!(after.consumer_groups.values().all(|s| s.coordinator != 1));
-        let dead = balance(&after, &[topic("a", 6)], &brokers(&[0]), &BTreeSet::new(), 4);
+        assert!(after.transactions.values().all(|s| s.coordinator != 1));
+        for (shard, s) in &after.transactions {
+            let was = before.transactions[shard];
+            assert!(s.epoch == was.epoch || (s.epoch > was.epoch && was.coordinator == 1), "only moved shards change epoch");
+        }
+        let dead = balance(&after, &[topic("a", 6)], &brokers(&[0]), &BTreeSet::new(), counts(4));
         assert!(dead.partitions.values().all(|a| a.leader == 0));
         for (k, a) in &dead.partitions {
             assert!(a.leader_epoch >= before.partitions[k].leader_epoch);
@@ -170,15 +190,15 @@ mod tests {
 
     #[test]
     fn never_empty_and_new_incarnations_start_over() {
-        let before = balance(&Placement::default(), &[topic("a", 2)], &brokers(&[0]), &BTreeSet::new(), 1);
-        assert_eq!(balance(&before, &[topic("a", 2)], &BTreeSet::new(), &BTreeSet::new(), 1), before);
+        let before = balance(&Placement::default(), &[topic("a", 2)], &brokers(&[0]), &BTreeSet::new(), counts(1));
+        assert_eq!(balance(&before, &[topic("a", 2)], &BTreeSet::new(), &BTreeSet::new(), counts(1)), before);
         // Everyone draining: they keep leading rather than nobody.
-        let all_draining = balance(&before, &[topic("a", 2)], &brokers(&[0]), &brokers(&[0]), 1);
+        let all_draining = balance(&before, &[topic("a", 2)], &brokers(&[0]), &brokers(&[0]), counts(1));
         assert_eq!(all_draining, before);
         // A recreated topic (new id) is placed afresh at epoch 0; a deleted one disappears.
         let recreated = TopicInfo { id: Uuid::from_u128(99), ..topic("a", 2) };
-        let p = balance(&before, &[recreated], &brokers(&[0]), &BTreeSet::new(), 1);
+        let p = balance(&before, &[recreated], &brokers(&[0]), &BTreeSet::new(), counts(1));
         assert!(p.partitions.values().all(|a| a.topic_id == Uuid::from_u128(99) && a.leader_epoch == 0));
-        assert!(balance(&before, &[], &brokers(&[0]), &BTreeSet::new(), 1).partitions.is_empty());
+        assert!(balance(&before, &[], &brokers(&[0]), &BTreeSet::new(), counts(1)).partitions.is_empty());
     }
 }

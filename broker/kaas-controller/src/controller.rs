@@ -32,7 +32,8 @@ pub struct ControllerConfig {
     pub session_timeout: Duration,
     /// Recompute at least this often while controller.
     pub recompute_interval: Duration,
-    pub group_shards: u32,
+    /// How many group and transaction shards to place.
+    pub shards: crate::balancer::ShardCounts,
     /// Where each written assignment is mirrored for humans (KafkaClusterAssignments).
     pub mirror: Option<Arc<dyn crate::mirror::AssignmentMirror>>,
     /// Which brokers' endpoints are serving (EndpointSlices); narrows the heartbeat alive set.
@@ -187,8 +188,12 @@ impl Controller {
         }
         let draining: BTreeSet<i32> = sessions.iter().filter(|(_, s)| s.draining).map(|(id, _)| *id).collect();
         let topics = self.topics.list()?;
-        let before = Placement { partitions: previous.partitions.clone(), consumer_groups: previous.consumer_groups.clone() };
-        let placement = balancer::balance(&before, &topics, &alive, &draining, self.config.group_shards);
+        let before = Placement {
+            partitions: previous.partitions.clone(),
+            consumer_groups: previous.consumer_groups.clone(),
+            transactions: previous.transactions.clone(),
+        };
+        let placement = balancer::balance(&before, &topics, &alive, &draining, self.config.shards);
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
             .iter()
             .filter(|id| !draining.contains(id) || placement.partitions.values().any(|p| p.leader == **id))
@@ -204,6 +209,7 @@ impl Controller {
             brokers: endpoints,
             partitions: placement.partitions,
             consumer_groups: placement.consumer_groups,
+            transactions: placement.transactions,
         };
         log_moves(&previous, &next, &alive, &draining);
         assignment::write(&*self.fs, &self.layout, &next)?;
@@ -246,9 +252,12 @@ fn log_moves(previous: &Assignment, next: &Assignment, alive: &BTreeSet<i32>, dr
         };
         info!(partition = %key, leader = p.leader, epoch = p.leader_epoch, from = before.map(|b| b.leader), %reason, "partition leadership assigned");
     }
-    for (shard, s) in &next.consumer_groups {
-        if previous.consumer_groups.get(shard) != Some(s) {
-            info!(shard, coordinator = s.coordinator, epoch = s.epoch, "group shard coordinator assigned");
+    for (kind, before, after) in [("group", &previous.consumer_groups, &next.consumer_groups), ("transaction", &previous.transactions, &next.transactions)] {
+        for (shard, s) in after {
+            if before.get(shard) != Some(s) {
+                let from = before.get(shard).map(|b| b.coordinator);
+                info!(kind, shard, coordinator = s.coordinator, epoch = s.epoch, from, "shard coordinator assigned");
+            }
         }
     }
 }

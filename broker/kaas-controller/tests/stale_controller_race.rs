@@ -33,7 +33,7 @@ fn config(identity: &str, id: i32) -> ControllerConfig {
         renew_interval: Duration::from_millis(100),
         session_timeout: Duration::from_secs(1),
         recompute_interval: Duration::from_millis(200),
-        group_shards: 2,
+        shards: kaas_controller::balancer::ShardCounts { groups: 2, transactions: 2 },
         mirror: None,
         ready_brokers: None,
     }

@@ -158,6 +158,12 @@ impl Partition {
         self.lock().producers.summaries()
     }
 
+    /// Whether `producer_id` at `epoch` has a transaction open here: its next transactional
+    /// batch belongs to that transaction and needs no check with the coordinator.
+    pub fn in_open_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.lock().producers.in_open_txn(producer_id, epoch)
+    }
+
     /// First readable offset.
     pub fn log_start_offset(&self) -> i64 {
         self.lock().log_start_offset

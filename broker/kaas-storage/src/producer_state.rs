@@ -93,6 +93,11 @@ impl ProducerStates {
         v
     }
 
+    /// Whether `producer_id` at `epoch` has a transaction open in this partition.
+    pub(crate) fn in_open_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.txns.is_open(producer_id) && self.producers.get(&producer_id).is_some_and(|e| e.epoch == epoch)
+    }
+
     pub(crate) fn summaries(&self) -> Vec<ProducerSummary> {
         let open: HashMap<i64, i64> = self
             .txns

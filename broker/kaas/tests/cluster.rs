@@ -315,3 +315,171 @@ async fn group_offsets_survive_a_coordinator_move() -> TestResult {
     assert!(part_two.iter().all(|v| v.starts_with("n-")), "the group resumed before its committed offsets: {part_two:?}");
     Ok(())
 }
+
+/// Reads every partition of `topic` from the beginning at `isolation` until `count` values have
+/// arrived (then a moment more, to catch extras); values sorted.
+fn read_isolated(cluster: &Cluster, topic: &str, partitions: i32, isolation: &str, count: usize) -> TestResult<Vec<String>> {
+    let consumer: BaseConsumer = cluster.client_config().set("group.id", "txn-readers").set("isolation.level", isolation).create()?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut settle: Option<std::time::Instant> = None;
+    while settle.is_none_or(|s| std::time::Instant::now() < s) && std::time::Instant::now() < deadline {
+        if let Some(m) = consumer.poll(Duration::from_millis(100)) {
+            got.push(String::from_utf8_lossy(m?.payload().unwrap_or_default()).into_owned());
+        }
+        if got.len() >= count && settle.is_none() {
+            settle = Some(std::time::Instant::now() + Duration::from_secs(1));
+        }
+    }
+    got.sort();
+    Ok(got)
+}
+
+/// A transactional id whose shard the assignment places on broker `on`.
+fn txn_id_on(a: &kaas_shared::assignment::Assignment, on: i32, stem: &str) -> TestResult<String> {
+    (0..1000)
+        .map(|i| format!("{stem}-{i}"))
+        .find(|id| a.transactions.get(&kaas_groups::shard_of(id)).is_some_and(|s| s.coordinator == on))
+        .ok_or_else(|| format!("no transactional id of broker {on}").into())
+}
+
+fn txn_producer(cluster: &Cluster, id: &str) -> TestResult<rdkafka::producer::BaseProducer> {
+    use rdkafka::producer::Producer;
+    let p: rdkafka::producer::BaseProducer = cluster.client_config().set("transactional.id", id).set("message.timeout.ms", "60000").create()?;
+    p.init_transactions(Duration::from_secs(30))?;
+    Ok(p)
+}
+
+/// `per_partition` values tagged `tag` into each partition of `topic`, flushed.
+fn send_txn(p: &rdkafka::producer::BaseProducer, topic: &str, partitions: i32, tag: &str, per_partition: usize) -> TestResult<Vec<String>> {
+    use rdkafka::producer::{BaseRecord, Producer};
+    let mut sent = Vec::new();
+    for partition in 0..partitions {
+        for i in 0..per_partition {
+            let value = format!("{tag}-{partition}-{i}");
+            p.send(BaseRecord::<(), str>::to(topic).partition(partition).payload(&value)).map_err(|(e, _)| e)?;
+            sent.push(value);
+        }
+    }
+    p.flush(Duration::from_secs(30))?;
+    Ok(sent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_spanning_brokers_completes_after_its_coordinator_dies_mid_commit() -> TestResult {
+    use rdkafka::producer::Producer;
+    let mut cluster = Cluster::start(4).await?;
+    cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 4 && a.transactions.len() == 16).await?;
+    create_topic(&cluster, "tx", 4).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 4 && a.brokers.len() == 4).await?;
+    cluster.wait_led(SETTLE, &placed).await?;
+    // The coordinator C and a leader L of another partition; the transaction touches every
+    // broker's partitions, so its markers go out over WriteTxnMarkers.
+    let coordinator = placed.partitions.values().map(|p| p.leader).min().ok_or("no leaders")?;
+    let id = txn_id_on(&placed, coordinator, "spanning")?;
+    let lagging = placed.partitions.values().map(|p| p.leader).find(|l| *l != coordinator).ok_or("one broker leads everything")?;
+
+    let producer = txn_producer(&cluster, &id)?;
+    producer.begin_transaction()?;
+    let committed = tokio::task::block_in_place(|| send_txn(&producer, "tx", 4, "c", 10))?;
+
+    // L stops answering before the markers go out, so the commit cannot complete; then C
+    // dies with the transaction in PrepareCommit. The new coordinator must finish it.
+    let (paused, _) = cluster.pause(lagging).await?;
+    let committer = std::thread::spawn(move || producer.commit_transaction(Duration::from_secs(90)).map(|()| producer));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.kill(coordinator).await;
+    let shard = kaas_groups::shard_of(&id);
+    let moved = cluster
+        .wait_assignment(SETTLE, |a| {
+            a.transactions.get(&shard).is_some_and(|s| s.coordinator != coordinator)
+                && a.partitions.values().all(|p| p.leader != coordinator && p.leader != lagging)
+        })
+        .await?;
+    cluster.wait_led(SETTLE, &moved).await?;
+    let producer = tokio::task::spawn_blocking(move || committer.join()).await?.map_err(|_| "committer panicked")??;
+
+    let read = tokio::task::block_in_place(|| read_isolated(&cluster, "tx", 4, "read_committed", committed.len()))?;
+    let mut expected = committed.clone();
+    expected.sort();
+    assert_eq!(read, expected, "every record of the transaction is visible once, under read_committed");
+
+    // The same producer carries on with the new coordinator: an abort stays invisible, a
+    // commit is seen, across the two surviving brokers.
+    producer.begin_transaction()?;
+    let aborted = tokio::task::block_in_place(|| send_txn(&producer, "tx", 4, "a", 3))?;
+    producer.abort_transaction(Duration::from_secs(30))?;
+    producer.begin_transaction()?;
+    let more = tokio::task::block_in_place(|| send_txn(&producer, "tx", 4, "d", 3))?;
+    producer.commit_transaction(Duration::from_secs(30))?;
+    expected.extend(more.iter().cloned());
+    expected.sort();
+    let read = tokio::task::block_in_place(|| read_isolated(&cluster, "tx", 4, "read_committed", expected.len()))?;
+    assert_eq!(read, expected, "read_committed sees the committed transactions only");
+    let all = tokio::task::block_in_place(|| read_isolated(&cluster, "tx", 4, "read_uncommitted", expected.len() + aborted.len()))?;
+    assert_eq!(all.len(), expected.len() + aborted.len(), "read_uncommitted sees the aborted records too");
+    drop(paused);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn offsets_sent_to_a_transaction_reach_a_group_coordinated_on_another_broker() -> TestResult {
+    use rdkafka::producer::Producer;
+    let cluster = Cluster::start(3).await?;
+    let a = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3 && a.transactions.len() == 16 && a.consumer_groups.len() == 16).await?;
+    create_topic(&cluster, "eos-in", 1).await?;
+    create_topic(&cluster, "eos-out", 3).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 4).await?;
+    cluster.wait_led(SETTLE, &placed).await?;
+    let id = txn_id_on(&a, 0, "eos")?;
+    let group = (0..1000)
+        .map(|i| format!("eos-group-{i}"))
+        .find(|g| a.consumer_groups.get(&kaas_groups::shard_of(g)).is_some_and(|s| s.coordinator != 0))
+        .ok_or("no group coordinated elsewhere")?;
+
+    let consumer: BaseConsumer = cluster.client_config().set("group.id", &group).set("enable.auto.commit", "false").set("isolation.level", "read_uncommitted").create()?;
+    let cgm = consumer.group_metadata().ok_or("no group metadata")?;
+    let committed = || -> TestResult<Offset> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("eos-in", 0);
+        let got = consumer.committed_offsets(tpl, Duration::from_secs(30))?;
+        Ok(got.find_partition("eos-in", 0).ok_or("partition missing")?.offset())
+    };
+    let offsets = |o: i64| -> TestResult<TopicPartitionList> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset("eos-in", 0, Offset::Offset(o))?;
+        Ok(tpl)
+    };
+    let producer = txn_producer(&cluster, &id)?;
+    producer.begin_transaction()?;
+    tokio::task::block_in_place(|| send_txn(&producer, "eos-out", 3, "x", 2))?;
+    producer.send_offsets_to_transaction(&offsets(5)?, &cgm, Duration::from_secs(30))?;
+    assert_eq!(tokio::task::block_in_place(committed)?, Offset::Invalid, "pending until the transaction commits");
+    producer.commit_transaction(Duration::from_secs(30))?;
+    assert_eq!(tokio::task::block_in_place(committed)?, Offset::Offset(5));
+
+    producer.begin_transaction()?;
+    tokio::task::block_in_place(|| send_txn(&producer, "eos-out", 3, "y", 2))?;
+    producer.send_offsets_to_transaction(&offsets(9)?, &cgm, Duration::from_secs(30))?;
+    producer.abort_transaction(Duration::from_secs(30))?;
+    assert_eq!(tokio::task::block_in_place(committed)?, Offset::Offset(5), "an aborted transaction commits nothing");
+
+    // A second producer with the same transactional id fences the first.
+    let successor = txn_producer(&cluster, &id)?;
+    producer.begin_transaction()?;
+    let zombie = tokio::task::block_in_place(|| send_txn(&producer, "eos-out", 1, "z", 1)).and_then(|_| Ok(producer.commit_transaction(Duration::from_secs(30))?));
+    assert!(zombie.is_err(), "the fenced producer cannot commit");
+    successor.begin_transaction()?;
+    tokio::task::block_in_place(|| send_txn(&successor, "eos-out", 3, "s", 1))?;
+    successor.commit_transaction(Duration::from_secs(30))?;
+    let read = tokio::task::block_in_place(|| read_isolated(&cluster, "eos-out", 3, "read_committed", 9))?;
+    assert_eq!(read.iter().filter(|v| v.starts_with("x-")).count(), 6);
+    assert_eq!(read.iter().filter(|v| v.starts_with("s-")).count(), 3);
+    assert!(read.iter().all(|v| v.starts_with("x-") || v.starts_with("s-")), "{read:?}");
+    Ok(())
+}

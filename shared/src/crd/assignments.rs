@@ -53,6 +53,9 @@ pub struct KafkaClusterAssignmentsSpec {
     /// Consumer-group coordinators.
     #[serde(default)]
     pub consumer_groups: Vec<GroupAssignment>,
+    /// Transaction coordinators.
+    #[serde(default)]
+    pub transaction_coordinators: Vec<GroupAssignment>,
 }
 
 /// Who leads one partition.
@@ -71,11 +74,11 @@ pub struct PartitionAssignment {
     pub leader_epoch: i32,
 }
 
-/// Who coordinates one consumer-group shard.
+/// Who coordinates one consumer-group or transaction shard.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupAssignment {
-    /// Group shard.
+    /// Shard number.
     pub shard: i32,
     /// Coordinating broker id.
     pub coordinator: i32,
@@ -104,11 +107,15 @@ impl KafkaClusterAssignmentsSpec {
             assignment_version: assignment.assignment_version,
             partition_count: i32::try_from(partitions.len()).unwrap_or(i32::MAX),
             partitions,
-            consumer_groups: assignment
-                .consumer_groups
-                .iter()
-                .map(|(shard, s)| GroupAssignment { shard: i32::try_from(*shard).unwrap_or(i32::MAX), coordinator: s.coordinator })
-                .collect(),
+            consumer_groups: shards(&assignment.consumer_groups),
+            transaction_coordinators: shards(&assignment.transactions),
         }
     }
+}
+
+fn shards(placed: &std::collections::BTreeMap<u32, crate::assignment::ShardAssignment>) -> Vec<GroupAssignment> {
+    placed
+        .iter()
+        .map(|(shard, s)| GroupAssignment { shard: i32::try_from(*shard).unwrap_or(i32::MAX), coordinator: s.coordinator })
+        .collect()
 }

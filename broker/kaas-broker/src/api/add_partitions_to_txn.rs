@@ -16,6 +16,7 @@ use tracing::debug;
 
 use super::{by_topic, topic_name};
 use crate::broker::Broker;
+use crate::txn::GROUP_OFFSETS_TOPIC;
 use crate::router::{Reply, RequestContext};
 
 /// One transaction of the request, decoded.
@@ -79,7 +80,9 @@ async fn add_one(broker: &Broker, txn: Txn) -> AddPartitionsToTxnResult {
     for topic in &txn.topics {
         let name = topic.name.0.to_string();
         for &p in &topic.partitions {
-            if broker.topics.partition(&name, p).is_some() {
+            // A group shard stands as a `__consumer_offsets` partition in verification only.
+            let group_shard = txn.verify_only && name == GROUP_OFFSETS_TOPIC;
+            if group_shard || broker.topics.partition(&name, p).is_some() {
                 known.push((name.clone(), p));
                 errors.push((name.clone(), p, None));
             } else {

@@ -1,7 +1,10 @@
-//! FindCoordinator: this broker answers for the groups and transactional ids whose shard it
-//! owns (all of them in local mode). Cluster mode does not offer transactions yet.
+//! FindCoordinator: in local mode this broker answers for every group and transactional id;
+//! in cluster mode the coordinator is whoever assignment.json places the key's shard on.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use kaas_shared::assignment::{Assignment, ShardAssignment};
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -35,13 +38,11 @@ fn find(broker: &Broker, key_type: i8, key: String) -> Coordinator {
     let answer = Coordinator::default().with_key(str_bytes(key.clone())).with_node_id(BrokerId(-1)).with_host(str_bytes("")).with_port(-1);
     let error = match key_type {
         KEY_TYPE_GROUP if key.is_empty() => Some((ResponseError::InvalidRequest, "the group id is empty")),
-        KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, answer, &key),
+        KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, answer, &key, |a| &a.consumer_groups),
         KEY_TYPE_GROUP if !broker.groups.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the group's shard is not loaded here")),
         KEY_TYPE_GROUP => None,
         KEY_TYPE_TRANSACTION if key.is_empty() => Some((ResponseError::InvalidRequest, "the transactional id is empty")),
-        // Not retriable on purpose: a client asking for a transaction coordinator should fail
-        // now with a clear message, not retry until its timeout.
-        KEY_TYPE_TRANSACTION if broker.cluster.is_some() => Some((ResponseError::InvalidRequest, "transactions are not supported in cluster mode by this kaas version yet")),
+        KEY_TYPE_TRANSACTION if broker.cluster.is_some() => return in_cluster(broker, answer, &key, |a| &a.transactions),
         KEY_TYPE_TRANSACTION if !broker.txns.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the transactional id's shard is not loaded here")),
         KEY_TYPE_TRANSACTION => None,
         _ => Some((ResponseError::InvalidRequest, "unknown key type")),
@@ -55,16 +56,17 @@ fn find(broker: &Broker, key_type: i8, key: String) -> Coordinator {
     }
 }
 
-/// Cluster mode: the coordinator is whoever assignment.json places the group's shard on.
-fn in_cluster(broker: &Broker, answer: Coordinator, key: &str) -> Coordinator {
+/// Cluster mode: the coordinator is whoever assignment.json places the key's shard on
+/// (`shards` picks the group or the transaction shards).
+fn in_cluster(broker: &Broker, answer: Coordinator, key: &str, shards: fn(&Assignment) -> &BTreeMap<u32, ShardAssignment>) -> Coordinator {
     let Some(cluster) = &broker.cluster else { return answer };
     let assignment = cluster.view.current();
     let shard = kaas_groups::shard_of(key);
-    let placed = assignment.consumer_groups.get(&shard).and_then(|s| assignment.brokers.get(&s.coordinator).map(|e| (s.coordinator, e)));
+    let placed = shards(&assignment).get(&shard).and_then(|s| assignment.endpoint(s.coordinator).map(|e| (s.coordinator, e)));
     match placed {
         Some((id, endpoint)) => answer.with_node_id(BrokerId(id)).with_host(str_bytes(endpoint.host.clone())).with_port(i32::from(endpoint.port)),
         None => answer
             .with_error_code(ResponseError::CoordinatorNotAvailable.code())
-            .with_error_message(Some(str_bytes("the group's shard is not placed yet"))),
+            .with_error_message(Some(str_bytes("the key's shard is not placed yet"))),
     }
 }

@@ -1,5 +1,6 @@
 //! Produce: append in request order, answer once the appended bytes are fsynced.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Produc
     let valid_acks = matches!(acks, -1..=1);
     let now = now_ms();
     let transactional_id = request.transactional_id.as_ref().map(|t| t.to_string());
+    let mut refused = verify_transactional(broker, transactional_id.as_deref(), &request).await;
     // The ordered part: every append happens now, before the next request of this connection.
     let appended: Vec<(String, Vec<Appended>)> = request
         .topic_data
@@ -38,8 +40,10 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Produc
                     index: data.index,
                     result: if valid_acks {
                         let records = data.records.as_deref().unwrap_or_default();
-                        verify_transactional(broker, transactional_id.as_deref(), &name, data.index, records)
-                            .and_then(|()| append(broker, &name, data.index, records, now))
+                        match refused.remove(&(name.clone(), data.index)) {
+                            Some(refusal) => Err(refusal),
+                            None => append(broker, &name, data.index, records, now),
+                        }
                     } else {
                         Err((ResponseError::InvalidRequiredAcks, None))
                     },
@@ -80,26 +84,59 @@ fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) ->
     }
 }
 
-/// A transactional write must belong to the producer's Ongoing transaction, and that
-/// transaction must include the partition (Kafka's produce-side verification, KIP-890 part 1):
-/// otherwise INVALID_TXN_STATE (or the producer's fencing error), and nothing is written.
-fn verify_transactional(broker: &Broker, transactional_id: Option<&str>, topic: &str, index: i32, records: &[u8]) -> Result<(), (ResponseError, Option<String>)> {
-    let Some((producer_id, epoch)) = crate::txn::batch_producer(records) else { return Ok(()) };
-    // Kafka's answer to transactional records without a transactional id: a transaction nobody
-    // coordinates would hold the last stable offset back forever.
-    let Some(id) = transactional_id else {
-        return Err((ResponseError::TransactionalIdAuthorizationFailed, Some("transactional records need a transactional id".into())));
-    };
-    broker.txns.verify(id, producer_id, epoch, &(topic.to_owned(), index)).map_err(|e| {
-        debug!(topic, partition = index, transactional_id = id, producer_id, epoch, error = %e, "transactional write refused");
-        // NB: a produce from a fenced epoch answers INVALID_PRODUCER_EPOCH (PRODUCER_FENCED is
-        // not a produce error for clients of these versions).
-        let code = match e.response_error() {
+/// Why a partition's records are refused before any append.
+type Refusal = (ResponseError, Option<String>);
+
+/// Kafka's produce-side verification (KIP-890 part 1): a transactional batch must belong to
+/// the producer's Ongoing transaction, and that transaction must include the partition;
+/// otherwise INVALID_TXN_STATE (or the producer's fencing error) and nothing is written. Only
+/// the first batch of a transaction in a partition is checked with the coordinator — later ones
+/// find the transaction open in the partition — and in a cluster the check is one
+/// AddPartitionsToTxn `verify_only` to the coordinator's broker. Returns the refused
+/// partitions.
+async fn verify_transactional(broker: &Broker, transactional_id: Option<&str>, request: &ProduceRequest) -> HashMap<(String, i32), Refusal> {
+    let mut refused = HashMap::new();
+    let mut unverified: Vec<crate::txn::TxnWrite> = Vec::new();
+    for topic in &request.topic_data {
+        for data in &topic.partition_data {
+            let records = data.records.as_deref().unwrap_or_default();
+            let Some((producer_id, epoch)) = crate::txn::batch_producer(records) else { continue };
+            let key = (topic.name.0.to_string(), data.index);
+            // Kafka's answer to transactional records without a transactional id: a transaction
+            // nobody coordinates would hold the last stable offset back forever.
+            if transactional_id.is_none() {
+                refused.insert(key, (ResponseError::TransactionalIdAuthorizationFailed, Some("transactional records need a transactional id".into())));
+                continue;
+            }
+            let open = broker.topics.partition(&key.0, key.1).is_some_and(|p| p.in_open_transaction(producer_id, epoch));
+            if !open {
+                unverified.push((key, (producer_id, epoch)));
+            }
+        }
+    }
+    let Some(id) = transactional_id else { return refused };
+    if unverified.is_empty() {
+        return refused;
+    }
+    let verdicts = crate::txn::verify_in_transaction(broker, id, &unverified).await;
+    for (((topic, index), (producer_id, epoch)), verdict) in unverified.into_iter().zip(verdicts) {
+        let Err(e) = verdict else { continue };
+        debug!(topic, partition = index, transactional_id = id, producer_id, epoch, error = ?e, "transactional write refused");
+        let code = match e {
+            // NB: a produce from a fenced epoch answers INVALID_PRODUCER_EPOCH (PRODUCER_FENCED
+            // is not a produce error for clients of these versions).
             ResponseError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+            // Kafka answers a coordinator it cannot ask now with a retriable produce error.
+            ResponseError::CoordinatorNotAvailable
+            | ResponseError::NotCoordinator
+            | ResponseError::CoordinatorLoadInProgress
+            | ResponseError::ConcurrentTransactions
+            | ResponseError::NetworkException => ResponseError::NotEnoughReplicas,
             other => other,
         };
-        (code, Some(e.to_string()))
-    })
+        refused.insert((topic, index), (code, Some(format!("transaction verification: {e:?}"))));
+    }
+    refused
 }
 
 async fn respond(appended: Appended, timeout: Duration) -> PartitionProduceResponse {

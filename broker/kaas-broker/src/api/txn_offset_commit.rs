@@ -10,6 +10,7 @@ use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
 use crate::broker::Broker;
 use crate::groups::{CommitOffset, TxnCommitRequest};
+use crate::txn::GROUP_OFFSETS_TOPIC;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(
@@ -45,22 +46,20 @@ pub async fn handle(
             answers.push((name.clone(), p.partition_index, error));
         }
     }
-    // The producer must have added the group to its transaction (AddOffsetsToTxn) first.
+    // The producer must have added the group to its transaction (AddOffsetsToTxn) first: the
+    // transaction coordinator, here or on another broker, says whether the group's shard is in
+    // its Ongoing transaction (Kafka's check of the `__consumer_offsets` partition).
     let id = request.transactional_id.to_string();
     let group_id = request.group_id.to_string();
-    let in_txn = broker
-        .txns
-        .describe(&id)
-        .ok()
-        .flatten()
-        .filter(|m| m.producer_id == request.producer_id.0);
-    let precheck = match in_txn {
-        None => Some(ResponseError::InvalidProducerIdMapping),
-        Some(m) if m.producer_epoch != request.producer_epoch => {
-            Some(ResponseError::ProducerFenced)
+    let shard = i32::try_from(kaas_groups::shard_of(&group_id)).unwrap_or(i32::MAX);
+    let producer = (request.producer_id.0, request.producer_epoch);
+    let check = [((GROUP_OFFSETS_TOPIC.to_owned(), shard), producer)];
+    let precheck = match crate::txn::verify_in_transaction(broker, &id, &check).await.pop() {
+        Some(Ok(())) => None,
+        Some(Err(ResponseError::NetworkException)) | None => {
+            Some(ResponseError::CoordinatorNotAvailable)
         }
-        Some(m) if !m.groups.contains(&group_id) => Some(ResponseError::InvalidTxnState),
-        Some(_) => None,
+        Some(Err(e)) => Some(e),
     };
     let req = TxnCommitRequest {
         group_id,

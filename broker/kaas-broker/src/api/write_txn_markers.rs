@@ -1,9 +1,11 @@
 //! WriteTxnMarkers (API 27): a transaction coordinator asks the leader of a partition to write
-//! commit or abort markers. Each marker is answered once durable.
+//! commit or abort markers, or the coordinator of a group shard (`__consumer_offsets`
+//! partition <shard>) to settle the transaction's offsets. Each is answered once durable.
 
 use std::sync::Arc;
 
 use kaas_storage::{Marker, MarkerKind};
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
@@ -12,7 +14,7 @@ use tracing::debug;
 
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
-use crate::txn::write_marker;
+use crate::txn::{GROUP_OFFSETS_TOPIC, write_marker};
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -38,7 +40,12 @@ pub async fn handle(
                 let name = t.name.0.to_string();
                 let mut partitions = Vec::with_capacity(t.partition_indexes.len());
                 for p in t.partition_indexes {
-                    let code = match write_marker(&broker, &name, p, &marker).await {
+                    let written = if name == GROUP_OFFSETS_TOPIC {
+                        settle_group_shard(&broker, p, &marker).await
+                    } else {
+                        write_marker(&broker, &name, p, &marker).await
+                    };
+                    let code = match written {
                         Ok(()) => 0,
                         Err(e) => {
                             debug!(topic = %name, partition = p, producer_id = marker.producer_id, error = ?e, "marker refused");
@@ -65,4 +72,12 @@ pub async fn handle(
         }
         WriteTxnMarkersResponse::default().with_markers(results)
     }))
+}
+
+async fn settle_group_shard(broker: &Broker, shard: i32, marker: &Marker) -> Result<(), ResponseError> {
+    let shard = u32::try_from(shard).map_err(|_| ResponseError::UnknownTopicOrPartition)?;
+    if shard >= kaas_groups::SHARD_COUNT {
+        return Err(ResponseError::UnknownTopicOrPartition);
+    }
+    broker.groups.complete_txn_in_shard(shard, marker.producer_id, marker.kind == MarkerKind::Commit).await
 }

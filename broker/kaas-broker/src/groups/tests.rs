@@ -10,6 +10,7 @@ use kaas_shared::fs::{FsRef, MemFs};
 use kaas_shared::layout::Layout;
 
 use super::*;
+use crate::leadership::LocalLease;
 
 fn coordinator(fs: &FsRef) -> Arc<Coordinator> {
     let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..GroupConfig::default() };

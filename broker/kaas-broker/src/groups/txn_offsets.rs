@@ -140,6 +140,31 @@ impl Coordinator {
         Ok(())
     }
 
+    /// The transaction of `producer_id` ended: settles its pending offsets in every group of
+    /// group shard `shard` (what a marker for that shard means).
+    pub async fn complete_txn_in_shard(
+        self: &Arc<Self>,
+        shard: u32,
+        producer_id: i64,
+        commit: bool,
+    ) -> Result<(), E> {
+        let s = self.shards.get(shard as usize).ok_or(E::InvalidRequest)?;
+        if !s.is_owned() {
+            return Err(E::NotCoordinator);
+        }
+        let groups: Vec<String> = s
+            .pending_txn
+            .lock()
+            .keys()
+            .filter(|(_, p)| *p == producer_id)
+            .map(|(g, _)| g.clone())
+            .collect();
+        for group in groups {
+            self.complete_txn(&group, producer_id, commit).await?;
+        }
+        Ok(())
+    }
+
     /// Whether `group_id` has transactional offsets pending for `topic`/`partition`
     /// (OffsetFetch `require_stable` answers UNSTABLE_OFFSET_COMMIT then).
     pub fn has_pending_txn_offset(

@@ -3,24 +3,35 @@
 //! transaction to CompleteCommit/CompleteAbort. Also the marker write that WriteTxnMarkers
 //! (API 27) serves for other coordinators.
 //!
-//! NB: in cluster mode a partition led by another broker would need WriteTxnMarkers sent to
-//! its leader; transactions are not offered in cluster mode yet (FindCoordinator says so), so
-//! every partition of a transaction is led here or its write is retried until it is.
+//! In a cluster, a partition led by another broker gets its marker by WriteTxnMarkers to that
+//! leader's Kafka listener, and a group shard coordinated elsewhere gets it as a marker for
+//! `__consumer_offsets` partition <shard> (as Kafka addresses the group coordinator). Every step
+//! is re-routed on each retry, so a partition or shard that moves mid-completion is followed.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::join_all;
 use kaas_storage::{AppendOptions, Marker, MarkerKind};
 use kafka_protocol::ResponseError as E;
+use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
+use kafka_protocol::protocol::StrBytes;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::Completion;
+use super::route::{self, Route};
 use crate::api::led_partition;
 use crate::broker::{Broker, now_ms};
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// The topic a marker for a group shard names (its partition is the shard), as Kafka's
+/// transaction coordinator addresses group coordinators.
+pub const GROUP_OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Writes one marker into a partition this broker leads and waits until it is durable.
 /// A deleted topic needs no marker (`Ok`).
@@ -47,6 +58,64 @@ pub async fn write_marker(
         .map_err(crate::api::storage_error)
 }
 
+/// Writes one marker wherever its partition is led: here, or by WriteTxnMarkers to its leader.
+async fn deliver_marker(broker: &Broker, topic: &str, partition: i32, marker: &Marker) -> Result<(), E> {
+    match route::partition_leader(broker, topic, partition) {
+        // Not placed: the topic is gone (the local write finds no partition and needs no
+        // marker) or not placed yet (the local write says not leader; retried).
+        Route::Here | Route::Unplaced => write_marker(broker, topic, partition, marker).await,
+        Route::Peer(address) => send_marker(broker, &address, topic, partition, marker).await,
+    }
+}
+
+/// Commits or drops the transaction's pending offsets in one group shard, wherever it is
+/// coordinated.
+async fn settle_offsets(broker: &Broker, shard: u32, marker: &Marker) -> Result<(), E> {
+    let commit = marker.kind == MarkerKind::Commit;
+    match route::group_coordinator(broker, shard) {
+        Route::Here => broker.groups.complete_txn_in_shard(shard, marker.producer_id, commit).await,
+        Route::Peer(address) => {
+            let partition = i32::try_from(shard).map_err(|_| E::InvalidRequest)?;
+            send_marker(broker, &address, GROUP_OFFSETS_TOPIC, partition, marker).await
+        }
+        Route::Unplaced => Err(E::CoordinatorNotAvailable),
+    }
+}
+
+/// WriteTxnMarkers for one partition to the broker at `address`.
+async fn send_marker(broker: &Broker, address: &str, topic: &str, partition: i32, marker: &Marker) -> Result<(), E> {
+    let request = WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(marker.producer_id))
+            .with_producer_epoch(marker.producer_epoch)
+            .with_transaction_result(marker.kind == MarkerKind::Commit)
+            .with_coordinator_epoch(marker.coordinator_epoch)
+            .with_topics(vec![
+                WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partition_indexes(vec![partition]),
+            ]),
+    ]);
+    let response = broker.interbroker.call(address, 1, &request).await.map_err(|e| {
+        debug!(topic, partition, error = %e, "WriteTxnMarkers failed");
+        E::NetworkException
+    })?;
+    let code = response
+        .markers
+        .iter()
+        .flat_map(|m| &m.topics)
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.partition_index == partition)
+        .map(|p| p.error_code)
+        .ok_or(E::UnknownServerError)?;
+    match E::try_from_code(code) {
+        None => Ok(()),
+        // As for a local write: a deleted topic needs no marker.
+        Some(E::UnknownTopicOrPartition) => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
 /// Starts the driver for `c` unless one is running for its transactional id already.
 pub(crate) fn spawn_completion(broker: Arc<Broker>, c: Completion) -> Option<JoinHandle<()>> {
     if !broker.txns.start_driver(&c.transactional_id) {
@@ -69,28 +138,27 @@ async fn complete(broker: &Broker, c: &Completion) {
         },
         coordinator_epoch: c.coordinator_epoch,
     };
-    for (topic, partition) in &c.partitions {
-        let written = retry(
-            broker,
-            c,
-            &format!("marker for {topic}-{partition}"),
-            || write_marker(broker, topic, *partition, &marker),
-        )
-        .await;
-        if !written {
-            return;
-        }
-    }
-    for group in &c.groups {
-        let settled = retry(broker, c, &format!("offsets of group {group}"), || {
-            broker.groups.complete_txn(group, c.producer_id, c.commit)
+    // Every partition at once (each retried on its own): one slow leader delays the end of
+    // the transaction, not the other markers.
+    let markers = c.partitions.iter().map(|(topic, partition)| {
+        retry(broker, c, format!("marker for {topic}-{partition}"), || {
+            deliver_marker(broker, topic, *partition, &marker)
         })
-        .await;
-        if !settled {
-            return;
-        }
+    });
+    if !join_all(markers).await.into_iter().all(|written| written) {
+        return;
     }
-    let _ = retry(broker, c, "completion record", || async {
+    let shards: BTreeSet<u32> = c.groups.iter().map(|g| kaas_groups::shard_of(g)).collect();
+    let marker = &marker;
+    let settled = shards.into_iter().map(|shard| {
+        retry(broker, c, format!("offsets in group shard {shard}"), move || {
+            settle_offsets(broker, shard, marker)
+        })
+    });
+    if !join_all(settled).await.into_iter().all(|done| done) {
+        return;
+    }
+    let _ = retry(broker, c, "completion record".into(), || async {
         broker.txns.finish(c).map_err(|e| e.response_error())
     })
     .await;
@@ -99,7 +167,7 @@ async fn complete(broker: &Broker, c: &Completion) {
 
 /// Retries `step` with backoff until it succeeds (`true`) or the shard is no longer owned at
 /// the completion's epoch (`false`: the new owner re-drives it).
-async fn retry<F, Fut>(broker: &Broker, c: &Completion, what: &str, mut step: F) -> bool
+async fn retry<F, Fut>(broker: &Broker, c: &Completion, what: String, mut step: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), E>>,

@@ -66,6 +66,7 @@ impl Cluster {
         let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = cluster::spawn(broker.clone(), stop_rx.clone()).await?;
+        tasks.spawn(broker.clone().transactions_loop(stop_rx.clone()));
         let mut server_stop = stop_rx;
         tasks.spawn(Server::new(listener, broker.clone()).run(async move {
             let _ = server_stop.wait_for(|s| *s).await;
@@ -75,10 +76,15 @@ impl Cluster {
     }
 
     /// kill -9: every task of the node stops at once; nothing is relinquished or persisted.
+    /// Its transaction shards are dropped from memory, as a dead process's would be, so that
+    /// completion drivers it had started stop at their next step.
     pub async fn kill(&mut self, id: i32) {
         if let Some(mut node) = self.nodes.remove(&id) {
             node.tasks.abort_all();
             while node.tasks.join_next().await.is_some() {}
+            for shard in 0..kaas_groups::SHARD_COUNT {
+                let _ = node.broker.txns.abandon(shard);
+            }
         }
     }
 
@@ -164,6 +170,7 @@ impl Cluster {
         let listener = tokio::net::TcpListener::bind(&bootstrap).await?;
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = cluster::spawn(broker.clone(), stop_rx.clone()).await?;
+        tasks.spawn(broker.clone().transactions_loop(stop_rx.clone()));
         let mut server_stop = stop_rx;
         tasks.spawn(Server::new(listener, broker.clone()).run(async move {
             let _ = server_stop.wait_for(|s| *s).await;

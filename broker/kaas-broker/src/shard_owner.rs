@@ -1,0 +1,28 @@
+//! What the group coordinator and the transaction coordinator have in common: sharded state on
+//! the volume, each shard owned by one broker at an epoch, taken over and handed over as the
+//! assignment (or, in local mode, the broker's start) says.
+
+use crate::leadership::LocalLease;
+
+/// A coordinator whose state lives in numbered shards of [`kaas_groups::ShardLog`]s.
+pub trait ShardOwner {
+    /// What kind of shard, for logs and errors ("group", "transaction").
+    const KIND: &'static str;
+
+    /// The newest epoch on the volume for `shard` (-1 if it was never owned).
+    fn stored_epoch(&self, shard: u32) -> crate::Result<i32>;
+    /// The epoch this broker owns `shard` at, if it owns it.
+    fn owned_epoch(&self, shard: u32) -> Option<i32>;
+    /// Takes `shard` over at `epoch`, loading its state.
+    fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()>;
+    /// Hands `shard` over: persisted, then unloaded.
+    fn relinquish(&self, shard: u32) -> crate::Result<()>;
+
+    /// Local mode: takes every shard over at one past the newest epoch on the volume.
+    fn take_over_all(&self, lease: &LocalLease) -> crate::Result<()> {
+        for shard in 0..kaas_groups::SHARD_COUNT {
+            self.take_over(shard, lease.takeover_epoch(self.stored_epoch(shard)?))?;
+        }
+        Ok(())
+    }
+}
