@@ -54,6 +54,7 @@ impl Error {
                 S::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
                 S::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
                 S::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+                S::CoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
                 S::UnknownProducerId(_) => ResponseError::UnknownProducerId,
                 S::Abandoned => ResponseError::UnknownTopicOrPartition,
                 S::InvalidConfig { .. } => ResponseError::InvalidConfig,

@@ -72,9 +72,10 @@ pub(crate) fn build(marker: &Marker, now_ms: i64) -> Vec<u8> {
     b
 }
 
-/// The kind of the marker in a control batch (`batch` is the whole batch), `None` if it is not
-/// a marker this engine understands (Kafka also has other control types, never written here).
-pub(crate) fn kind_of(header: &BatchHeader, batch: &[u8]) -> Option<MarkerKind> {
+/// The kind and coordinator epoch of the marker in a control batch (`batch` is the whole
+/// batch), `None` if it is not a marker this engine understands (Kafka also has other control
+/// types, never written here).
+pub(crate) fn marker_of(header: &BatchHeader, batch: &[u8]) -> Option<(MarkerKind, i32)> {
     if !header.is_control() || header.is_compressed() {
         return None;
     }
@@ -90,11 +91,18 @@ pub(crate) fn kind_of(header: &BatchHeader, batch: &[u8]) -> Option<MarkerKind> 
         return None;
     }
     let key = rest.get(n..n + 4)?;
-    match i16::from_be_bytes([key[2], key[3]]) {
-        0 => Some(MarkerKind::Abort),
-        1 => Some(MarkerKind::Commit),
-        _ => None,
+    let kind = match i16::from_be_bytes([key[2], key[3]]) {
+        0 => MarkerKind::Abort,
+        1 => MarkerKind::Commit,
+        _ => return None,
+    };
+    let rest = rest.get(n + usize::try_from(key_len).ok()?..)?;
+    let (value_len, n) = read_varint(rest)?;
+    if value_len < 6 {
+        return None;
     }
+    let value = rest.get(n + 2..n + 6)?; // after the value's version
+    Some((kind, i32::from_be_bytes(value.try_into().ok()?)))
 }
 
 fn put_varint(out: &mut Vec<u8>, v: i64) {
@@ -133,7 +141,7 @@ mod tests {
                 (h.producer_id, h.producer_epoch, h.record_count),
                 (42, 3, 1)
             );
-            assert_eq!(kind_of(&h, &b), Some(kind));
+            assert_eq!(marker_of(&h, &b), Some((kind, 7)));
             // Clients may not append them.
             assert!(validate_request(&b, 1 << 20).is_err());
         }

@@ -69,6 +69,17 @@ pub enum Error {
         /// The newest epoch seen.
         current: i16,
     },
+    /// A marker from a transaction coordinator older than one that already wrote a marker for
+    /// the producer here (Kafka `TRANSACTION_COORDINATOR_FENCED`): a deposed coordinator.
+    #[error("producer {producer_id}: marker from coordinator epoch {found}, {current} already wrote here")]
+    CoordinatorFenced {
+        /// The producer.
+        producer_id: i64,
+        /// The coordinator epoch of the marker.
+        found: i32,
+        /// The newest coordinator epoch seen for the producer.
+        current: i32,
+    },
     /// Kafka `UNKNOWN_PRODUCER_ID` (kept for the broker; the engine, like Kafka 4, accepts any
     /// first sequence from a producer it has no state for).
     #[error("unknown producer id {0}")]

@@ -42,6 +42,14 @@ pub(crate) struct ProducerEntry {
     pub(crate) batches: VecDeque<BatchMeta>,
     /// Newest batch timestamp, for expiration.
     pub(crate) last_timestamp: i64,
+    /// Epoch of the newest transaction coordinator that wrote a marker for this producer here
+    /// (-1 for none); older coordinators' markers are fenced.
+    #[serde(default = "no_coordinator_epoch")]
+    pub(crate) coordinator_epoch: i32,
+}
+
+fn no_coordinator_epoch() -> i32 {
+    -1
 }
 
 impl ProducerEntry {
@@ -60,6 +68,8 @@ pub struct ProducerSummary {
     pub last_timestamp: i64,
     /// First offset of its open transaction here.
     pub txn_start_offset: Option<i64>,
+    /// Epoch of the newest coordinator that wrote a marker for it here (-1 for none).
+    pub coordinator_epoch: i32,
 }
 
 /// All producers of one partition.
@@ -114,6 +124,7 @@ impl ProducerStates {
                 last_sequence: e.last_seq(),
                 last_timestamp: e.last_timestamp,
                 txn_start_offset: open.get(&e.producer_id).copied(),
+                coordinator_epoch: e.coordinator_epoch,
             })
             .collect();
         v.sort_by_key(|s| s.producer_id);
@@ -176,22 +187,33 @@ impl ProducerStates {
         Ok(Checked::Fresh)
     }
 
-    /// Checks that a marker's epoch is not older than the producer's (Kafka fences markers
-    /// from a coordinator that has not seen the latest epoch).
-    pub(crate) fn check_marker(&self, producer_id: i64, epoch: i16) -> Result<()> {
+    /// Checks that a marker's producer epoch is not older than the producer's (Kafka fences
+    /// markers from a coordinator that has not seen the latest epoch), and that no newer
+    /// coordinator has written a marker for the producer here (a deposed coordinator's late
+    /// marker could otherwise end a later transaction of the same producer epoch).
+    pub(crate) fn check_marker(&self, producer_id: i64, epoch: i16, coordinator_epoch: i32) -> Result<()> {
         match self.producers.get(&producer_id) {
             Some(e) if epoch < e.epoch => Err(Error::InvalidProducerEpoch {
                 producer_id,
                 found: epoch,
                 current: e.epoch,
             }),
+            Some(e) if coordinator_epoch < e.coordinator_epoch => Err(Error::CoordinatorFenced {
+                producer_id,
+                found: coordinator_epoch,
+                current: e.coordinator_epoch,
+            }),
             _ => Ok(()),
         }
     }
 
-    /// Ends the producer's transaction at the marker batch `b` (after [`Self::record`] of it).
-    pub(crate) fn end_txn(&mut self, b: &BatchHeader, kind: MarkerKind) {
+    /// Ends the producer's transaction at the marker batch `b` (after [`Self::record`] of it),
+    /// written by the coordinator of `coordinator_epoch`.
+    pub(crate) fn end_txn(&mut self, b: &BatchHeader, kind: MarkerKind, coordinator_epoch: i32) {
         self.txns.on_marker(b.producer_id, kind, b.base_offset);
+        if let Some(e) = self.producers.get_mut(&b.producer_id) {
+            e.coordinator_epoch = e.coordinator_epoch.max(coordinator_epoch);
+        }
     }
 
     /// Records an appended batch (after `check`, or when replaying the log on recovery).
@@ -209,6 +231,7 @@ impl ProducerStates {
                 epoch: b.producer_epoch,
                 batches: VecDeque::with_capacity(BATCHES_TO_RETAIN),
                 last_timestamp: b.max_timestamp,
+                coordinator_epoch: no_coordinator_epoch(),
             });
         if b.producer_epoch != entry.epoch {
             entry.epoch = b.producer_epoch;

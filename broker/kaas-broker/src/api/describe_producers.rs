@@ -39,7 +39,7 @@ pub async fn handle(
                                         .with_producer_epoch(i32::from(s.epoch))
                                         .with_last_sequence(s.last_sequence)
                                         .with_last_timestamp(s.last_timestamp)
-                                        .with_coordinator_epoch(-1)
+                                        .with_coordinator_epoch(s.coordinator_epoch)
                                         .with_current_txn_start_offset(
                                             s.txn_start_offset.unwrap_or(-1),
                                         )

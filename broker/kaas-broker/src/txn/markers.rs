@@ -165,6 +165,15 @@ async fn complete(broker: &Broker, c: &Completion) {
     info!(transactional_id = %c.transactional_id, producer_id = c.producer_id, epoch = c.producer_epoch, commit = c.commit, partitions = c.partitions.len(), coordinator_epoch = c.coordinator_epoch, "transaction completed");
 }
 
+/// Whether the applied assignment (cluster mode) places `c`'s shard elsewhere or at another
+/// epoch: the shard is about to be relinquished, and the new owner re-drives the completion.
+fn moved_away(broker: &Broker, c: &Completion) -> bool {
+    let Some(cluster) = &broker.cluster else { return false };
+    let shard = kaas_groups::shard_of(&c.transactional_id);
+    let placed = cluster.view.current().transactions.get(&shard).copied();
+    placed.is_none_or(|s| s.coordinator != broker.config.node_id || s.epoch != c.coordinator_epoch)
+}
+
 /// Retries `step` with backoff until it succeeds (`true`) or the shard is no longer owned at
 /// the completion's epoch (`false`: the new owner re-drives it).
 async fn retry<F, Fut>(broker: &Broker, c: &Completion, what: String, mut step: F) -> bool
@@ -174,14 +183,25 @@ where
 {
     let mut backoff = BACKOFF_START;
     loop {
-        if !broker.txns.still_owns(c) {
+        if !broker.txns.still_owns(c) || moved_away(broker, c) {
             info!(transactional_id = %c.transactional_id, coordinator_epoch = c.coordinator_epoch, what, "transaction shard changed hands; leaving the completion to its new owner");
             return false;
+        }
+        if crate::api::fenced(broker) {
+            // Cut off from the controller: maybe deposed already. Wait until it answers (and
+            // the applied assignment says whether this broker still coordinates the shard).
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            continue;
         }
         match step().await {
             Ok(()) => {
                 debug!(transactional_id = %c.transactional_id, what, "written");
                 return true;
+            }
+            Err(E::TransactionCoordinatorFenced) => {
+                warn!(transactional_id = %c.transactional_id, coordinator_epoch = c.coordinator_epoch, what, "a newer transaction coordinator already wrote markers for this producer; this one is deposed and stops");
+                return false;
             }
             Err(e) => {
                 warn!(transactional_id = %c.transactional_id, producer_id = c.producer_id, coordinator_epoch = c.coordinator_epoch, what, error = ?e, "transaction completion step failed; retrying");

@@ -119,7 +119,7 @@ impl Partition {
         let mut st = self.lock();
         st.require_writable_at(opts.leader_epoch)?;
         st.producers
-            .check_marker(marker.producer_id, marker.producer_epoch)?;
+            .check_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch)?;
         st.maybe_roll(&self.shared, &config, records.len() as u64, 1, opts.now_ms)?;
         let offset = st.log_end_offset;
         batch::patch_offsets(&mut records, offset, st.leader_epoch);
@@ -130,7 +130,7 @@ impl Partition {
             config.index_interval_bytes,
             opts.now_ms,
         )?;
-        st.producers.end_txn(&header, marker.kind);
+        st.producers.end_txn(&header, marker.kind, marker.coordinator_epoch);
         st.log_end_offset = offset + 1;
         Ok(AppendOutcome {
             base_offset: offset,

@@ -239,8 +239,8 @@ impl State {
                         let mut batch = vec![0u8; header.size];
                         file.read_exact_at(&mut batch, pos)
                             .map_err(|e| Error::io("read", dir, e))?;
-                        if let Some(kind) = control::kind_of(&header, &batch) {
-                            self.producers.end_txn(&header, kind);
+                        if let Some((kind, coordinator_epoch)) = control::marker_of(&header, &batch) {
+                            self.producers.end_txn(&header, kind, coordinator_epoch);
                         }
                     }
                 }

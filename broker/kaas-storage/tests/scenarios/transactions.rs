@@ -148,3 +148,35 @@ fn open_and_aborted_transactions_survive_a_crash(v: &Volume) {
     );
 }
 scenario!(open_and_aborted_transactions_survive_a_crash);
+
+fn a_deposed_coordinators_late_marker_is_fenced_across_a_crash(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    let m = |coordinator_epoch, kind| Marker {
+        producer_id: 7,
+        producer_epoch: 0,
+        kind,
+        coordinator_epoch,
+    };
+    append(&p, 1, txn(7, 0, 0, 1)); // 0
+    let out = p.append_marker(&m(3, MarkerKind::Commit), opts(1)).unwrap(); // 1
+    block_on(p.wait_durable(out.last_offset)).unwrap();
+    append(&p, 1, txn(7, 0, 1, 1)); // 2: the producer's next transaction, same epoch
+    assert!(matches!(
+        p.append_marker(&m(2, MarkerKind::Commit), opts(1)),
+        Err(Error::CoordinatorFenced { found: 2, current: 3, .. })
+    ));
+    assert_eq!(p.last_stable_offset(), 2, "the late marker ended nothing");
+    drop(p); // a crash: the state is rebuilt from the log, markers included
+    let q = v.partition(LogConfig::default());
+    q.take_over(2).unwrap();
+    assert_eq!(q.producers()[0].coordinator_epoch, 3);
+    assert!(matches!(
+        q.append_marker(&m(2, MarkerKind::Abort), opts(2)),
+        Err(Error::CoordinatorFenced { .. })
+    ));
+    let out = q.append_marker(&m(4, MarkerKind::Abort), opts(2)).unwrap();
+    block_on(q.wait_durable(out.last_offset)).unwrap();
+    assert_eq!(q.last_stable_offset(), 4);
+    assert_eq!(q.producers()[0].coordinator_epoch, 4);
+}
+scenario!(a_deposed_coordinators_late_marker_is_fenced_across_a_crash);
