@@ -282,6 +282,12 @@ func TestSeeds(t *testing.T) {
 		e.waitBrokersReady(2 * time.Minute)
 	})
 
+	t.Run("transaction coordinator killed mid-commit", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		e.transactionOutlivesItsCoordinator(t)
+		e.waitBrokersReady(2 * time.Minute)
+	})
+
 	t.Run("controller killed", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
 		holder := e.JSONPath(ns, "lease", "kc-controller", ".spec.holderIdentity")

@@ -94,16 +94,24 @@ fn main() -> anyhow::Result<()> {
             suite(&args.bootstrap, &s)?;
             let g = GroupArgs { seconds: s.seconds, members: 10, partitions: 32, leaves: 3, protocols: vec![groups::Protocol::Classic, groups::Protocol::Consumer], topic_prefix: format!("{}-groups", s.topic_prefix) };
             group_suite(&args.bootstrap, &g)?;
+            let t = transact::TxnArgs { topic: format!("{}-txn", s.topic_prefix), partitions: 8, size: 1024, records: 100, seconds: s.seconds, settings: Vec::new() };
+            txn_suite(&args.bootstrap, &t)?;
         }
         Command::Groups(g) => group_suite(&args.bootstrap, &g)?,
-        Command::Transactions(t) => {
-            let txn = transact::run_transactions(&args.bootstrap, &t)?;
-            let idem = transact::run_idempotent(&args.bootstrap, &t)?;
-            report::print_table(&[txn.row(&format!("transactions of {} records", t.records)), idem.row("idempotent flat out")]);
-            let ratio = txn.row("").mb_per_s / idem.row("").mb_per_s.max(1e-9);
-            println!("{:.1} transactions/s; transactional MB/s is {ratio:.2}x the idempotent producer's", txn.transactions_per_s());
-        }
+        Command::Transactions(t) => txn_suite(&args.bootstrap, &t)?,
     }
+    Ok(())
+}
+
+/// Back-to-back transactions, then the idempotent producer on the same topic shape: the cost of
+/// transactions as a ratio.
+fn txn_suite(bootstrap: &str, t: &transact::TxnArgs) -> anyhow::Result<()> {
+    println!("\ntransactions of {} x {} B records over {} partitions, acks=all", t.records, t.size, t.partitions);
+    let txn = transact::run_transactions(bootstrap, t)?;
+    let idem = transact::run_idempotent(bootstrap, t)?;
+    report::print_table(&[txn.row(&format!("transactions of {} records", t.records)), idem.row("idempotent flat out")]);
+    let ratio = txn.row("").mb_per_s / idem.row("").mb_per_s.max(1e-9);
+    println!("{:.1} transactions/s; transactional MB/s is {ratio:.2}x the idempotent producer's", txn.transactions_per_s());
     Ok(())
 }
 
