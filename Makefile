@@ -19,6 +19,7 @@ test: deps
 	$(MAKE) e2e-selftest
 	$(MAKE) operator-test
 	$(MAKE) e2e-scenarios
+	$(MAKE) conformance-cluster
 	$(MAKE) conformance
 
 deps:

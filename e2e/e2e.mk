@@ -3,6 +3,7 @@
 #   make e2e-bins      build the control-plane binaries into the cache (only what is missing)
 #   make e2e-selftest  run the harness self-test (builds what is missing first)
 #   make e2e-scenarios the seeds' flows against a real kaas cluster on kaas-nfsfs mounts
+#   make conformance-cluster  the conformance suite (e2e/conformance) against that cluster
 #   make e2e-up        start a harness in the background, print the kubeconfig path
 #   make e2e-down      stop it
 #
@@ -12,7 +13,7 @@
 E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
 
-.PHONY: e2e-bins e2e-selftest e2e-scenarios bench-failover e2e-up e2e-down
+.PHONY: e2e-bins e2e-selftest e2e-scenarios conformance-cluster bench-failover e2e-up e2e-down
 
 e2e-bins:
 	@$(E2E_DIR)/hack/bins.sh >/dev/null
@@ -25,12 +26,25 @@ e2e-selftest: e2e-bins
 
 # The operator, three real brokers and franz-go on the control plane, each node's pods on its own
 # kaas-nfsfs mount of one export (e2e/scenarios, its own Go module for the Kafka client).
+# TestConformance is left to conformance-cluster: it needs the conformance suite's JDK, jars and
+# kafka-python.
 e2e-scenarios: e2e-bins
 	$(CARGO) build --locked -p kaas --bin kaas
 	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
 	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
 	cd $(E2E_DIR)/scenarios && nice -n 19 go vet .
-	cd $(E2E_DIR)/scenarios && go test $(E2E_GOTEST_FLAGS) -v .
+	cd $(E2E_DIR)/scenarios && go test $(E2E_GOTEST_FLAGS) -v -skip '^TestConformance$$' .
+
+# The conformance suite (Kafka's CLI tools, the Java client, franz-go, kafka-python) against the
+# same kind of cluster, judged by e2e/conformance/expected-failures-cluster.tsv; about 2 min
+# (cluster up in ~20 s, the suite ~50 s). Table: target/conformance/cluster-results.md.
+# conformance-deps comes from e2e/conformance/conformance.mk.
+conformance-cluster: e2e-bins conformance-deps
+	$(CARGO) build --locked -p kaas --bin kaas
+	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
+	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
+	cd $(E2E_DIR)/scenarios && nice -n 19 go vet .
+	cd $(E2E_DIR)/scenarios && go test $(E2E_GOTEST_FLAGS) -v -run '^TestConformance$$' .
 
 # Failover figures on the same cluster (BenchmarkFailover): unavailability after kill -9,
 # SIGSTOP and SIGTERM drain of a leader, and after kill -9 with a 1 GiB active segment.

@@ -4,7 +4,7 @@
 //
 //	RESULT <tab> scenario <tab> PASS|FAIL <tab> reason
 //
-// Usage: franzgo BOOTSTRAP [scenario ...]
+// Usage: franzgo BOOTSTRAP [scenario ...]   (BOOTSTRAP: host:port, comma-separated for several)
 package main
 
 import (
@@ -27,7 +27,7 @@ const wait = 15 * time.Second
 const records = 200
 
 var (
-	bootstrap string
+	bootstrap []string
 	run       = strconv.FormatUint(rand.Uint64()%1_000_000_000, 36)
 )
 
@@ -36,7 +36,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: franzgo BOOTSTRAP [scenario ...]")
 		os.Exit(2)
 	}
-	bootstrap = os.Args[1]
+	// Like the Kafka clients' bootstrap.servers: a comma-separated list (e.g. a cluster's brokers).
+	bootstrap = strings.Split(os.Args[1], ",")
 	scenarios := []struct {
 		name string
 		fn   func(context.Context) error
@@ -75,7 +76,7 @@ func topic(scenario string) string {
 }
 
 func client(opts ...kgo.Opt) (*kgo.Client, error) {
-	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(bootstrap), kgo.RequestTimeoutOverhead(wait)}, opts...)...)
+	return kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(bootstrap...), kgo.RequestTimeoutOverhead(wait)}, opts...)...)
 }
 
 func createTopic(ctx context.Context, name string, partitions int32) error {
