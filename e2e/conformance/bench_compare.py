@@ -13,7 +13,9 @@ For each message size (100 B, 1 KiB, 16 KiB) and partition count (1, 8), acks=al
   - kaas-bench produce (librdkafka, flat out for BENCH_SECONDS) and kaas-bench consume,
   - Kafka's ProducerPerformance (Java client, flat out; it has no duration option, so a 5 MB
     probe measures its rate on the target first and the run gets BENCH_SECONDS worth of records)
-    and ConsumerPerformance on what it wrote (which subscribes, so it needs consumer groups),
+    and ConsumerPerformance on what it wrote (which subscribes, so it needs consumer groups);
+    every target produces first, then each consumer reads the same number of records on every
+    target (the fewest any target took in), so consumer figures compare equal work,
 then end-to-end latency (produce -> consume, java/E2ELatency.java) at a fixed rate: 50 % of
 the slowest target's flat-out ProducerPerformance rate for 1 KiB on 1 partition, the same
 offered load for all three.
@@ -278,17 +280,22 @@ def main() -> int:
                 workload = f"{size} B, {parts} p"
                 order = targets[rotation % len(targets):] + targets[: rotation % len(targets)]
                 rotation += 1
+                # Produce on every target first, then consume the same number of records
+                # everywhere: the fewest any target took in (a faster producer must not make
+                # its broker's consumer read more).
+                produced_kb: dict[str, int] = {}
+                produced_pp: dict[str, int] = {}
                 for target in order:
                     b = broker_of(target)
                     stem = f"{target}-{size}-{parts}p"
                     fsync = target == "kafka-fsync"
                     bench.create_topic(b.bootstrap, f"kb-{stem}", parts, fsync)
                     bench.create_topic(b.bootstrap, f"pp-{stem}", parts, fsync)
-                    bench.measure(Figures(workload, "kaas-bench produce", target), b.pid,
-                                      lambda: bench.kaas_bench(b.bootstrap, "produce", "--topic", f"kb-{stem}", "--partitions",
-                                                               str(parts), "--size", str(size), "--seconds", str(seconds), "--acks", "all"))
-                    bench.measure(Figures(workload, "kaas-bench consume", target), b.pid,
-                                  lambda: bench.kaas_bench(b.bootstrap, "consume", "--topic", f"kb-{stem}", "--partitions", str(parts)))
+                    kb = bench.measure(Figures(workload, "kaas-bench produce", target), b.pid,
+                                       lambda: bench.kaas_bench(b.bootstrap, "produce", "--topic", f"kb-{stem}", "--partitions",
+                                                                str(parts), "--size", str(size), "--seconds", str(seconds), "--acks", "all"))
+                    if kb.msg_s:
+                        produced_kb[target] = int(kb.msg_s * seconds)
                     # ProducerPerformance has no duration option: a probe of 5 MB (not counted)
                     # measures its rate on this target, and the run gets BENCH_SECONDS of that.
                     probe, _ = bench.producer_perf(b.bootstrap, f"pp-{stem}", max(5_000_000 // size, 100), size)
@@ -296,10 +303,22 @@ def main() -> int:
                     records = int(min(max(rate * seconds, 1000), 20_000_000))
                     pf = bench.measure(Figures(workload, "ProducerPerformance", target), b.pid,
                                        lambda: bench.producer_perf(b.bootstrap, f"pp-{stem}", records, size))
+                    if pf.msg_s:
+                        produced_pp[target] = records
                     if size == 1024 and parts == 1 and pf.msg_s:
                         pp_rate[target] = pf.msg_s
+                # kaas-bench's figure is a rate over a timed run: its count is approximate, so
+                # read a little less than the smallest.
+                consume_kb = max(int(min(produced_kb.values(), default=0) * 0.95), 1)
+                consume_pp = max(min(produced_pp.values(), default=0), 1)
+                for target in order:
+                    b = broker_of(target)
+                    stem = f"{target}-{size}-{parts}p"
+                    bench.measure(Figures(workload, "kaas-bench consume", target), b.pid,
+                                  lambda: bench.kaas_bench(b.bootstrap, "consume", "--topic", f"kb-{stem}", "--partitions", str(parts),
+                                                           "--messages", str(consume_kb)))
                     bench.measure(Figures(workload, "ConsumerPerformance", target), b.pid,
-                                  lambda: bench.consumer_perf(b.bootstrap, f"pp-{stem}", records))
+                                  lambda: bench.consumer_perf(b.bootstrap, f"pp-{stem}", consume_pp))
 
         if pp_rate:
             rate = int(0.5 * min(pp_rate.values()))
@@ -323,7 +342,8 @@ def main() -> int:
               f"{' '.join(load_before)} before, {' '.join(Path('/proc/loadavg').read_text().split()[:3])} after)\n\n"
               "acks=all everywhere; clients with default settings; broker and clients share the machine. "
               "CPU is the broker's, in % of one core; RSS its peak. ConsumerPerformance subscribes (a consumer "
-              "group); kaas-bench consume assigns. E2ELatency: produce->consume at the same fixed rate for every broker.")
+              "group); kaas-bench consume assigns. Each consumer reads the same number of records from every broker (the fewest any "
+              "broker took in that workload's produce phase). E2ELatency: produce->consume at the same fixed rate for every broker.")
     table = render(bench.results, targets, header)
     Path(args.out).write_text(table)
     print(table)
