@@ -70,6 +70,13 @@ class Figures:
     error: str = ""
 
 
+class BrokerDied(Exception):
+    """The broker process under measurement is gone."""
+
+    def __init__(self, pid: int):
+        super().__init__(f"the broker (pid {pid}) died during the run")
+
+
 class Meter:
     """Broker CPU and peak RSS over one run, from /proc."""
 
@@ -79,11 +86,19 @@ class Meter:
         self._stop = threading.Event()
 
     def _cpu_ticks(self) -> int:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except FileNotFoundError:
+            raise BrokerDied(self.pid) from None
+        fields = stat.rsplit(")", 1)[1].split()
         return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
 
     def _rss_kib(self) -> int:
-        m = re.search(r"^VmRSS:\s+(\d+)", Path(f"/proc/{self.pid}/status").read_text(), re.M)
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text()
+        except FileNotFoundError:
+            return 0  # the run's end reports it
+        m = re.search(r"^VmRSS:\s+(\d+)", status, re.M)
         return int(m.group(1)) if m else 0
 
     def _sample(self) -> None:
@@ -139,6 +154,10 @@ class Bench:
                                        "--partitions", str(partitions), "--replication-factor", "1", *extra)
         if rc != 0:
             raise RuntimeError(f"creating {topic}: {conf.first_error(err + out)}")
+
+    def delete_topic(self, bootstrap: str, topic: str) -> None:
+        # Best effort: a topic left behind costs disk space, not correctness.
+        self.kafka_tool("topics", "--bootstrap-server", bootstrap, "--delete", "--topic", topic)
 
     def kaas_bench(self, bootstrap: str, *args: str) -> tuple[dict | None, str]:
         cmd = ["nice", "-n", "10", str(REPO / "target" / "release" / "kaas-bench"), "--bootstrap", bootstrap, *args]
@@ -319,6 +338,9 @@ def main() -> int:
                                                            "--messages", str(consume_kb)))
                     bench.measure(Figures(workload, "ConsumerPerformance", target), b.pid,
                                   lambda: bench.consumer_perf(b.bootstrap, f"pp-{stem}", consume_pp))
+                    # Flat-out runs write gigabytes: free the disk before the next workload.
+                    bench.delete_topic(b.bootstrap, f"kb-{stem}")
+                    bench.delete_topic(b.bootstrap, f"pp-{stem}")
 
         if pp_rate:
             rate = int(0.5 * min(pp_rate.values()))
@@ -330,6 +352,11 @@ def main() -> int:
                 bench.create_topic(b.bootstrap, topic, 1, target == "kafka-fsync")
                 bench.measure(Figures(workload, "E2ELatency", target), b.pid,
                               lambda: bench.e2e(java_cp, b.bootstrap, topic, rate, 1024))
+    except BrokerDied as e:
+        for b in brokers.values():
+            for f in sorted(b.dir.glob("*.log")):
+                log(f"--- last lines of {f}:\n" + "\n".join(f.read_text(errors="replace").splitlines()[-30:]))
+        raise SystemExit(f"bench-compare stopped: {e} (disk: {shutil.disk_usage(work).free // 2**30} GiB free)")
     finally:
         for b in brokers.values():
             b.stop()

@@ -18,6 +18,9 @@ pub(crate) struct ConsumeArgs {
     /// Stop after this many messages [default: everything up to the current end].
     #[arg(long)]
     pub(crate) messages: Option<u64>,
+    /// Extra librdkafka consumer settings, `key=value` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) settings: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -36,6 +39,7 @@ impl ConsumeFigures {
 pub(crate) fn run(bootstrap: &str, args: &ConsumeArgs) -> anyhow::Result<ConsumeFigures> {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap).set("group.id", "kaas-bench").set("enable.auto.commit", "false");
+    crate::report::apply_settings(&mut config, &args.settings);
     let consumer = BaseConsumer::from_config(&config)?;
     let mut tpl = TopicPartitionList::new();
     let mut target = 0u64;

@@ -142,7 +142,7 @@ fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
             rows.push(figures.row(&format!("produce {partitions}p 10k/s {linger}")));
         }
         eprintln!("consuming {topic} from the beginning");
-        let consume = consume::ConsumeArgs { topic: topic.clone(), partitions, messages: None };
+        let consume = consume::ConsumeArgs { topic: topic.clone(), partitions, messages: None, settings: Vec::new() };
         let figures = consume::run(bootstrap, &consume)?;
         rows.push(figures.row(&format!("consume {partitions}p")));
     }

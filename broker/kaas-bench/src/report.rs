@@ -34,3 +34,13 @@ pub(crate) fn print_table(rows: &[Row]) {
         );
     }
 }
+
+/// Applies `key=value` librdkafka settings given on the command line (`--set`); a setting
+/// without `=` is ignored.
+pub(crate) fn apply_settings(config: &mut rdkafka::ClientConfig, settings: &[String]) {
+    for setting in settings {
+        if let Some((key, value)) = setting.split_once('=') {
+            config.set(key, value);
+        }
+    }
+}

@@ -57,11 +57,7 @@ fn config(bootstrap: &str, transactional_id: Option<&str>, settings: &[String]) 
     if let Some(id) = transactional_id {
         config.set("transactional.id", id);
     }
-    for setting in settings {
-        if let Some((key, value)) = setting.split_once('=') {
-            config.set(key, value);
-        }
-    }
+    crate::report::apply_settings(&mut config, settings);
     config
 }
 
