@@ -3,7 +3,8 @@
 # against it (1 KiB messages, acks=all, 1 and 8 partitions; then consumer groups: commit latency
 # at one synchronous commit every 100 ms, and the time until all 32 partitions are consumed again
 # after a member of a 10-consumer group leaves, for the classic and the KIP-848 protocol). The
-# broker runs with Kafka's default group settings. Prints the figures.
+# broker runs with Kafka's default group settings; then transactions of 100 records over 8
+# partitions back to back against the idempotent producer). Prints the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${BENCH_SECONDS:-10}"

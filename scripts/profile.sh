@@ -5,6 +5,7 @@
 #
 #   scripts/profile.sh consume    [SIZE=16384] [PARTITIONS=8]   fill a topic, profile a consume
 #   scripts/profile.sh produce    [SIZE=1024]  [LINGER=0]       profile 10,000 msg/s, acks=all
+#   scripts/profile.sh produce-flat [SIZE=16384] [PARTITIONS=8] profile producing flat out, acks=all
 #
 # Needs perf (and strace for the syscall counts) and root or kernel.perf_event_paranoid <= 0.
 # Build first with `cargo build --release -p kaas -p kaas-bench` (the release profile carries
@@ -12,7 +13,7 @@
 # The broker and the load generator share the machine: quote proportions, not absolute rates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-load="${1:?usage: scripts/profile.sh consume|produce [SIZE] [PARTITIONS|LINGER]}"
+load="${1:?usage: scripts/profile.sh consume|produce|produce-flat [SIZE] [PARTITIONS|LINGER]}"
 seconds="${PROFILE_SECONDS:-5}"
 out="target/profile/$load"
 mkdir -p "$out"
@@ -25,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 # The topic is auto-created on first produce, with the partition count asked for.
 parts=1
-[ "$load" = consume ] && parts="${3:-8}"
+case "$load" in consume|produce-flat) parts="${3:-8}" ;; esac
 addr="$("$bin/kaas-start.sh" "$data" --default-partitions "$parts")"
 pid="$(cat "$data/pid")"
 bench() { nice -n 10 target/release/kaas-bench --bootstrap "$addr" "$@"; }
@@ -63,7 +64,11 @@ case "$load" in
     size="${2:-1024}" linger="${3:-0}"
     profile bench produce --topic prof --size "$size" --rate 10000 --linger-ms "$linger" --seconds "$seconds"
     ;;
-  *) echo "unknown load $load (consume|produce)"; exit 2 ;;
+  produce-flat)
+    size="${2:-16384}"
+    profile bench produce --topic prof --partitions "$parts" --size "$size" --seconds "$seconds"
+    ;;
+  *) echo "unknown load $load (consume|produce|produce-flat)"; exit 2 ;;
 esac
 
 # awk, not head: an early exit would fail the pipeline (pipefail) on SIGPIPE.

@@ -106,6 +106,7 @@ fn main() -> anyhow::Result<()> {
 /// Back-to-back transactions, then the idempotent producer on the same topic shape: the cost of
 /// transactions as a ratio.
 fn txn_suite(bootstrap: &str, t: &transact::TxnArgs) -> anyhow::Result<()> {
+    ensure_topic(bootstrap, &t.topic, t.partitions)?;
     println!("\ntransactions of {} x {} B records over {} partitions, acks=all", t.records, t.size, t.partitions);
     let txn = transact::run_transactions(bootstrap, t)?;
     let idem = transact::run_idempotent(bootstrap, t)?;
@@ -182,12 +183,25 @@ fn group_suite(bootstrap: &str, g: &GroupArgs) -> anyhow::Result<()> {
 }
 
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    create(bootstrap, topic, partitions, false)
+}
+
+/// Creates the topic unless it exists (then it is used as it is).
+fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    create(bootstrap, topic, partitions, true)
+}
+
+fn create(bootstrap: &str, topic: &str, partitions: i32, existing_is_fine: bool) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
     let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = block_on(admin.create_topics([&new], &opts)).context("creating the benchmark topic")?;
     for r in results {
-        r.map_err(|(t, e)| anyhow::anyhow!("creating {t}: {e}"))?;
+        match r {
+            Ok(_) => {}
+            Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) if existing_is_fine => {}
+            Err((t, e)) => anyhow::bail!("creating {t}: {e}"),
+        }
     }
     Ok(())
 }
