@@ -179,24 +179,32 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
         t.run("topics", "--delete", "--topic", topic)
         poll("deleted topic still listed", lambda: topic not in t.run("topics", "--list").split())
 
+    def described_until(ok: Callable[[str], bool], what: str) -> None:
+        # In a cluster the broker answering the describe may apply a change a moment after the
+        # one that answered the alter, as each broker of a multi-broker Kafka applies the
+        # metadata log at its own pace: read until it shows, within WAIT_S.
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
+            if ok(out):
+                return
+            if time.monotonic() > deadline:
+                raise Failed(f"{what}: {shorten(out)}")
+            time.sleep(0.5)
+
     def configs_describe() -> None:
         t.run("topics", "--create", "--topic", cfg_topic, "--partitions", "1", "--replication-factor", "1",
               "--config", "retention.ms=3600000")
-        out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
-        if "retention.ms=3600000" not in out:
-            raise Failed(f"retention.ms=3600000 missing: {shorten(out)}")
+        described_until(lambda out: "retention.ms=3600000" in out, "retention.ms=3600000 missing")
 
     def configs_alter() -> None:
         t.run("configs", "--alter", "--entity-type", "topics", "--entity-name", cfg_topic,
               "--add-config", "retention.ms=7200000,max.message.bytes=2000000")
-        out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
-        if "retention.ms=7200000" not in out or "max.message.bytes=2000000" not in out:
-            raise Failed(f"altered configs missing: {shorten(out)}")
+        described_until(lambda out: "retention.ms=7200000" in out and "max.message.bytes=2000000" in out,
+                        "altered configs missing")
         t.run("configs", "--alter", "--entity-type", "topics", "--entity-name", cfg_topic,
               "--delete-config", "max.message.bytes")
-        out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
-        if "max.message.bytes=" in out:
-            raise Failed("deleted config still described")
+        described_until(lambda out: "max.message.bytes=" not in out, "deleted config still described")
 
     def configs_brokers() -> None:
         out = t.run("configs", "--describe", "--entity-type", "brokers", "--all")
