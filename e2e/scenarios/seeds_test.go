@@ -363,17 +363,23 @@ func TestSeeds(t *testing.T) {
 			e.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"version":"0.1.1"}}`)
 			// One broker at a time: never fewer than two serving while the StatefulSet rolls.
 			fewest := 3
+			// NB: the StatefulSet's status alone can report the roll done from a stale pod
+			// cache; the pods themselves must run the new image and be ready.
 			e.Eventually(5*time.Minute, "every broker on 0.1.1", func() (bool, error) {
-				ready := 0
+				ready, upgraded := 0, 0
 				for i := range 3 {
-					if ok, _ := e.PodReady(ns, fmt.Sprintf("kc-%d", i)); ok {
+					pod := fmt.Sprintf("kc-%d", i)
+					if ok, _ := e.PodReady(ns, pod); ok {
 						ready++
+						if e.JSONPath(ns, "pod", pod, ".spec.containers[0].image") == "ghcr.io/kaas/kaas:0.1.1" {
+							upgraded++
+						}
 					}
 				}
 				fewest = min(fewest, ready)
 				updated := e.JSONPath(ns, "statefulset", "kc", ".status.updatedReplicas")
 				current := e.JSONPath(ns, "statefulset", "kc", ".status.updateRevision")
-				return current != before && updated == "3" && ready == 3, fmt.Errorf("revision %s, %s updated, %d ready", current, updated, ready)
+				return current != before && updated == "3" && upgraded == 3, fmt.Errorf("revision %s, %s updated, %d ready, %d ready on 0.1.1", current, updated, ready, upgraded)
 			})
 			if fewest < 2 {
 				t.Errorf("%d brokers were serving at one point of the roll; want one at a time", fewest)
