@@ -81,12 +81,8 @@ pub(crate) fn storage_error(e: &kaas_groups::Error) -> E {
 impl ShardOwner for Coordinator {
     const KIND: &'static str = "group";
 
-    fn stored_epoch(&self, shard: u32) -> crate::Result<i32> {
-        Ok(self.shard_at(shard)?.log.stored_epoch()?)
-    }
-
-    fn owned_epoch(&self, shard: u32) -> Option<i32> {
-        self.shards.get(shard as usize)?.log.epoch()
+    fn shard_log(&self, shard: u32) -> Option<&ShardLog> {
+        Some(&self.shards.get(shard as usize)?.log)
     }
 
     fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {

@@ -2,6 +2,8 @@
 //! the volume, each shard owned by one broker at an epoch, taken over and handed over as the
 //! assignment (or, in local mode, the broker's start) says.
 
+use kaas_groups::ShardLog;
+
 use crate::leadership::LocalLease;
 
 /// A coordinator whose state lives in numbered shards of [`kaas_groups::ShardLog`]s.
@@ -9,14 +11,23 @@ pub trait ShardOwner {
     /// What kind of shard, for logs and errors ("group", "transaction").
     const KIND: &'static str;
 
-    /// The newest epoch on the volume for `shard` (-1 if it was never owned).
-    fn stored_epoch(&self, shard: u32) -> crate::Result<i32>;
-    /// The epoch this broker owns `shard` at, if it owns it.
-    fn owned_epoch(&self, shard: u32) -> Option<i32>;
+    /// The log of `shard`, `None` past the last shard.
+    fn shard_log(&self, shard: u32) -> Option<&ShardLog>;
     /// Takes `shard` over at `epoch`, loading its state.
     fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()>;
     /// Hands `shard` over: persisted, then unloaded.
     fn relinquish(&self, shard: u32) -> crate::Result<()>;
+
+    /// The newest epoch on the volume for `shard` (-1 if it was never owned).
+    fn stored_epoch(&self, shard: u32) -> crate::Result<i32> {
+        let log = self.shard_log(shard).ok_or_else(|| crate::Error::InvalidRequest(format!("no {} shard {shard}", Self::KIND)))?;
+        Ok(log.stored_epoch()?)
+    }
+
+    /// The epoch this broker owns `shard` at, if it owns it.
+    fn owned_epoch(&self, shard: u32) -> Option<i32> {
+        self.shard_log(shard)?.epoch()
+    }
 
     /// Local mode: takes every shard over at one past the newest epoch on the volume.
     fn take_over_all(&self, lease: &LocalLease) -> crate::Result<()> {

@@ -73,12 +73,8 @@ pub struct Completion {
 impl ShardOwner for TxnCoordinator {
     const KIND: &'static str = "transaction";
 
-    fn stored_epoch(&self, shard: u32) -> crate::Result<i32> {
-        Ok(self.shard_at(shard)?.log.stored_epoch()?)
-    }
-
-    fn owned_epoch(&self, shard: u32) -> Option<i32> {
-        self.shards.get(shard as usize)?.log.epoch()
+    fn shard_log(&self, shard: u32) -> Option<&ShardLog> {
+        Some(&self.shards.get(shard as usize)?.log)
     }
 
     /// Takes one shard over at `epoch` and loads its transactional ids. Transactions left in
@@ -302,7 +298,7 @@ impl TxnCoordinator {
         })?;
         meta.check_producer(producer_id, producer_epoch)?;
         let included = if partition.0 == GROUP_OFFSETS_TOPIC {
-            meta.groups.iter().any(|g| i64::from(shard_of(g)) == i64::from(partition.1))
+            meta.groups.iter().any(|g| i32::try_from(shard_of(g)) == Ok(partition.1))
         } else {
             meta.partitions.contains(partition)
         };
@@ -526,7 +522,7 @@ pub(crate) async fn verify_in_transaction(
         Route::Peer(address) => {
             verification::verify_remotely(broker, &address, transactional_id, partitions).await
         }
-        Route::Unplaced => {
+        Route::Unreachable | Route::Unplaced => {
             vec![Err(kafka_protocol::ResponseError::CoordinatorNotAvailable); partitions.len()]
         }
     }

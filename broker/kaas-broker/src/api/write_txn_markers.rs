@@ -76,8 +76,5 @@ pub async fn handle(
 
 async fn settle_group_shard(broker: &Broker, shard: i32, marker: &Marker) -> Result<(), ResponseError> {
     let shard = u32::try_from(shard).map_err(|_| ResponseError::UnknownTopicOrPartition)?;
-    if shard >= kaas_groups::SHARD_COUNT {
-        return Err(ResponseError::UnknownTopicOrPartition);
-    }
     broker.groups.complete_txn_in_shard(shard, marker.producer_id, marker.kind == MarkerKind::Commit).await
 }

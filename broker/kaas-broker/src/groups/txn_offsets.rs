@@ -148,7 +148,7 @@ impl Coordinator {
         producer_id: i64,
         commit: bool,
     ) -> Result<(), E> {
-        let s = self.shards.get(shard as usize).ok_or(E::InvalidRequest)?;
+        let s = self.shards.get(shard as usize).ok_or(E::UnknownTopicOrPartition)?;
         if !s.is_owned() {
             return Err(E::NotCoordinator);
         }

@@ -34,18 +34,13 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub const GROUP_OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Writes one marker into a partition this broker leads and waits until it is durable.
-/// A deleted topic needs no marker (`Ok`).
 pub async fn write_marker(
     broker: &Broker,
     topic: &str,
     partition: i32,
     marker: &Marker,
 ) -> Result<(), E> {
-    let p = match led_partition(broker, topic, partition) {
-        Ok(p) => p,
-        Err(E::UnknownTopicOrPartition) => return Ok(()),
-        Err(e) => return Err(e),
-    };
+    let p = led_partition(broker, topic, partition)?;
     let options = AppendOptions {
         leader_epoch: p.leader_epoch(),
         now_ms: now_ms(),
@@ -61,10 +56,19 @@ pub async fn write_marker(
 /// Writes one marker wherever its partition is led: here, or by WriteTxnMarkers to its leader.
 async fn deliver_marker(broker: &Broker, topic: &str, partition: i32, marker: &Marker) -> Result<(), E> {
     match route::partition_leader(broker, topic, partition) {
-        // Not placed: the topic is gone (the local write finds no partition and needs no
-        // marker) or not placed yet (the local write says not leader; retried).
-        Route::Here | Route::Unplaced => write_marker(broker, topic, partition, marker).await,
+        // The assignment no longer places it: the topic was deleted, and a deleted partition
+        // needs no marker. (Nothing transactional was written to one never placed.)
+        Route::Unplaced => Ok(()),
+        Route::Here => match write_marker(broker, topic, partition, marker).await {
+            // Local mode: the registry is the truth, and a topic not in it was deleted. In a
+            // cluster the registry may lag the assignment: retried until it catches up.
+            Err(E::UnknownTopicOrPartition) if broker.cluster.is_none() => Ok(()),
+            written => written,
+        },
+        // A leader that does not know the partition yet (or any more) answers
+        // UNKNOWN_TOPIC_OR_PARTITION: retried, re-routed, until the assignment says.
         Route::Peer(address) => send_marker(broker, &address, topic, partition, marker).await,
+        Route::Unreachable => Err(E::LeaderNotAvailable),
     }
 }
 
@@ -78,7 +82,7 @@ async fn settle_offsets(broker: &Broker, shard: u32, marker: &Marker) -> Result<
             let partition = i32::try_from(shard).map_err(|_| E::InvalidRequest)?;
             send_marker(broker, &address, GROUP_OFFSETS_TOPIC, partition, marker).await
         }
-        Route::Unplaced => Err(E::CoordinatorNotAvailable),
+        Route::Unreachable | Route::Unplaced => Err(E::CoordinatorNotAvailable),
     }
 }
 
@@ -108,12 +112,7 @@ async fn send_marker(broker: &Broker, address: &str, topic: &str, partition: i32
         .find(|p| p.partition_index == partition)
         .map(|p| p.error_code)
         .ok_or(E::UnknownServerError)?;
-    match E::try_from_code(code) {
-        None => Ok(()),
-        // As for a local write: a deleted topic needs no marker.
-        Some(E::UnknownTopicOrPartition) => Ok(()),
-        Some(e) => Err(e),
-    }
+    E::try_from_code(code).map_or(Ok(()), Err)
 }
 
 /// Starts the driver for `c` unless one is running for its transactional id already.

@@ -12,6 +12,8 @@ pub(crate) enum Route {
     Here,
     /// The listener ("host:port") of the broker the applied assignment places it on.
     Peer(String),
+    /// The applied assignment places it on a broker whose listener it does not list.
+    Unreachable,
     /// The applied assignment does not place it (yet, or any more).
     Unplaced,
 }
@@ -26,7 +28,7 @@ pub(crate) fn route(broker: &Broker, owner: impl FnOnce(&Assignment) -> Option<i
             // IPv6 literals need brackets in "host:port".
             Some(e) if e.host.contains(':') => Route::Peer(format!("[{}]:{}", e.host, e.port)),
             Some(e) => Route::Peer(format!("{}:{}", e.host, e.port)),
-            None => Route::Unplaced,
+            None => Route::Unreachable,
         },
         None => Route::Unplaced,
     }
