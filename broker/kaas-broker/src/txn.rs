@@ -33,7 +33,7 @@ use std::time::Duration;
 use kaas_groups::{Entry, SHARD_COUNT, ShardLog, shard_of};
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tracing::{info, warn};
 
 pub use markers::{GROUP_OFFSETS_TOPIC, write_marker};
@@ -51,11 +51,17 @@ use crate::shard_owner::ShardOwner;
 const END_TXN_WAIT: Duration = Duration::from_secs(10);
 
 /// One transaction shard: its log and the live metadata of its transactional ids.
+///
+/// The shard changes hands (take-over, relinquish, abandon) only while `txns` is locked, and
+/// requests read the owned epoch under that lock: a request during a take-over waits for the
+/// loaded state instead of finding an owned shard with nothing in it.
 #[derive(Debug)]
 struct TxnShard {
     log: ShardLog,
     txns: Mutex<HashMap<String, TxnMetadata>>,
 }
+
+type Txns<'a> = MutexGuard<'a, HashMap<String, TxnMetadata>>;
 
 /// A transaction whose outcome is decided: what the completion driver writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +88,8 @@ impl ShardOwner for TxnCoordinator {
     /// driver. A record this build cannot read is an error: the shard is left unowned.
     fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
         let s = self.shard_at(shard)?;
+        let mut live = s.txns.lock();
+        live.clear();
         let entries = s.log.take_over(epoch)?;
         let mut txns = HashMap::new();
         for e in entries {
@@ -104,13 +112,14 @@ impl ShardOwner for TxnCoordinator {
             completing,
             "transaction shard taken over"
         );
-        *s.txns.lock() = txns;
+        *live = txns;
         Ok(())
     }
 
     fn relinquish(&self, shard: u32) -> crate::Result<()> {
         let s = self.shard_at(shard)?;
-        s.txns.lock().clear();
+        let mut live = s.txns.lock();
+        live.clear();
         Ok(s.log.relinquish()?)
     }
 }
@@ -143,7 +152,8 @@ impl TxnCoordinator {
     /// Drops one shard without persisting anything.
     pub fn abandon(&self, shard: u32) -> crate::Result<()> {
         let s = self.shard_at(shard)?;
-        s.txns.lock().clear();
+        let mut live = s.txns.lock();
+        live.clear();
         s.log.abandon();
         Ok(())
     }
@@ -171,12 +181,13 @@ impl TxnCoordinator {
             .is_some()
     }
 
-    fn shard(&self, transactional_id: &str) -> Result<(&TxnShard, i32), TxnError> {
+    /// The shard of `transactional_id`, locked, and the epoch it is owned at; the ownership
+    /// holds for as long as the guard.
+    fn owned(&self, transactional_id: &str) -> Result<(&TxnShard, Txns<'_>, i32), TxnError> {
         let s = &self.shards[shard_of(transactional_id) as usize];
-        s.log
-            .epoch()
-            .map(|epoch| (s, epoch))
-            .ok_or(TxnError::NotCoordinator)
+        let txns = s.txns.lock();
+        let epoch = s.log.epoch().ok_or(TxnError::NotCoordinator)?;
+        Ok((s, txns, epoch))
     }
 
     /// Appends `meta` as the new value of `id`; returns the durability ticket.
@@ -205,7 +216,6 @@ impl TxnCoordinator {
         expected: Option<(i64, i16)>,
     ) -> Result<(i64, i16), TxnError> {
         let timeout_ms = check_timeout(timeout_ms)?;
-        let (shard, epoch) = self.shard(id)?;
         let now = now_ms();
         let allocate = || {
             broker
@@ -214,8 +224,8 @@ impl TxnCoordinator {
                 .allocate()
                 .map_err(|e| TxnError::ProducerIds(e.to_string()))
         };
-        let (seq, meta, outcome) = {
-            let mut txns = shard.txns.lock();
+        let (shard, seq, meta, outcome, epoch) = {
+            let (shard, mut txns, epoch) = self.owned(id)?;
             let (meta, outcome) = match txns.get_mut(id) {
                 None => (
                     TxnMetadata::new(allocate()?, timeout_ms, now),
@@ -232,7 +242,7 @@ impl TxnCoordinator {
             };
             let seq = Self::persist(shard, id, &meta)?;
             txns.insert(id.to_owned(), meta.clone());
-            (seq, meta, outcome)
+            (shard, seq, meta, outcome, epoch)
         };
         Self::durable(shard, seq).await?;
         if outcome == InitOutcome::AbortFirst {
@@ -260,9 +270,8 @@ impl TxnCoordinator {
         partitions: &[(String, i32)],
         groups: &[String],
     ) -> Result<(), TxnError> {
-        let (shard, _) = self.shard(id)?;
-        let seq = {
-            let mut txns = shard.txns.lock();
+        let (shard, seq) = {
+            let (shard, mut txns, _) = self.owned(id)?;
             let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
                 found: producer_id,
                 current: -1,
@@ -274,7 +283,7 @@ impl TxnCoordinator {
             }
             let seq = Self::persist(shard, id, &next)?;
             *meta = next;
-            seq
+            (shard, seq)
         };
         Self::durable(shard, seq).await
     }
@@ -290,8 +299,7 @@ impl TxnCoordinator {
         producer_epoch: i16,
         partition: &(String, i32),
     ) -> Result<(), TxnError> {
-        let (shard, _) = self.shard(id)?;
-        let txns = shard.txns.lock();
+        let (_, txns, _) = self.owned(id)?;
         let meta = txns.get(id).ok_or(TxnError::ProducerIdMapping {
             found: producer_id,
             current: -1,
@@ -349,9 +357,8 @@ impl TxnCoordinator {
         producer_epoch: i16,
         commit: bool,
     ) -> Result<Option<Completion>, TxnError> {
-        let (shard, epoch) = self.shard(id)?;
-        let (seq, meta) = {
-            let mut txns = shard.txns.lock();
+        let (shard, seq, meta, epoch) = {
+            let (shard, mut txns, epoch) = self.owned(id)?;
             let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
                 found: producer_id,
                 current: -1,
@@ -363,7 +370,7 @@ impl TxnCoordinator {
             }
             let seq = Self::persist(shard, id, &next)?;
             *meta = next.clone();
-            (seq, next)
+            (shard, seq, next, epoch)
         };
         Self::durable(shard, seq).await?;
         Ok(Some(completion(id, &meta, epoch)))
@@ -377,25 +384,22 @@ impl TxnCoordinator {
     /// later transition of this id is fsynced after it in the same log. This saves one fsync
     /// per transaction on the commit path.
     pub(crate) fn finish(&self, c: &Completion) -> Result<(), TxnError> {
-        let (shard, epoch) = self.shard(&c.transactional_id)?;
+        let (shard, mut txns, epoch) = self.owned(&c.transactional_id)?;
         if epoch != c.coordinator_epoch {
             return Err(TxnError::NotCoordinator);
         }
-        {
-            let mut txns = shard.txns.lock();
-            let Some(meta) = txns.get_mut(&c.transactional_id) else {
-                return Ok(());
-            };
-            if (meta.producer_id, meta.producer_epoch) != (c.producer_id, c.producer_epoch) {
-                return Ok(());
-            }
-            let mut next = meta.clone();
-            if !next.complete(now_ms()) {
-                return Ok(());
-            }
-            Self::persist(shard, &c.transactional_id, &next)?;
-            *meta = next;
+        let Some(meta) = txns.get_mut(&c.transactional_id) else {
+            return Ok(());
+        };
+        if (meta.producer_id, meta.producer_epoch) != (c.producer_id, c.producer_epoch) {
+            return Ok(());
         }
+        let mut next = meta.clone();
+        if !next.complete(now_ms()) {
+            return Ok(());
+        }
+        Self::persist(shard, &c.transactional_id, &next)?;
+        *meta = next;
         Ok(())
     }
 
@@ -410,8 +414,8 @@ impl TxnCoordinator {
 
     /// Whether `c`'s shard is still owned at the epoch its outcome was decided under.
     pub(crate) fn still_owns(&self, c: &Completion) -> bool {
-        self.shard(&c.transactional_id)
-            .is_ok_and(|(_, epoch)| epoch == c.coordinator_epoch)
+        self.owned(&c.transactional_id)
+            .is_ok_and(|(_, _, epoch)| epoch == c.coordinator_epoch)
     }
 
     /// Every decided transaction of the owned shards (to re-drive after a take-over), and
@@ -420,12 +424,12 @@ impl TxnCoordinator {
     pub async fn pending_completions(&self, now: i64) -> Vec<Completion> {
         let mut out = Vec::new();
         for shard in &self.shards {
-            let Some(epoch) = shard.log.epoch() else {
-                continue;
-            };
             let mut expired = Vec::new();
             let last_seq = {
                 let mut txns = shard.txns.lock();
+                let Some(epoch) = shard.log.epoch() else {
+                    continue;
+                };
                 let mut last_seq = None;
                 for (id, meta) in txns.iter_mut() {
                     if meta.expired(now) {
@@ -460,8 +464,8 @@ impl TxnCoordinator {
 
     /// One transactional id's metadata (DescribeTransactions).
     pub fn describe(&self, id: &str) -> Result<Option<TxnMetadata>, TxnError> {
-        let (shard, _) = self.shard(id)?;
-        Ok(shard.txns.lock().get(id).cloned())
+        let (_, txns, _) = self.owned(id)?;
+        Ok(txns.get(id).cloned())
     }
 
     /// Every transactional id of the owned shards (ListTransactions).

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 
 use super::{DirEntry, File, Fs, OpenMode};
 
@@ -17,6 +17,15 @@ pub struct MemFs {
     tree: Mutex<Tree>,
     /// Test hook: when set, every fsync/fdatasync fails with an I/O error.
     fail_syncs: Arc<AtomicBool>,
+    /// Test hook: directory fsyncs wait while this is held.
+    dir_sync_hold: DirSyncHold,
+}
+
+/// Whether directory fsyncs are held, and how many are waiting.
+#[derive(Debug, Default)]
+struct DirSyncHold {
+    state: Mutex<(bool, usize)>,
+    changed: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -36,6 +45,21 @@ impl MemFs {
     /// Test hook (fault injection): make every following fsync fail (`true`) or succeed again.
     pub fn fail_syncs(&self, fail: bool) {
         self.fail_syncs.store(fail, Ordering::SeqCst);
+    }
+
+    /// Test hook (pausing a writer mid-operation): while held, every directory fsync waits; it
+    /// resumes when the hold is released.
+    pub fn hold_dir_syncs(&self, hold: bool) {
+        let mut state = self.dir_sync_hold.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.0 = hold;
+        self.dir_sync_hold.changed.notify_all();
+    }
+
+    /// Test hook: blocks until `n` directory fsyncs are waiting on the hold.
+    pub fn wait_for_held_dir_syncs(&self, n: usize) {
+        let hold = &self.dir_sync_hold;
+        let state = hold.state.lock().unwrap_or_else(|e| e.into_inner());
+        drop(hold.changed.wait_while(state, |s| s.1 < n).unwrap_or_else(|e| e.into_inner()));
     }
 
     fn tree(&self) -> MutexGuard<'_, Tree> {
@@ -243,6 +267,15 @@ impl Fs for MemFs {
         if !self.tree().dirs.contains(path) {
             return Err(not_found());
         }
+        let hold = &self.dir_sync_hold;
+        let mut state = hold.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.0 {
+            state.1 += 1;
+            hold.changed.notify_all();
+            state = hold.changed.wait_while(state, |s| s.0).unwrap_or_else(|e| e.into_inner());
+            state.1 -= 1;
+        }
+        drop(state);
         self.sync_result()
     }
 }

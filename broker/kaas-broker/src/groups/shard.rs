@@ -38,7 +38,15 @@ impl CoordinatorShard {
 
     /// Loads the shard at `epoch` and rebuilds its groups from the live records. A record this
     /// build cannot read is an error, not a skip: the shard is left unowned.
+    ///
+    /// The groups and pending offsets stay locked from before the shard is owned until they
+    /// are loaded: a request that finds the shard owned waits for them rather than finding
+    /// no group (and no committed offsets) where the log has one.
     pub(crate) fn take_over(&self, epoch: i32) -> Result<usize, crate::Error> {
+        let mut live_groups = self.groups.lock();
+        let mut live_pending = self.pending_txn.lock();
+        live_groups.clear();
+        live_pending.clear();
         let entries = self.log.take_over(epoch)?;
         let now = Instant::now();
         let mut groups: HashMap<String, Group> = HashMap::new();
@@ -72,8 +80,8 @@ impl CoordinatorShard {
             group.offsets.insert((t, p), Committed { value: Some(v), seq: 0 });
         }
         let count = groups.len();
-        *self.pending_txn.lock() = pending;
-        *self.groups.lock() = groups.into_iter().map(|(k, g)| (k, Arc::new(Mutex::new(g)))).collect();
+        *live_pending = pending;
+        *live_groups = groups.into_iter().map(|(k, g)| (k, Arc::new(Mutex::new(g)))).collect();
         Ok(count)
     }
 

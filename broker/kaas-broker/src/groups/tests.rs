@@ -143,6 +143,39 @@ async fn offsets_are_durable_across_coordinators_and_deletable() {
     assert!(c3.list(&[], &[]).is_empty());
 }
 
+/// An OffsetFetch that arrives while its shard is being taken over waits for the shard's
+/// groups to load: finding the shard owned but empty, it would answer "no committed offset"
+/// and send the consumer to its reset policy.
+#[test]
+fn an_offset_fetch_during_a_take_over_sees_the_loaded_offsets() {
+    let mem = Arc::new(MemFs::new());
+    let fs: FsRef = mem.clone();
+    let c = coordinator(&fs);
+    let offset = CommitOffset { topic: "t".into(), partition: 0, offset: 10, leader_epoch: 3, metadata: String::new() };
+    let commit = CommitRequest { group_id: "g".into(), generation: -1, member_id: String::new(), instance_id: None, retention_ms: -1, offsets: vec![offset] };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async { c.commit(commit, false).unwrap().await.unwrap() });
+    c.close();
+
+    let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..GroupConfig::default() };
+    let c2 = Coordinator::open(fs, &Layout::new("/data"), config).unwrap();
+    mem.hold_dir_syncs(true);
+    let taking_over = std::thread::spawn({
+        let c2 = c2.clone();
+        move || c2.take_over(shard_of("g"), 1)
+    });
+    mem.wait_for_held_dir_syncs(1);
+    let asking = std::thread::spawn({
+        let c2 = c2.clone();
+        move || c2.fetch_offsets("g", None, None).map(|got| got.iter().flat_map(|(_, offsets)| offsets.iter().map(|(_, v)| v.as_ref().map(|v| v.offset))).collect::<Vec<_>>())
+    });
+    // Long enough for the request to be waiting on the shard.
+    std::thread::sleep(Duration::from_millis(50));
+    mem.hold_dir_syncs(false);
+    taking_over.join().unwrap().unwrap();
+    assert_eq!(asking.join().unwrap(), Ok(vec![Some(10)]));
+}
+
 /// One topic "t" with four partitions.
 struct FourPartitions;
 

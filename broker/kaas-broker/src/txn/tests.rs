@@ -272,3 +272,38 @@ async fn offsets_of_a_commit_decided_before_a_crash_become_visible_after_restart
     let _ = stop_tx.send(true);
     ticker.await.unwrap();
 }
+
+/// A request that arrives while its shard is being taken over waits for the shard's
+/// transactions to load: it must not find the shard owned and the transactional id unknown
+/// (an EndTxn retried across a coordinator restart was answered INVALID_PRODUCER_ID_MAPPING).
+#[test]
+fn a_request_during_a_take_over_sees_the_loaded_transactions() {
+    let mem = Arc::new(kaas_shared::fs::MemFs::new());
+    let fs: FsRef = mem.clone();
+    let layout = Layout::new("/data");
+    let shard = shard_of("tx");
+    let previous = ShardLog::open(fs.clone(), layout.txn_shard_dir(shard)).unwrap();
+    previous.take_over(0).unwrap();
+    let meta = TxnMetadata::new(7, 60_000, now_ms());
+    previous
+        .append(&[Entry::put("tx", serde_json::to_vec(&meta).unwrap())])
+        .unwrap();
+    previous.relinquish().unwrap();
+
+    let txns = Arc::new(TxnCoordinator::open(fs, &layout).unwrap());
+    mem.hold_dir_syncs(true);
+    let taking_over = std::thread::spawn({
+        let txns = txns.clone();
+        move || txns.take_over(shard, 1)
+    });
+    mem.wait_for_held_dir_syncs(1);
+    let asking = std::thread::spawn({
+        let txns = txns.clone();
+        move || txns.describe("tx")
+    });
+    // Long enough for the request to be waiting on the shard.
+    std::thread::sleep(Duration::from_millis(50));
+    mem.hold_dir_syncs(false);
+    taking_over.join().unwrap().unwrap();
+    assert_eq!(asking.join().unwrap(), Ok(Some(meta)));
+}
