@@ -13,7 +13,9 @@ pub trait ShardOwner {
 
     /// The log of `shard`, `None` past the last shard.
     fn shard_log(&self, shard: u32) -> Option<&ShardLog>;
-    /// Takes `shard` over at `epoch`, loading its state.
+    /// Takes `shard` over at `epoch`, loading its state. The shard's live state stays locked
+    /// from before its log is owned until it is loaded, so a request that finds the shard owned
+    /// never sees it empty.
     fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()>;
     /// Hands `shard` over: persisted, then unloaded.
     fn relinquish(&self, shard: u32) -> crate::Result<()>;
@@ -36,4 +38,26 @@ pub trait ShardOwner {
         }
         Ok(())
     }
+}
+
+/// Test support: runs `request` while `take_over` is paused inside the shard log's take-over
+/// (on a directory fsync `mem` holds), then lets the take-over finish; the request's answer.
+#[cfg(test)]
+pub(crate) fn request_during_take_over<T: Send>(
+    mem: &kaas_shared::fs::MemFs,
+    take_over: impl FnOnce() -> crate::Result<()> + Send,
+    request: impl FnOnce() -> T + Send,
+) -> T {
+    mem.hold_dir_syncs(true);
+    std::thread::scope(|s| {
+        let taking_over = s.spawn(take_over);
+        mem.wait_for_held_dir_syncs(1);
+        let asking = s.spawn(request);
+        // Long enough for the request to be waiting on the shard.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        mem.hold_dir_syncs(false);
+        let taken = taking_over.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        assert!(taken.is_ok(), "take-over failed: {taken:?}");
+        asking.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }

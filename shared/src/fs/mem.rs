@@ -21,11 +21,17 @@ pub struct MemFs {
     dir_sync_hold: DirSyncHold,
 }
 
-/// Whether directory fsyncs are held, and how many are waiting.
 #[derive(Debug, Default)]
 struct DirSyncHold {
-    state: Mutex<(bool, usize)>,
+    state: Mutex<HoldState>,
     changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct HoldState {
+    held: bool,
+    /// Directory fsyncs waiting for the hold to be released.
+    waiting: usize,
 }
 
 #[derive(Debug, Default)]
@@ -51,7 +57,7 @@ impl MemFs {
     /// resumes when the hold is released.
     pub fn hold_dir_syncs(&self, hold: bool) {
         let mut state = self.dir_sync_hold.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.0 = hold;
+        state.held = hold;
         self.dir_sync_hold.changed.notify_all();
     }
 
@@ -59,7 +65,7 @@ impl MemFs {
     pub fn wait_for_held_dir_syncs(&self, n: usize) {
         let hold = &self.dir_sync_hold;
         let state = hold.state.lock().unwrap_or_else(|e| e.into_inner());
-        drop(hold.changed.wait_while(state, |s| s.1 < n).unwrap_or_else(|e| e.into_inner()));
+        drop(hold.changed.wait_while(state, |s| s.waiting < n).unwrap_or_else(|e| e.into_inner()));
     }
 
     fn tree(&self) -> MutexGuard<'_, Tree> {
@@ -269,11 +275,11 @@ impl Fs for MemFs {
         }
         let hold = &self.dir_sync_hold;
         let mut state = hold.state.lock().unwrap_or_else(|e| e.into_inner());
-        if state.0 {
-            state.1 += 1;
+        if state.held {
+            state.waiting += 1;
             hold.changed.notify_all();
-            state = hold.changed.wait_while(state, |s| s.0).unwrap_or_else(|e| e.into_inner());
-            state.1 -= 1;
+            state = hold.changed.wait_while(state, |s| s.held).unwrap_or_else(|e| e.into_inner());
+            state.waiting -= 1;
         }
         drop(state);
         self.sync_result()

@@ -159,21 +159,12 @@ fn an_offset_fetch_during_a_take_over_sees_the_loaded_offsets() {
 
     let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..GroupConfig::default() };
     let c2 = Coordinator::open(fs, &Layout::new("/data"), config).unwrap();
-    mem.hold_dir_syncs(true);
-    let taking_over = std::thread::spawn({
-        let c2 = c2.clone();
-        move || c2.take_over(shard_of("g"), 1)
-    });
-    mem.wait_for_held_dir_syncs(1);
-    let asking = std::thread::spawn({
-        let c2 = c2.clone();
-        move || c2.fetch_offsets("g", None, None).map(|got| got.iter().flat_map(|(_, offsets)| offsets.iter().map(|(_, v)| v.as_ref().map(|v| v.offset))).collect::<Vec<_>>())
-    });
-    // Long enough for the request to be waiting on the shard.
-    std::thread::sleep(Duration::from_millis(50));
-    mem.hold_dir_syncs(false);
-    taking_over.join().unwrap().unwrap();
-    assert_eq!(asking.join().unwrap(), Ok(vec![Some(10)]));
+    let fetched = crate::shard_owner::request_during_take_over(
+        &mem,
+        || c2.take_over(shard_of("g"), 1),
+        || c2.fetch_offsets("g", None, None).map(|got| got.iter().flat_map(|(_, offsets)| offsets.iter().map(|(_, v)| v.as_ref().map(|v| v.offset))).collect::<Vec<_>>()),
+    );
+    assert_eq!(fetched, Ok(vec![Some(10)]));
 }
 
 /// One topic "t" with four partitions.

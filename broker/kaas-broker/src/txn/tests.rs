@@ -290,20 +290,11 @@ fn a_request_during_a_take_over_sees_the_loaded_transactions() {
         .unwrap();
     previous.relinquish().unwrap();
 
-    let txns = Arc::new(TxnCoordinator::open(fs, &layout).unwrap());
-    mem.hold_dir_syncs(true);
-    let taking_over = std::thread::spawn({
-        let txns = txns.clone();
-        move || txns.take_over(shard, 1)
-    });
-    mem.wait_for_held_dir_syncs(1);
-    let asking = std::thread::spawn({
-        let txns = txns.clone();
-        move || txns.describe("tx")
-    });
-    // Long enough for the request to be waiting on the shard.
-    std::thread::sleep(Duration::from_millis(50));
-    mem.hold_dir_syncs(false);
-    taking_over.join().unwrap().unwrap();
-    assert_eq!(asking.join().unwrap(), Ok(Some(meta)));
+    let txns = TxnCoordinator::open(fs, &layout).unwrap();
+    let described = crate::shard_owner::request_during_take_over(
+        &mem,
+        || txns.take_over(shard, 1),
+        || txns.describe("tx"),
+    );
+    assert_eq!(described, Ok(Some(meta)));
 }
