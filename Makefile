@@ -6,7 +6,14 @@ export KAAS_CACHE
 export PYTHON := $(KAAS_CACHE)/venv/bin/python3
 CARGO ?= cargo
 
-.PHONY: run test deps build bench check-fmt clippy clean-data
+.PHONY: run test deps dev-build build bench check-fmt clippy clean-data
+
+# One build of the whole workspace, every target, in the dev profile. Everything `make test`
+# runs uses it: the cargo tests, the e2e and operator binaries, crdgen, and the broker the
+# conformance suite drives. A `cargo build -p X` unifies features differently and compiles
+# the shared dependencies again, so no test target builds with `-p`.
+DEV_BUILD = $(CARGO) build --locked --workspace --all-targets
+DEBUG_BIN := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/debug
 
 ## Run a local broker on 127.0.0.1:9092 with its data in ./kaas-data.
 run:
@@ -14,7 +21,7 @@ run:
 
 ## Install everything the tests need (Debian packages, kafka-python), then run every test.
 test: deps
-	$(CARGO) build --locked --workspace --all-targets
+	$(DEV_BUILD)
 	$(CARGO) test --locked --workspace --no-fail-fast
 	$(MAKE) e2e-selftest
 	$(MAKE) operator-test
@@ -24,6 +31,9 @@ test: deps
 
 deps:
 	scripts/install-deps.sh
+
+dev-build:
+	$(DEV_BUILD)
 
 build:
 	$(CARGO) build --release --locked -p kaas -p kaas-bench

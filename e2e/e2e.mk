@@ -29,9 +29,7 @@ e2e-selftest: e2e-bins
 # TestConformance is left to conformance-cluster: it needs the conformance suite's JDK, jars and
 # kafka-python.
 e2e-scenarios: e2e-bins
-	$(CARGO) build --locked -p kaas --bin kaas
-	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
-	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
+	$(DEV_BUILD)
 	cd $(E2E_DIR)/scenarios && nice -n 19 go vet .
 	cd $(E2E_DIR)/scenarios && go test $(E2E_GOTEST_FLAGS) -v -skip '^TestConformance$$' .
 
@@ -40,18 +38,14 @@ e2e-scenarios: e2e-bins
 # (cluster up in ~20 s, the suite ~50 s). Table: target/conformance/cluster-results.md.
 # conformance-deps comes from e2e/conformance/conformance.mk.
 conformance-cluster: e2e-bins conformance-deps
-	$(CARGO) build --locked -p kaas --bin kaas
-	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
-	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
+	$(DEV_BUILD)
 	cd $(E2E_DIR)/scenarios && nice -n 19 go vet .
 	cd $(E2E_DIR)/scenarios && go test $(E2E_GOTEST_FLAGS) -v -run '^TestConformance$$' .
 
 # Failover figures on the same cluster (BenchmarkFailover): unavailability after kill -9,
 # SIGSTOP and SIGTERM drain of a leader, and after kill -9 with a 1 GiB active segment.
 bench-failover: e2e-bins
-	$(CARGO) build --locked -p kaas --bin kaas
-	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
-	$(CARGO) build --locked -p kaas-nfsfs --bin kaas-nfsfs
+	$(DEV_BUILD)
 	cd $(E2E_DIR)/scenarios && go test -count=1 -timeout 30m -run '^$$' -bench Failover -benchtime 1x .
 
 e2e-up: e2e-bins

@@ -9,13 +9,13 @@ BUNDLE_CHANNEL ?= alpha
 .PHONY: crds bundle bundle-validate operator-e2e operator-test
 
 ## Regenerate crds/ and the generated parts of config/ from the Rust types.
-crds:
-	$(CARGO) run --locked -q -p kaas-operator --bin crdgen -- write .
+crds: dev-build
+	$(DEBUG_BIN)/crdgen write .
 
 ## Generate the OLM bundle into $(BUNDLE_DIR)/ and validate it with operator-framework/api.
-bundle:
+bundle: dev-build
 	rm -rf $(BUNDLE_DIR)
-	$(CARGO) run --locked -q -p kaas-operator --bin crdgen -- bundle $(BUNDLE_DIR) $(OPERATOR_IMAGE) $(BUNDLE_CHANNEL)
+	$(DEBUG_BIN)/crdgen bundle $(BUNDLE_DIR) $(OPERATOR_IMAGE) $(BUNDLE_CHANNEL)
 	$(MAKE) bundle-validate
 
 bundle-validate:
@@ -24,8 +24,7 @@ bundle-validate:
 ## The operator on the e2e control plane: config/ applied with kubectl, the operator and its
 ## volume agents run as Deployments from target/debug/kaas-operator (real kaas brokers from target/debug/kaas).
 operator-e2e: e2e-bins
-	$(CARGO) build --locked -p kaas-operator --bin kaas-operator
-	$(CARGO) build --locked -p kaas --bin kaas
+	$(DEV_BUILD)
 	cd e2e && nice -n 10 go test -count=1 -timeout 15m ./operator/
 
 ## What `make test` should run for the operator (cargo tests run with the workspace).

@@ -19,8 +19,10 @@ conformance-deps: deps
 
 ## The conformance suite: fails on any Apache Kafka failure, on a kaas failure not listed in
 ## e2e/conformance/expected-failures.tsv, and on a listed one that now passes.
-conformance: conformance-deps build
-	nice -n 10 python3 $(CONFORMANCE_DIR)/conformance.py $(CONFORMANCE_ARGS)
+## It drives the dev build of kaas (correctness, not speed: `make test` then compiles the
+## workspace once); KAAS_BIN=target/release/kaas after `make build` runs it on the release build.
+conformance: conformance-deps dev-build
+	KAAS_BIN=$${KAAS_BIN:-$(DEBUG_BIN)/kaas} nice -n 10 python3 $(CONFORMANCE_DIR)/conformance.py $(CONFORMANCE_ARGS)
 
 ## kaas vs Apache Kafka (defaults and flush.messages=1): ProducerPerformance, ConsumerPerformance,
 ## kaas-bench, end-to-end latency. About 15 min with the default BENCH_SECONDS=10.
