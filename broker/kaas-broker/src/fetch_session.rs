@@ -104,24 +104,23 @@ impl FetchSessions {
         forgotten: Vec<PartitionKey>,
     ) -> Result<(SessionPlan, Vec<(PartitionKey, FetchPosition)>), ResponseError> {
         let mut sessions = self.sessions.lock();
-        if session_id == 0 {
-            return match epoch {
-                FINAL_EPOCH => Ok((SessionPlan::Sessionless, requested)),
-                INITIAL_EPOCH => {
-                    if sessions.len() >= self.capacity {
-                        evict_oldest(&mut sessions);
-                    }
-                    let id = self.allocate_id(&sessions);
-                    let partitions = requested.iter().map(|(k, p)| (k.clone(), (*p, None))).collect();
-                    sessions.insert(id, Session { next_epoch: 1, partitions, last_used: Instant::now() });
-                    Ok((SessionPlan::Full { session_id: id }, requested))
-                }
-                _ => Err(ResponseError::InvalidFetchSessionEpoch),
-            };
-        }
-        if epoch == FINAL_EPOCH {
-            sessions.remove(&session_id);
-            return Ok((SessionPlan::Sessionless, requested));
+        // KIP-227, as Kafka's FetchManager reads it: epoch 0 (INITIAL) or -1 (FINAL) makes a
+        // full fetch, which closes the session it names, if any. A client that resets its
+        // session (after an error, or a new assignment) sends its old id with epoch 0.
+        if epoch == INITIAL_EPOCH || epoch == FINAL_EPOCH {
+            if session_id != 0 {
+                sessions.remove(&session_id);
+            }
+            if epoch == FINAL_EPOCH {
+                return Ok((SessionPlan::Sessionless, requested));
+            }
+            if sessions.len() >= self.capacity {
+                evict_oldest(&mut sessions);
+            }
+            let id = self.allocate_id(&sessions);
+            let partitions = requested.iter().map(|(k, p)| (k.clone(), (*p, None))).collect();
+            sessions.insert(id, Session { next_epoch: 1, partitions, last_used: Instant::now() });
+            return Ok((SessionPlan::Full { session_id: id }, requested));
         }
         let session = sessions.get_mut(&session_id).ok_or(ResponseError::FetchSessionIdNotFound)?;
         if epoch != session.next_epoch {
@@ -207,6 +206,32 @@ mod tests {
         let (plan, _) = cache.begin(id, FINAL_EPOCH, vec![], vec![]).ok().unzip_plan();
         assert!(matches!(plan, SessionPlan::Sessionless));
         assert!(matches!(cache.begin(id, 3, vec![], vec![]), Err(ResponseError::FetchSessionIdNotFound)));
+    }
+
+    #[test]
+    fn a_full_fetch_naming_a_session_replaces_it() {
+        let cache = FetchSessions::default();
+        let (plan, _) = cache.begin(0, 0, vec![(key(0), pos(0))], vec![]).ok().unzip_plan();
+        let old = plan.session_id();
+        cache.begin(old, 1, vec![], vec![]).ok().unzip_plan();
+
+        // franz-go resets its session this way: the old id with epoch 0. Kafka answers a full
+        // fetch with a new session and closes the old one.
+        let (plan, serve) = cache.begin(old, 0, vec![(key(1), pos(7))], vec![]).ok().unzip_plan();
+        assert!(matches!(plan, SessionPlan::Full { .. }));
+        let new = plan.session_id();
+        assert!(new > 0 && new != old);
+        assert_eq!(serve, vec![(key(1), pos(7))]);
+        assert!(matches!(cache.begin(old, 2, vec![], vec![]), Err(ResponseError::FetchSessionIdNotFound)));
+        let (_, serve) = cache.begin(new, 1, vec![], vec![]).ok().unzip_plan();
+        assert_eq!(serve, vec![(key(1), pos(7))]);
+
+        // Sessionless with a non-zero id also closes the named session.
+        let (plan, _) = cache.begin(new, FINAL_EPOCH, vec![], vec![]).ok().unzip_plan();
+        assert!(matches!(plan, SessionPlan::Sessionless));
+        assert!(matches!(cache.begin(new, 2, vec![], vec![]), Err(ResponseError::FetchSessionIdNotFound)));
+        // An incremental epoch without a session names no session.
+        assert!(matches!(cache.begin(0, 5, vec![], vec![]), Err(ResponseError::FetchSessionIdNotFound)));
     }
 
     #[test]

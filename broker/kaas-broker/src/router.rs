@@ -67,8 +67,6 @@ pub struct Route {
 pub enum DispatchError {
     #[error("cannot decode {key:?} v{version}: {source}")]
     Decode { key: ApiKey, version: i16, source: anyhow::Error },
-    #[error("{key:?} v{version} has {extra} bytes after the request body")]
-    TrailingBytes { key: ApiKey, version: i16, extra: usize },
     #[error("cannot encode the {key:?} v{version} response: {source}")]
     Encode { key: ApiKey, version: i16, source: anyhow::Error },
     #[error("{0:?} is not handled by this broker")]
@@ -92,9 +90,12 @@ macro_rules! routes {
                         DispatchError::Decode { key: ctx.api_key, version: ctx.version, source }
                     })?;
                     if !body.is_empty() {
-                        return Err(DispatchError::TrailingBytes {
-                            key: ctx.api_key, version: ctx.version, extra: body.len(),
-                        });
+                        // NB: Kafka reads a request's fields and ignores what follows them, and
+                        // clients rely on it: librdkafka (2.16 at least) sends an all-topics
+                        // Metadata v9+ with a 4-byte array-count placeholder it never shrinks,
+                        // so 3 bytes trail the body. Refusing them closes the connection on
+                        // every Metadata refresh; Kafka 4.4 answers. So does kaas.
+                        tracing::debug!(api = ?ctx.api_key, version = ctx.version, extra = body.len(), "ignoring bytes after the request body, as Kafka does");
                     }
                     let reply = $handler(broker, &ctx, request).await;
                     finish(&ctx, reply)

@@ -14,9 +14,10 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeClusterRequest, FetchRequest, FetchResponse, MetadataRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, TopicName,
+    ApiKey, ApiVersionsRequest, DescribeClusterRequest, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
+    OffsetForLeaderEpochRequest, ProduceRequest, ResponseHeader, TopicName,
 };
+use kafka_protocol::protocol::Decodable;
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
@@ -93,6 +94,61 @@ fn incremental_fetch_sessions_answer_only_what_changed() -> TestResult {
     let close = FetchRequest::default().with_session_id(session).with_session_epoch(-1);
     assert_eq!(wire.call(12, &close)?.session_id, 0);
     assert_eq!(wire.call(12, &inc(4, vec![]))?.error_code, ResponseError::FetchSessionIdNotFound.code());
+    Ok(())
+}
+
+/// franz-go resets a session by sending its id with epoch 0 (after any session error, and on
+/// every reassignment). Kafka answers with a full fetch on a new session and closes the old
+/// one; answering INVALID_FETCH_SESSION_EPOCH made franz-go reset again, for ever.
+#[test]
+fn a_full_fetch_naming_its_old_session_gets_a_new_one() -> TestResult {
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    wire.create_topic("reset", 1)?;
+    produce(&mut wire, "reset", &["a"])?;
+    let fetch = |id: i32, epoch: i32| {
+        FetchRequest::default().with_max_wait_ms(0).with_session_id(id).with_session_epoch(epoch).with_topics(vec![
+            FetchTopic::default().with_topic(name("reset")).with_partitions(vec![fetch_partition(0)]),
+        ])
+    };
+    let first = wire.call(12, &fetch(0, 0))?;
+    assert!(first.session_id > 0);
+    assert_eq!(wire.call(12, &fetch(first.session_id, 1))?.error_code, 0);
+
+    let reset = wire.call(12, &fetch(first.session_id, 0))?;
+    assert_eq!(reset.error_code, 0, "a full fetch naming its old session was refused");
+    assert!(reset.session_id > 0 && reset.session_id != first.session_id);
+    assert_eq!(partitions(&reset), 1, "a full fetch answers every partition");
+    assert_eq!(wire.call(12, &fetch(reset.session_id, 1))?.error_code, 0);
+    assert_eq!(wire.call(12, &fetch(first.session_id, 2))?.error_code, ResponseError::FetchSessionIdNotFound.code());
+    Ok(())
+}
+
+/// The bytes librdkafka 2.16 (confluent-kafka 2.16.1) sends for an all-topics Metadata v13:
+/// its 4-byte array-count placeholder is never shrunk, so 3 bytes follow the fields. Kafka reads
+/// the fields and ignores the rest; kaas must too, and keep the connection.
+#[test]
+fn metadata_with_bytes_after_the_body_is_answered_as_kafka_does() -> TestResult {
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    wire.create_topic("visible", 1)?;
+    // Captured from confluent-kafka 2.16.1: header v2 (Metadata v13, correlation 3, client
+    // "rdkafka"), then 00 00 00 00 (the placeholder: null topics, false, false, no tags) and
+    // 01 00 00 (what librdkafka meant as allow_auto_topic_creation and the rest).
+    let captured: &[u8] = &[
+        0x00, 0x03, 0x00, 0x0d, 0x00, 0x00, 0x00, 0x03, 0x00, 0x07, b'r', b'd', b'k', b'a', b'f', b'k', b'a', 0x00, //
+        0x00, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00,
+    ];
+    for _ in 0..2 {
+        wire.send_frame(captured)?;
+        let frame = wire.read_frame()?.ok_or("the broker closed the connection instead of answering")?;
+        let mut frame = bytes::Bytes::from(frame);
+        let header = ResponseHeader::decode(&mut frame, ApiKey::Metadata.response_header_version(13))?;
+        assert_eq!(header.correlation_id, 3);
+        let response = MetadataResponse::decode(&mut frame, 13)?;
+        assert_eq!(response.brokers.len(), 1);
+        assert!(response.topics.iter().any(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == "visible")), "{response:?}");
+    }
     Ok(())
 }
 
