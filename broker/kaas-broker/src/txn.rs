@@ -196,7 +196,7 @@ impl TxnCoordinator {
         shard
             .log
             .append(&[Entry::put(id, value)])
-            .map_err(|e| TxnError::Storage(e.to_string()))
+            .map_err(|e| shard_error(&e))
     }
 
     async fn durable(shard: &TxnShard, seq: u64) -> Result<(), TxnError> {
@@ -204,7 +204,7 @@ impl TxnCoordinator {
             .log
             .wait_durable(seq)
             .await
-            .map_err(|e| TxnError::Storage(e.to_string()))
+            .map_err(|e| shard_error(&e))
     }
 
     /// InitProducerId with a transactional id: `(producer id, epoch)` once durable.
@@ -561,5 +561,14 @@ impl Broker {
                 drop(markers::spawn_completion(self.clone(), c));
             }
         }
+    }
+}
+
+/// A shard log error as the transaction coordinator reports it: a shard this broker no longer
+/// owns (handed over, or deposed by a newer owner) sends the client to the new coordinator.
+fn shard_error(e: &kaas_groups::Error) -> TxnError {
+    match e {
+        kaas_groups::Error::NotOwner | kaas_groups::Error::Fenced { .. } => TxnError::NotCoordinator,
+        other => TxnError::Storage(other.to_string()),
     }
 }

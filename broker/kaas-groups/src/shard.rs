@@ -149,12 +149,23 @@ impl ShardLog {
 
     fn load_and_own(&self, st: &mut State, epoch: i32) -> Result<Vec<Entry>> {
         let (fs, dir) = (&*self.inner.fs, &*self.inner.dir);
+        let fenced = |current| Error::Fenced { path: dir.to_owned(), requested: epoch, current };
+        let before = listing::list(fs, dir)?;
+        if epoch < before.max_epoch {
+            return Err(fenced(before.max_epoch));
+        }
+        let stamp = before.next_stamp(epoch);
+        // Claim the shard before reading it: the new log's name carries our epoch, and a
+        // deposed owner lists the directory after each fdatasync (see `durability`). Either it
+        // finds this name and acknowledges nothing more, or its bytes were durable before this
+        // name existed, and so before the load below reads them.
+        let file = create_log(fs, dir, stamp)?;
         let mut attempt = 0;
         let (listing, map) = loop {
             attempt += 1;
             let listing = listing::list(fs, dir)?;
             if epoch < listing.max_epoch {
-                return Err(Error::Fenced { path: dir.to_owned(), requested: epoch, current: listing.max_epoch });
+                return Err(fenced(listing.max_epoch));
             }
             match load(fs, dir, &listing) {
                 Ok(map) => break (listing, map),
@@ -168,10 +179,10 @@ impl ShardLog {
             // power loss before acknowledged commits live inside it.
             fs.sync_dir(groups_dir).map_err(|e| Error::io("fsync dir", groups_dir, e))?;
         }
-        let stamp = listing.next_stamp(epoch);
         st.map = map;
+        // The snapshot sorts before the (empty) log of the same stamp, so a later load replays
+        // the snapshot and then everything appended to our log.
         let snapshot_len = write_snapshot(fs, dir, stamp, &st.map)?;
-        let file = create_log(fs, dir, stamp)?;
         remove_superseded(fs, dir, &listing, stamp);
         st.owner = Some(Owner {
             epoch,
@@ -234,12 +245,21 @@ impl ShardLog {
         let (fs, dir) = (&*self.inner.fs, &*self.inner.dir);
         let listing = listing::list(fs, dir)?;
         let Some(owner) = st.owner.as_ref() else { return Err(Error::NotOwner) };
-        if listing.max_epoch > owner.epoch {
-            return Err(Error::Fenced { path: dir.to_owned(), requested: owner.epoch, current: listing.max_epoch });
+        let epoch = owner.epoch;
+        if listing.max_epoch > epoch {
+            return Err(Error::Fenced { path: dir.to_owned(), requested: epoch, current: listing.max_epoch });
         }
-        let stamp = listing.next_stamp(owner.epoch);
+        let stamp = listing.next_stamp(epoch);
         let snapshot_len = write_snapshot(fs, dir, stamp, &st.map)?;
         let file = create_log(fs, dir, stamp)?;
+        // The snapshot makes every append durable, but a new owner may have claimed the shard
+        // while we wrote it and loaded the state without it: check, as after every fdatasync.
+        if let Some(newer) = newer_epoch(fs, dir, epoch)? {
+            st.depose(dir, epoch, newer);
+            drop(st);
+            self.wake();
+            return Err(Error::Fenced { path: dir.to_owned(), requested: epoch, current: newer });
+        }
         remove_superseded(fs, dir, &listing, stamp);
         st.generation += 1;
         let Some(owner) = st.owner.as_mut() else { return Err(Error::NotOwner) };
@@ -307,12 +327,25 @@ impl State {
         }
     }
 
+    /// A newer owner's files are on the volume: nothing appended since the last check may be
+    /// acknowledged, and nothing more is accepted.
+    fn depose(&mut self, dir: &Path, epoch: i32, newer: i32) {
+        tracing::info!(dir = %dir.display(), epoch, newer, reason = "a newer owner took the shard over", "shard deposed: not acknowledging the last appends");
+        self.release();
+    }
+
     /// Drops the descriptor and the state; the shard is known by name only afterwards.
     fn release(&mut self) {
         self.owner = None;
         self.map.clear();
         self.generation += 1;
     }
+}
+
+/// The newest epoch on the volume when it is newer than `epoch` (this owner was deposed).
+fn newer_epoch(fs: &dyn kaas_shared::fs::Fs, dir: &Path, epoch: i32) -> Result<Option<i32>> {
+    let max = listing::list(fs, dir)?.max_epoch;
+    Ok((max > epoch).then_some(max))
 }
 
 fn entries(map: &BTreeMap<String, Vec<u8>>) -> Vec<Entry> {

@@ -2,6 +2,12 @@
 //! durability up to a sequence number, and at most one fdatasync per shard runs at a time, off
 //! the executor, covering every append made before it started. A failed fsync poisons the log
 //! (the kernel may have dropped the dirty pages) until the next take-over reloads it.
+//!
+//! After each fdatasync the owner lists the shard directory before it acknowledges: a new
+//! owner creates its log (named with its epoch) before it reads the shard, so an owner that
+//! finds a newer epoch has been deposed and its last appends may be missing from the state the
+//! new owner loaded. It acknowledges nothing and gives the shard up. An owner that finds no
+//! newer epoch knows any new owner will read the shard after these bytes were durable.
 
 use std::sync::Arc;
 
@@ -16,6 +22,8 @@ struct SyncJob {
     file: Arc<dyn File>,
     /// The newest append when the job started: durable once it succeeds.
     upto: u64,
+    /// The owner's epoch.
+    epoch: i32,
 }
 
 impl ShardLog {
@@ -55,7 +63,7 @@ impl State {
             return None;
         }
         owner.sync_in_flight = true;
-        Some(SyncJob { generation, file: owner.file.clone(), upto: owner.appended })
+        Some(SyncJob { generation, file: owner.file.clone(), upto: owner.appended, epoch: owner.epoch })
     }
 }
 
@@ -76,15 +84,25 @@ fn run_sync(inner: &Inner, mut job: SyncJob) {
         // commit is acknowledged only after this returns, so neither a broker crash nor a power
         // loss can take back an acknowledged offset.
         let result = job.file.sync_data();
+        let newer = result.as_ref().ok().map(|()| super::newer_epoch(&*inner.fs, &inner.dir, job.epoch));
         let mut st = inner.state.lock();
         if st.generation != job.generation {
             return; // A compaction or role change made this job moot (and woke the waiters).
         }
+        if let Some(Ok(Some(newer))) = newer {
+            st.depose(&inner.dir, job.epoch, newer);
+            inner.synced.send_replace(0);
+            return;
+        }
         let Some(owner) = st.owner.as_mut() else { return };
         owner.sync_in_flight = false;
-        match result {
-            Ok(()) => owner.synced = owner.synced.max(job.upto),
-            Err(e) => {
+        match (result, newer) {
+            (Ok(()), Some(Err(e))) => {
+                tracing::error!(error = %e, "listing the group shard after fdatasync failed; refusing commits until the next take-over");
+                owner.poisoned = Some(format!("listing after fdatasync failed: {e}"));
+            }
+            (Ok(()), _) => owner.synced = owner.synced.max(job.upto),
+            (Err(e), _) => {
                 tracing::error!(error = %e, "group log fdatasync failed; refusing commits until the next take-over");
                 owner.poisoned = Some(format!("fdatasync failed: {e}"));
             }

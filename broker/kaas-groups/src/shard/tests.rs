@@ -73,9 +73,13 @@ fn lower_epochs_are_fenced_and_a_zombie_cannot_leak_in() {
         assert!(matches!(new.take_over(0), Err(Error::Fenced { current: 1, .. })));
         assert_eq!(map(new.take_over(2).unwrap())["k"], b"old");
 
-        // The deposed owner does not know yet and keeps appending to its own (dead) log.
+        // The deposed owner does not know yet and keeps appending to its own (dead) log. Its
+        // fdatasync succeeds, but the new owner's files are on the volume: it must not
+        // acknowledge (the new owner may have loaded the shard before these bytes landed).
         let late = old.append(&[Entry::put("k", b"zombie".to_vec())]).unwrap();
-        let _ = rt.block_on(old.wait_durable(late));
+        assert!(rt.block_on(old.wait_durable(late)).is_err(), "a deposed owner acknowledged an append");
+        assert_eq!(old.epoch(), None, "a deposed owner gives the shard up");
+        assert!(matches!(old.append(&[Entry::put("k", vec![])]), Err(Error::NotOwner)));
         let s = new.append(&[Entry::put("k", b"new".to_vec())]).unwrap();
         rt.block_on(new.wait_durable(s)).unwrap();
         // Its relinquish sees the newer epoch and persists nothing.
@@ -84,6 +88,31 @@ fn lower_epochs_are_fenced_and_a_zombie_cannot_leak_in() {
         let third = ShardLog::open(fs.clone(), dir).unwrap();
         assert_eq!(map(third.take_over(3).unwrap())["k"], b"new");
     });
+}
+
+#[test]
+fn a_deposed_owners_compaction_acknowledges_nothing() {
+    let mem = Arc::new(MemFs::new());
+    let fs: FsRef = mem.clone();
+    let dir = Path::new("/v/__cluster/groups/0003");
+    let rt = runtime();
+    let old = ShardLog::open(fs.clone(), dir).unwrap();
+    old.take_over(1).unwrap();
+    let late = old.append(&[Entry::put("k", b"zombie".to_vec())]).unwrap();
+    // The compaction passes its epoch check and is held writing its snapshot; meanwhile a new
+    // owner claims the shard (its log, named with epoch 2, is what a take-over creates first).
+    mem.hold_dir_syncs(true);
+    std::thread::scope(|s| {
+        let compacting = s.spawn(|| old.compact());
+        mem.wait_for_held_dir_syncs(1);
+        fs.open(&dir.join(group_file_name(2, 0, GroupFileKind::Log).unwrap()), OpenMode::CreateNew).unwrap();
+        mem.hold_dir_syncs(false);
+        let compacted = compacting.join().unwrap();
+        assert!(matches!(compacted, Err(Error::Fenced { requested: 1, current: 2, .. })), "{compacted:?}");
+    });
+    // The snapshot would have made `late` durable; it is not acknowledged.
+    assert!(rt.block_on(old.wait_durable(late)).is_err(), "a deposed owner acknowledged an append");
+    assert_eq!(old.epoch(), None);
 }
 
 #[test]
