@@ -10,6 +10,7 @@ pub mod atomic_file;
 #[cfg(feature = "crd")]
 pub mod crd;
 pub mod brokers;
+pub mod epochs;
 pub mod fs;
 pub mod identity;
 pub mod layout;

@@ -2,7 +2,9 @@
 //!
 //! Sticky (a leader on an eligible broker keeps its partitions), even (loads differ by at most
 //! one), minimal (only as many moves as evening out needs), and every move raises the
-//! partition's leader epoch, so epochs only grow. Draining brokers are not eligible.
+//! partition's leader epoch, so epochs only grow. Draining brokers are not eligible. An item
+//! the previous placement does not have (a new topic, a lost assignment, a topic that dropped
+//! out of one assignment) starts one above the newest epoch stored on the volume for it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,10 +35,50 @@ pub struct ShardCounts {
     pub transactions: u32,
 }
 
+/// The newest epoch on the volume of an item the previous placement does not have (-1 for
+/// none). `None` when it cannot be read now: the item is left out of this placement and
+/// placed by a later one, never at an epoch its take-over would refuse.
+pub trait StoredEpochs {
+    fn partition(&self, topic: &str, partition: i32) -> Option<i32>;
+    fn group_shard(&self, shard: u32) -> Option<i32>;
+    fn txn_shard(&self, shard: u32) -> Option<i32>;
+}
+
+/// A volume with nothing on it yet.
+#[derive(Debug, Clone, Copy)]
+pub struct NothingStored;
+
+impl StoredEpochs for NothingStored {
+    fn partition(&self, _: &str, _: i32) -> Option<i32> {
+        Some(-1)
+    }
+    fn group_shard(&self, _: u32) -> Option<i32> {
+        Some(-1)
+    }
+    fn txn_shard(&self, _: u32) -> Option<i32> {
+        Some(-1)
+    }
+}
+
+/// Where an item was before this placement.
+#[derive(Debug, Clone, Copy)]
+enum Previous {
+    Placed { owner: i32, epoch: i32 },
+    /// Not in the previous placement; the newest epoch stored for it.
+    Unplaced { stored_epoch: i32 },
+}
+
 /// Places every partition of `topics`, every group shard and every transaction shard on
 /// `alive` minus `draining` (or on the draining ones, if nothing else is alive), starting from
-/// `previous`.
-pub fn balance(previous: &Placement, topics: &[TopicInfo], alive: &BTreeSet<i32>, draining: &BTreeSet<i32>, shards: ShardCounts) -> Placement {
+/// `previous`; `stored` gives the epoch floor of items `previous` does not place.
+pub fn balance(
+    previous: &Placement,
+    topics: &[TopicInfo],
+    alive: &BTreeSet<i32>,
+    draining: &BTreeSet<i32>,
+    shards: ShardCounts,
+    stored: &dyn StoredEpochs,
+) -> Placement {
     let mut eligible: BTreeSet<i32> = alive.difference(draining).copied().collect();
     if eligible.is_empty() {
         eligible = alive.clone();
@@ -45,51 +87,65 @@ pub fn balance(previous: &Placement, topics: &[TopicInfo], alive: &BTreeSet<i32>
         // Nobody to place anything on: keep what was, never an empty assignment.
         return previous.clone();
     }
-    let mut wanted: Vec<(String, Uuid)> = Vec::new();
+    let mut wanted = Vec::new();
     for topic in topics {
         for p in 0..topic.partitions {
-            wanted.push((names::partition_key(&topic.name, p), topic.id));
+            let key = names::partition_key(&topic.name, p);
+            let prev = match previous.partitions.get(&key).filter(|a| a.topic_id == topic.id) {
+                Some(a) => Previous::Placed { owner: a.leader, epoch: a.leader_epoch },
+                None => match stored.partition(&topic.name, p) {
+                    Some(stored_epoch) => Previous::Unplaced { stored_epoch },
+                    None => continue,
+                },
+            };
+            wanted.push((key, prev, topic.id));
         }
     }
-    let partitions = place(
-        &eligible,
-        wanted.into_iter().map(|(key, id)| {
-            let prev = previous.partitions.get(&key).filter(|p| p.topic_id == id).map(|p| (p.leader, p.leader_epoch));
-            (key, prev, id)
-        }),
-    )
-    .into_iter()
-    .map(|(key, (leader, epoch, id))| (key, PartitionAssignment { topic_id: id, leader, leader_epoch: epoch }))
-    .collect();
-    let consumer_groups = place_shards(&eligible, &previous.consumer_groups, shards.groups);
-    let transactions = place_shards(&eligible, &previous.transactions, shards.transactions);
+    let partitions = place(&eligible, wanted.into_iter())
+        .into_iter()
+        .map(|(key, (leader, epoch, id))| (key, PartitionAssignment { topic_id: id, leader, leader_epoch: epoch }))
+        .collect();
+    let consumer_groups = place_shards(&eligible, &previous.consumer_groups, shards.groups, |s| stored.group_shard(s));
+    let transactions = place_shards(&eligible, &previous.transactions, shards.transactions, |s| stored.txn_shard(s));
     Placement { partitions, consumer_groups, transactions }
 }
 
 /// Shards `0..count`, each on its previous coordinator when eligible.
-fn place_shards(eligible: &BTreeSet<i32>, previous: &BTreeMap<u32, ShardAssignment>, count: u32) -> BTreeMap<u32, ShardAssignment> {
-    place(eligible, (0..count).map(|shard| (shard, previous.get(&shard).map(|s| (s.coordinator, s.epoch)), ())))
+fn place_shards(
+    eligible: &BTreeSet<i32>,
+    previous: &BTreeMap<u32, ShardAssignment>,
+    count: u32,
+    stored: impl Fn(u32) -> Option<i32>,
+) -> BTreeMap<u32, ShardAssignment> {
+    let items = (0..count).filter_map(|shard| {
+        let prev = match previous.get(&shard) {
+            Some(s) => Previous::Placed { owner: s.coordinator, epoch: s.epoch },
+            None => Previous::Unplaced { stored_epoch: stored(shard)? },
+        };
+        Some((shard, prev, ()))
+    });
+    place(eligible, items)
         .into_iter()
         .map(|(shard, (coordinator, epoch, ()))| (shard, ShardAssignment { coordinator, epoch }))
         .collect()
 }
 
-/// The generic sticky, even placement: items with their previous (owner, epoch).
+/// The generic sticky, even placement: items with where they were before.
 fn place<K: Ord + Clone, X: Clone>(
     eligible: &BTreeSet<i32>,
-    items: impl Iterator<Item = (K, Option<(i32, i32)>, X)>,
+    items: impl Iterator<Item = (K, Previous, X)>,
 ) -> BTreeMap<K, (i32, i32, X)> {
     let mut load: BTreeMap<i32, usize> = eligible.iter().map(|b| (*b, 0)).collect();
     let mut placed: BTreeMap<K, (i32, i32, X)> = BTreeMap::new();
     let mut homeless = Vec::new();
     for (key, prev, extra) in items {
         match prev {
-            Some((owner, epoch)) if eligible.contains(&owner) => {
+            Previous::Placed { owner, epoch } if eligible.contains(&owner) => {
                 *load.entry(owner).or_default() += 1;
                 placed.insert(key, (owner, epoch, extra));
             }
-            Some((_, epoch)) => homeless.push((key, epoch.saturating_add(1), extra)),
-            None => homeless.push((key, 0, extra)),
+            Previous::Placed { epoch, .. } => homeless.push((key, epoch.saturating_add(1), extra)),
+            Previous::Unplaced { stored_epoch } => homeless.push((key, stored_epoch.saturating_add(1).max(0), extra)),
         }
     }
     for (key, epoch, extra) in homeless {
@@ -146,7 +202,7 @@ mod tests {
 
     #[test]
     fn even_across_alive_brokers() {
-        let p = balance(&Placement::default(), &[topic("a", 7), topic("bb", 5)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(16));
+        let p = balance(&Placement::default(), &[topic("a", 7), topic("bb", 5)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(16), &NothingStored);
         assert_eq!(p.partitions.len(), 12);
         assert!(loads(&p).values().all(|l| *l == 4), "{:?}", loads(&p));
         assert!(p.partitions.values().all(|a| a.leader_epoch == 0));
@@ -158,8 +214,8 @@ mod tests {
 
     #[test]
     fn sticky_and_minimal_when_a_broker_joins() {
-        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1]), &BTreeSet::new(), counts(0));
-        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(0));
+        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1]), &BTreeSet::new(), counts(0), &NothingStored);
+        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(0), &NothingStored);
         let moved: Vec<_> = before.partitions.iter().filter(|(k, a)| after.partitions[*k].leader != a.leader).collect();
         assert_eq!(moved.len(), 2, "exactly the moves that even 3/3 out to 2/2/2");
         for (k, a) in &moved {
@@ -172,8 +228,8 @@ mod tests {
 
     #[test]
     fn dead_and_draining_brokers_lose_everything_and_epochs_grow() {
-        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(4));
-        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &brokers(&[1]), counts(4));
+        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(4), &NothingStored);
+        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &brokers(&[1]), counts(4), &NothingStored);
         assert!(after.partitions.values().all(|a| a.leader != 1));
         assert!(after.consumer_groups.values().all(|s| s.coordinator != 1));
         assert!(after.transactions.values().all(|s| s.coordinator != 1));
@@ -181,7 +237,7 @@ mod tests {
             let was = before.transactions[shard];
             assert!(s.epoch == was.epoch || (s.epoch > was.epoch && was.coordinator == 1), "only moved shards change epoch");
         }
-        let dead = balance(&after, &[topic("a", 6)], &brokers(&[0]), &BTreeSet::new(), counts(4));
+        let dead = balance(&after, &[topic("a", 6)], &brokers(&[0]), &BTreeSet::new(), counts(4), &NothingStored);
         assert!(dead.partitions.values().all(|a| a.leader == 0));
         for (k, a) in &dead.partitions {
             assert!(a.leader_epoch >= before.partitions[k].leader_epoch);
@@ -190,15 +246,47 @@ mod tests {
 
     #[test]
     fn never_empty_and_new_incarnations_start_over() {
-        let before = balance(&Placement::default(), &[topic("a", 2)], &brokers(&[0]), &BTreeSet::new(), counts(1));
-        assert_eq!(balance(&before, &[topic("a", 2)], &BTreeSet::new(), &BTreeSet::new(), counts(1)), before);
+        let before = balance(&Placement::default(), &[topic("a", 2)], &brokers(&[0]), &BTreeSet::new(), counts(1), &NothingStored);
+        assert_eq!(balance(&before, &[topic("a", 2)], &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored), before);
         // Everyone draining: they keep leading rather than nobody.
-        let all_draining = balance(&before, &[topic("a", 2)], &brokers(&[0]), &brokers(&[0]), counts(1));
+        let all_draining = balance(&before, &[topic("a", 2)], &brokers(&[0]), &brokers(&[0]), counts(1), &NothingStored);
         assert_eq!(all_draining, before);
         // A recreated topic (new id) is placed afresh at epoch 0; a deleted one disappears.
         let recreated = TopicInfo { id: Uuid::from_u128(99), ..topic("a", 2) };
-        let p = balance(&before, &[recreated], &brokers(&[0]), &BTreeSet::new(), counts(1));
+        let p = balance(&before, &[recreated], &brokers(&[0]), &BTreeSet::new(), counts(1), &NothingStored);
         assert!(p.partitions.values().all(|a| a.topic_id == Uuid::from_u128(99) && a.leader_epoch == 0));
-        assert!(balance(&before, &[], &brokers(&[0]), &BTreeSet::new(), counts(1)).partitions.is_empty());
+        assert!(balance(&before, &[], &brokers(&[0]), &BTreeSet::new(), counts(1), &NothingStored).partitions.is_empty());
+    }
+
+    /// Epochs on the volume from an earlier life of the cluster; partition 1 cannot be read.
+    #[derive(Debug)]
+    struct Stored;
+
+    impl StoredEpochs for Stored {
+        fn partition(&self, _: &str, partition: i32) -> Option<i32> {
+            (partition != 1).then_some(4)
+        }
+        fn group_shard(&self, shard: u32) -> Option<i32> {
+            Some(shard as i32)
+        }
+        fn txn_shard(&self, _: u32) -> Option<i32> {
+            Some(-1)
+        }
+    }
+
+    #[test]
+    fn an_unplaced_item_starts_above_the_epoch_on_the_volume() {
+        // A lost assignment.json (or a topic that dropped out of one): nothing previous.
+        let p = balance(&Placement::default(), &[topic("a", 3)], &brokers(&[0, 1]), &BTreeSet::new(), counts(3), &Stored);
+        let epochs: Vec<(String, i32)> = p.partitions.iter().map(|(k, a)| (k.clone(), a.leader_epoch)).collect();
+        assert_eq!(epochs, [(names::partition_key("a", 0), 5), (names::partition_key("a", 2), 5)], "partition 1 waits for a readable volume");
+        assert_eq!(p.consumer_groups.values().map(|s| s.epoch).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(p.transactions.values().all(|s| s.epoch == 0));
+        // Once placed, the previous placement is the authority: no volume read, no epoch change.
+        let again = balance(&p, &[topic("a", 3)], &brokers(&[0, 1]), &BTreeSet::new(), counts(3), &NothingStored);
+        for (k, a) in &p.partitions {
+            assert_eq!(again.partitions[k], *a);
+        }
+        assert_eq!(again.partitions[&names::partition_key("a", 1)].leader_epoch, 0);
     }
 }

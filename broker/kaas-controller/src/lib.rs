@@ -15,6 +15,7 @@ pub mod heartbeat_client;
 pub mod heartbeat_server;
 pub mod lease;
 pub mod mirror;
+pub mod stored_epochs;
 pub mod topics;
 
 /// Code generated from proto/heartbeat.proto.
