@@ -82,8 +82,34 @@ impl Controller {
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         let mut won_at: Option<Instant> = None;
         let mut last_recompute = Instant::now() - self.config.recompute_interval;
+        // When this broker last renewed the Lease it holds (tokio's clock: tests pause it).
+        let mut renewed_at: Option<tokio::time::Instant> = None;
         loop {
-            match self.lease_round().await {
+            let round_started = tokio::time::Instant::now();
+            // NB: an API server that hangs is as unreachable as one that fails; the round may
+            // not outlast the renew deadline.
+            let round = match tokio::time::timeout(self.renew_deadline(), self.lease_round()).await {
+                Ok(result) => result,
+                Err(_) => Err(crate::Error::Lease(format!("no answer from the Lease store within {:?}", self.renew_deadline()))),
+            };
+            match &round {
+                Ok(Role::Controller { .. }) => renewed_at = Some(round_started),
+                Ok(Role::Follower) => renewed_at = None,
+                Err(_) => {
+                    if let (Role::Controller { epoch }, Some(at)) = (self.hub.role(), renewed_at)
+                        && at.elapsed() >= self.renew_deadline()
+                    {
+                        // client-go's renew-deadline rule: give the role up before the Lease can
+                        // expire and be taken, so two controllers never act at once. Heartbeats
+                        // go unacknowledged from now on, and this broker fences on schedule.
+                        warn!(epoch, deadline = ?self.renew_deadline(), reason = "cannot renew the controller lease", "stepping down as controller");
+                        self.hub.set_role(Role::Follower);
+                        renewed_at = None;
+                        won_at = None;
+                    }
+                }
+            }
+            match round {
                 Ok(Role::Controller { epoch }) => {
                     let first = won_at.is_none();
                     let won = *won_at.get_or_insert_with(Instant::now);
@@ -104,6 +130,13 @@ impl Controller {
             }
         }
         self.release().await;
+    }
+
+    /// How long a controller may go without renewing the Lease before it steps down: two
+    /// thirds of the Lease duration (client-go's 10 s of 15 s), so it has given the role up well
+    /// before another broker may take the Lease over.
+    fn renew_deadline(&self) -> Duration {
+        self.config.lease_duration * 2 / 3
     }
 
     /// Reads the Lease, acts on it, and publishes the outcome.
@@ -193,7 +226,8 @@ impl Controller {
             consumer_groups: previous.consumer_groups.clone(),
             transactions: previous.transactions.clone(),
         };
-        let placement = balancer::balance(&before, &topics, &alive, &draining, self.config.shards);
+        let stored = crate::stored_epochs::VolumeEpochs { fs: &self.fs, layout: &self.layout };
+        let placement = balancer::balance(&before, &topics, &alive, &draining, self.config.shards, &stored);
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
             .iter()
             .filter(|id| !draining.contains(id) || placement.partitions.values().any(|p| p.leader == **id))
