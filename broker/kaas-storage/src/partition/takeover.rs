@@ -11,6 +11,10 @@ use crate::scan::{BIG_CHUNK, Scanner, Step};
 use crate::segment::Segment;
 use crate::{Error, Result, control, manifest, producer_snapshot};
 
+/// A take-over whose claim keeps being overwritten gives up after this many tries (and is
+/// retried by its driver); each overwrite needs a deposed leader's DeleteRecords.
+const CLAIM_ATTEMPTS: usize = 5;
+
 /// What a take_over found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TakeoverReport {
@@ -38,6 +42,7 @@ impl Partition {
     /// epoch already led is a no-op; a higher epoch while leading re-runs the whole procedure.
     pub fn take_over(&self, leader_epoch: i32) -> Result<TakeoverReport> {
         let mut st = self.lock();
+        let unsynced_tail = st.unsynced_tail_after_failure();
         match st.role {
             Role::Abandoned => return Err(Error::Abandoned),
             Role::Leader if leader_epoch == st.leader_epoch && st.poisoned.is_none() => {
@@ -51,18 +56,32 @@ impl Partition {
             }
             _ => st.release(Role::Follower),
         }
-        let result = self.recover_and_lead(&mut st, leader_epoch);
-        if result.is_err() {
+        let mut attempts = 0;
+        let result = loop {
+            attempts += 1;
+            match self.recover_and_lead(&mut st, leader_epoch, unsynced_tail) {
+                Err(Error::ClaimOverwritten { epoch, found }) if attempts < CLAIM_ATTEMPTS => {
+                    tracing::info!(dir = %self.shared.dir.display(), epoch, found, "take-over claim overwritten by a deposed leader; claiming again");
+                    st.release(Role::Follower);
+                }
+                result => break result,
+            }
+        };
+        if let Err(e) = &result {
             st.release(Role::Follower);
+            // Kept as the reason this partition is offline (storage_failure), until a
+            // take-over succeeds.
+            st.poisoned = Some(format!("take-over at epoch {leader_epoch} failed: {e}"));
         }
         drop(st);
         self.wake();
         result
     }
 
-    fn recover_and_lead(&self, st: &mut State, epoch: i32) -> Result<TakeoverReport> {
+    fn recover_and_lead(&self, st: &mut State, epoch: i32, unsynced_tail: Option<UnsyncedTail>) -> Result<TakeoverReport> {
         let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
         let config = self.config();
+        self.shared.check_incarnation()?;
         let manifest = manifest::read(fs, dir)?;
         let listing = listing::list(fs, dir)?;
         let previous_epoch = listing.max_epoch.max(manifest.map_or(-1, |m| m.epoch));
@@ -84,6 +103,9 @@ impl Partition {
                 log_start_offset: manifest.map_or(0, |m| m.log_start_offset),
             };
             manifest::write(fs, dir, &claim)?;
+        }
+        if let Some(tail) = unsynced_tail {
+            tail.drop_from(fs, dir)?;
         }
         // Listed again: the deposed leader may have rolled a segment since the first look.
         let listing = listing::list(fs, dir)?;
@@ -121,6 +143,21 @@ impl Partition {
         st.role = Role::Leader;
         st.restore_producers(&self.shared)?;
         st.roll_for_epoch(&self.shared, epoch)?;
+        // A deposed leader's DeleteRecords may have renamed its manifest over our claim while
+        // we read the log, and then acknowledged appends we did not read. Our new segment's
+        // name now carries the epoch for good (that leader checks segment names once it has
+        // rewritten the manifest); if the claim is gone, start over from the claim, with the
+        // empty segment removed so the next read sees every byte it acknowledged.
+        let found = manifest::read(fs, dir)?.map_or(-1, |m| m.epoch);
+        if found != epoch {
+            if st.segments.last().is_some_and(|s| s.epoch == epoch && s.size == 0)
+                && let Some(mut newest) = st.segments.pop()
+            {
+                newest.unlink(fs, dir)?;
+            }
+            return Err(Error::ClaimOverwritten { epoch, found });
+        }
+        st.rewrote_manifest = false;
         manifest::write(fs, dir, &st.manifest())?;
         let removed = listing.garbage.len();
         Ok(st.report(
@@ -130,6 +167,58 @@ impl Partition {
             truncated,
             removed,
         ))
+    }
+}
+
+/// The part of this leader's newest segment written after its last good fdatasync, when a
+/// write or fdatasync has failed since (the partition is poisoned).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UnsyncedTail {
+    epoch: i32,
+    base_offset: i64,
+    synced: u64,
+    size: u64,
+}
+
+impl State {
+    /// fsyncgate: after a failed fdatasync the kernel may have marked the dirty pages clean
+    /// without writing them, so this process's page cache can hold bytes the disk (or the NFS
+    /// server) never got. Re-reading them at take-over would serve records that can vanish
+    /// later. Nothing written since the last good fdatasync was acknowledged, so it is dropped.
+    fn unsynced_tail_after_failure(&self) -> Option<UnsyncedTail> {
+        if self.role != Role::Leader || self.poisoned.is_none() {
+            return None;
+        }
+        let newest = self.segments.last()?;
+        (newest.epoch == self.leader_epoch && newest.synced < newest.size).then_some(UnsyncedTail {
+            epoch: newest.epoch,
+            base_offset: newest.base_offset,
+            synced: newest.synced,
+            size: newest.size,
+        })
+    }
+}
+
+impl UnsyncedTail {
+    /// Truncates the segment to its last synced length. Called only after this take-over has
+    /// claimed its epoch (at or above the one that wrote the segment, which was this broker's):
+    /// no other leader writes the segment, and the bytes cut were never acknowledged (the high
+    /// watermark is the fsynced end). Idempotent.
+    fn drop_from(&self, fs: &dyn Fs, dir: &std::path::Path) -> Result<()> {
+        let path = Segment::from_stat(self.epoch, self.base_offset, 0).path(dir, SegmentFileKind::Log)?;
+        let file = match fs.open(&path, OpenMode::ReadWrite) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("open", path, e)),
+        };
+        let len = file.len().map_err(|e| Error::io("stat", &path, e))?;
+        if len > self.synced {
+            file.set_len(self.synced).map_err(|e| Error::io("truncate", &path, e))?;
+            // fdatasync the truncation: a crash must not bring the dropped bytes back.
+            file.sync_data().map_err(|e| Error::io("fdatasync", &path, e))?;
+            tracing::warn!(dir = %dir.display(), epoch = self.epoch, segment = self.base_offset, kept = self.synced, dropped = len - self.synced, written = self.size, reason = "a write or fdatasync failed", "dropping what was written after the last good fdatasync");
+        }
+        Ok(())
     }
 }
 
