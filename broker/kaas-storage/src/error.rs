@@ -39,6 +39,15 @@ pub enum Error {
         /// The partition's epoch.
         current: i32,
     },
+    /// A take-over's epoch claim in manifest.json was overwritten before the take-over ended (a
+    /// deposed leader's DeleteRecords); the take-over starts again.
+    #[error("the claim of epoch {epoch} in manifest.json was overwritten (found epoch {found})")]
+    ClaimOverwritten {
+        /// The epoch being taken over.
+        epoch: i32,
+        /// The epoch the manifest carries instead.
+        found: i32,
+    },
     /// An offset outside `[logStartOffset, highWatermark]` (Kafka `OFFSET_OUT_OF_RANGE`).
     #[error("offset {offset} is outside [{log_start_offset}, {high_watermark}]")]
     OffsetOutOfRange {

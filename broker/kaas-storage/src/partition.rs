@@ -33,6 +33,18 @@ pub struct Partition {
     shared: Arc<Shared>,
 }
 
+impl Shared {
+    /// Seed 000: a deleted and recreated topic gets a fresh directory at the same path, and a
+    /// partition of the dead incarnation (a leader that has not yet heard of the delete) must
+    /// never write into it. Every write by path (the take-over claim, a roll, DeleteRecords,
+    /// the hand-over's manifest and producer snapshot) checks the topic directory's identity
+    /// stamp first; writes through open descriptors land in the old incarnation's files.
+    fn check_incarnation(&self) -> Result<()> {
+        let topic_dir = self.dir.parent().unwrap_or(&self.dir);
+        Ok(kaas_shared::identity::verify(&*self.fs, topic_dir, self.topic_id)?)
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     fs: FsRef,
@@ -63,6 +75,11 @@ struct State {
     high_watermark: i64,
     /// Set after a failed write or fsync: the log refuses writes until the next take_over.
     poisoned: Option<String>,
+    /// This leader rewrote manifest.json after its take-over claim (DeleteRecords). A newer
+    /// leader's claim may have been overwritten by that rename, so deposition is then also
+    /// checked by the segment names (a new leader's segment carries its epoch and cannot be
+    /// overwritten).
+    rewrote_manifest: bool,
     producers: ProducerStates,
     /// Bumped by every role change, so a sync started under an older role changes nothing.
     generation: u64,
@@ -81,7 +98,16 @@ impl Partition {
     ) -> Result<Partition> {
         fs.create_dir_all(&dir)
             .map_err(|e| Error::io("mkdir", &dir, e))?;
-        let listing = listing::list(&*fs, &dir)?;
+        // NB: a directory that cannot be listed as a log (a stray file, an I/O error) costs
+        // this partition, never the broker: it opens unusable, with the reason, and every
+        // take-over re-lists it, so it serves again once the directory is fixed.
+        let (listing, unusable) = match listing::list(&*fs, &dir) {
+            Ok(listing) => (listing, None),
+            Err(e) => {
+                tracing::error!(dir = %dir.display(), error = %e, "partition directory is not a readable log; the partition stays offline until it is fixed");
+                (listing::Listing::empty(), Some(format!("unusable partition directory: {e}")))
+            }
+        };
         let first = listing.segments.first().map_or(0, |s| s.base_offset);
         let last = listing.segments.last().map_or(0, |s| s.base_offset);
         let state = State {
@@ -91,7 +117,8 @@ impl Partition {
             log_start_offset: first,
             log_end_offset: last,
             high_watermark: last,
-            poisoned: None,
+            poisoned: unusable,
+            rewrote_manifest: false,
             producers: ProducerStates::default(),
             generation: 0,
             sync_in_flight: false,
@@ -125,8 +152,9 @@ impl Partition {
         self.shared.topic_id
     }
 
-    /// Why this partition refuses writes after a failed write or fsync, if it does; a new
-    /// take_over (at the same epoch) re-runs recovery and clears it once the volume works.
+    /// Why this partition refuses writes (a failed write or fsync, a directory that is not a
+    /// readable log, a failed take-over), if it does; a new take_over (at the same epoch)
+    /// re-runs recovery and clears it once the volume works.
     pub fn storage_failure(&self) -> Option<String> {
         self.lock().poisoned.clone()
     }
@@ -234,6 +262,7 @@ impl Partition {
 
     fn persist_for_handover(&self, st: &mut State) -> Result<()> {
         let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
+        self.shared.check_incarnation()?;
         let on_disk = manifest::read(fs, dir)?;
         if on_disk.is_some_and(|m| m.epoch > st.leader_epoch) {
             tracing::info!(dir = %dir.display(), epoch = st.leader_epoch, "superseded by a newer leader; relinquishing without persisting");

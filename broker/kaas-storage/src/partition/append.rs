@@ -221,12 +221,12 @@ impl State {
     /// current epoch. Also writes the producer snapshot (its offset is the new base).
     pub(super) fn roll(&mut self, shared: &Shared) -> Result<()> {
         let (fs, dir) = (&*shared.fs, &*shared.dir);
+        shared.check_incarnation()?;
         let base = self.log_end_offset;
         // A deposed leader learns it here at the latest: rolling would write a producer
         // snapshot over the new leader's.
-        if let Some(current) = crate::manifest::read(fs, dir)?
-            .map(|m| m.epoch)
-            .filter(|&e| e > self.leader_epoch)
+        if let Some(current) =
+            super::durability::newer_epoch_on_disk(shared, self.leader_epoch, self.rewrote_manifest)?
         {
             return Err(Error::FencedLeaderEpoch {
                 requested: self.leader_epoch,

@@ -29,6 +29,8 @@ struct SyncJob {
     end_offset: i64,
     /// The leader epoch the bytes were written under.
     epoch: i32,
+    /// Whether deposition must also be checked by segment names (see `State::rewrote_manifest`).
+    list_segments: bool,
 }
 
 impl Partition {
@@ -64,6 +66,26 @@ impl Partition {
     }
 }
 
+impl Partition {
+    /// Starts a sync covering `last_offset` without waiting for it. An acks=0 produce has no
+    /// waiter, and without this its records would stay invisible (the high watermark is the
+    /// fsynced end) until some later acknowledged produce synced the log. Shares the group
+    /// commit: a round in flight picks this up when it finishes.
+    pub fn sync_soon(&self, last_offset: i64) {
+        let job = {
+            let mut st = self.lock();
+            if st.high_watermark > last_offset || st.require_writable().is_err() {
+                return;
+            }
+            st.sync_wanted = st.sync_wanted.max(last_offset);
+            st.plan_sync()
+        };
+        if let Some(job) = job {
+            spawn_sync(self.shared.clone(), job);
+        }
+    }
+}
+
 fn spawn_sync(shared: Arc<Shared>, job: SyncJob) {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => {
@@ -82,7 +104,7 @@ fn run_sync(shared: &Shared, mut job: SyncJob) {
         // visible to consumers only after this returns, so a crash or power loss can never
         // take back an acknowledged or consumed record.
         let result = job.files.iter().try_for_each(|(_, f, _)| f.sync_data());
-        let newer = result.as_ref().ok().map(|()| newer_epoch_on_disk(shared, job.epoch));
+        let newer = result.as_ref().ok().map(|()| newer_epoch_on_disk(shared, job.epoch, job.list_segments));
         let mut st = shared.state.lock();
         if st.generation != job.generation {
             return; // The role changed while we synced: nothing here belongs to it.
@@ -130,6 +152,7 @@ impl State {
             files: self.unsynced_files(),
             end_offset: self.log_end_offset,
             epoch: self.leader_epoch,
+            list_segments: self.rewrote_manifest,
         })
     }
 
@@ -153,7 +176,7 @@ impl State {
                 seg.synced = seg.synced.max(size);
             }
         }
-        if let Some(newer) = newer_epoch_on_disk(shared, self.leader_epoch)? {
+        if let Some(newer) = newer_epoch_on_disk(shared, self.leader_epoch, self.rewrote_manifest)? {
             return Err(Error::FencedLeaderEpoch { requested: self.leader_epoch, current: newer });
         }
         self.high_watermark = self.log_end_offset;
@@ -162,8 +185,13 @@ impl State {
     }
 }
 
-/// The epoch in the partition's manifest when it is newer than `epoch` (we were deposed).
-fn newer_epoch_on_disk(shared: &Shared, epoch: i32) -> Result<Option<i32>> {
-    let on_disk = crate::manifest::read(&*shared.fs, &shared.dir)?;
-    Ok(on_disk.map(|m| m.epoch).filter(|e| *e > epoch))
+/// The newest epoch on the volume when it is newer than `epoch` (we were deposed): the
+/// manifest's, and with `list_segments` also the newest in segment names.
+pub(super) fn newer_epoch_on_disk(shared: &Shared, epoch: i32, list_segments: bool) -> Result<Option<i32>> {
+    let on_disk = if list_segments {
+        kaas_shared::epochs::stored_partition_epoch(&*shared.fs, &shared.dir)?
+    } else {
+        crate::manifest::read(&*shared.fs, &shared.dir)?.map_or(-1, |m| m.epoch)
+    };
+    Ok((on_disk > epoch).then_some(on_disk))
 }

@@ -22,6 +22,13 @@ pub(super) struct Listing {
     pub(super) max_epoch: i32,
 }
 
+impl Listing {
+    /// No log at all (a directory that could not be listed).
+    pub(super) fn empty() -> Listing {
+        Listing { segments: Vec::new(), garbage: Vec::new(), max_epoch: -1 }
+    }
+}
+
 /// Lists `dir` (no descriptors opened). A name that is not part of the layout is an error.
 pub(super) fn list(fs: &dyn Fs, dir: &Path) -> Result<Listing> {
     let entries = match fs.list_dir(dir) {

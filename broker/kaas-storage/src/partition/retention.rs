@@ -20,7 +20,21 @@ impl Partition {
         if target < 0 || target > st.high_watermark {
             return Err(st.out_of_range(before_offset));
         }
+        // Unlinks and the manifest write below go by path.
+        self.shared.check_incarnation()?;
         if target > st.log_start_offset {
+            // A deposed leader must not acknowledge a DeleteRecords, nor overwrite a newer
+            // leader's claim when it can still see it. (When the claim lands between this
+            // check and the rename below, the rename overwrites it: `rewrote_manifest` makes
+            // this leader check segment names from now on, and the new leader re-checks its
+            // claim before it accepts writes.)
+            if let Some(current) = super::durability::newer_epoch_on_disk(&self.shared, st.leader_epoch, true)? {
+                let requested = st.leader_epoch;
+                tracing::info!(dir = %self.shared.dir.display(), epoch = requested, newer = current, reason = "a newer leader took over", "deposed: refusing DeleteRecords");
+                st.release(Role::Follower);
+                return Err(crate::Error::FencedLeaderEpoch { requested, current });
+            }
+            st.rewrote_manifest = true;
             st.log_start_offset = target;
             // Persist before unlinking: after a crash in between, the manifest still says
             // where the log starts and the next housekeeping re-drives the unlinks.
@@ -42,6 +56,8 @@ impl Partition {
         if st.role != Role::Leader || st.poisoned.is_some() {
             return Ok(());
         }
+        // Retention unlinks by path: never in a recreated topic's directory.
+        self.shared.check_incarnation()?;
         let stale_active = st.segments.last().is_some_and(|a| {
             a.size > 0
                 && a.first_append_ms

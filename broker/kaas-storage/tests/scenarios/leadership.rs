@@ -159,24 +159,53 @@ fn identity_guards_the_directory(v: &Volume) {
 }
 scenario!(identity_guards_the_directory);
 
-fn unknown_files_are_errors(v: &Volume) {
-    v.partition(LogConfig::default());
-    v.fs()
-        .open(
-            &v.partition_dir().join("stray.txt"),
-            kaas_shared::fs::OpenMode::CreateNew,
-        )
-        .unwrap();
-    let err = v
-        .engine()
-        .open_partition(TOPIC, v.topic_id, 0, LogConfig::default())
-        .unwrap_err();
-    assert!(matches!(
-        err,
-        Error::Volume(kaas_shared::Error::BadName { .. })
-    ));
+fn unknown_files_cost_only_their_partition(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 2));
+    p.relinquish().unwrap();
+    let stray = v.partition_dir().join("stray.txt");
+    v.fs().open(&stray, kaas_shared::fs::OpenMode::CreateNew).unwrap();
+    // The open (a broker starting) succeeds: the partition is offline, with the file named.
+    let q = v.engine().open_partition(TOPIC, v.topic_id, 0, LogConfig::default()).unwrap();
+    assert!(q.storage_failure().is_some_and(|why| why.contains("stray.txt")), "{:?}", q.storage_failure());
+    assert!(matches!(q.take_over(2), Err(Error::Volume(kaas_shared::Error::BadName { .. }))));
+    assert!(!q.is_leader());
+    assert!(q.storage_failure().is_some_and(|why| why.contains("stray.txt")));
+    // Once the file is gone, a take-over serves the log again.
+    v.fs().remove_file(&stray).unwrap();
+    q.take_over(2).unwrap();
+    assert!(q.storage_failure().is_none());
+    assert_eq!(values(&read_all(&q)), vec!["a-0", "a-1"]);
 }
-scenario!(unknown_files_are_errors);
+scenario!(unknown_files_cost_only_their_partition);
+
+fn a_recreated_topic_directory_is_never_written_by_the_old_incarnation(v: &Volume) {
+    let old = v.leader(1, LogConfig { segment_bytes: 1024, ..LogConfig::default() });
+    append(&old, 1, batch("a", 2));
+    // The topic is deleted (its directory renamed aside) and recreated at the same path while
+    // the old leader has not heard of it yet.
+    let fs = v.fs();
+    let topic_dir = v.partition_dir().parent().unwrap().to_path_buf();
+    kaas_shared::reclaim::rename_aside(&*fs, topic_dir.parent().unwrap(), TOPIC, v.topic_id).unwrap();
+    let new_id = uuid::Uuid::new_v4();
+    let fresh = v.engine().open_partition(TOPIC, new_id, 0, LogConfig::default()).unwrap();
+    let before = v.files();
+    // Nothing the old leader does writes into the new directory by path.
+    assert!(old.delete_records(1).is_err());
+    for _ in 0..50 {
+        // Until the segment is full and a roll (a new file by path) refuses.
+        if old.append(&mut batch("big", 20), opts(1)).is_err() {
+            break;
+        }
+    }
+    assert!(old.housekeeping(NOW + 10 * 86_400_000).is_err() || v.files() == before);
+    let _ = old.relinquish();
+    assert_eq!(v.files(), before, "the dead incarnation wrote into the recreated directory");
+    fresh.take_over(0).unwrap();
+    assert_eq!(fresh.log_end_offset(), 0);
+}
+scenario!(a_recreated_topic_directory_is_never_written_by_the_old_incarnation);
+
 
 /// Descriptors this process holds on files in `dir` (Linux).
 fn open_descriptors_in(dir: &std::path::Path) -> usize {
@@ -215,3 +244,41 @@ fn only_the_leader_holds_descriptors() {
     q.abandon();
     assert_eq!(open_descriptors_in(&dir), 0, "abandon closes everything");
 }
+
+/// DeleteRecords on a deposed leader: refused, and the new leader's claim is not overwritten.
+fn a_deposed_leader_refuses_delete_records(v: &Volume) {
+    let old = v.leader(1, LogConfig::default());
+    append(&old, 1, batch("a", 3));
+    let new = v.leader(2, LogConfig::default());
+    assert!(matches!(old.delete_records(2), Err(Error::FencedLeaderEpoch { requested: 1, current: 2 })));
+    let manifest: Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    assert_eq!(manifest.epoch, 2, "the deposed leader overwrote the new leader's claim");
+    // It acknowledges nothing more.
+    let late = old.append(&mut batch("late", 1), opts(1));
+    assert!(late.is_err() || block_on(old.wait_durable(late.unwrap().last_offset)).is_err());
+    append(&new, 2, batch("b", 1));
+    assert_eq!(values(&read_all(&new)), vec!["a-0", "a-1", "a-2", "b-0"]);
+}
+scenario!(a_deposed_leader_refuses_delete_records);
+
+/// A leader that rewrote its manifest (DeleteRecords) may have overwritten a newer leader's
+/// claim in the same instant; from then on it finds deposition by the newer leader's segment
+/// name, which no rename can take away.
+fn a_leader_that_rewrote_its_manifest_is_deposed_by_segment_names(v: &Volume) {
+    let old = v.leader(1, LogConfig::default());
+    append(&old, 1, batch("a", 3));
+    assert_eq!(old.delete_records(1).unwrap(), 1);
+    let claimed_by_old = v.read_file("manifest.json");
+    let new = v.leader(2, LogConfig::default());
+    // The old leader's DeleteRecords rename lands over the new leader's manifest.
+    let fs = v.fs();
+    let f = fs.open(&v.partition_dir().join("manifest.json"), kaas_shared::fs::OpenMode::ReadWrite).unwrap();
+    f.set_len(0).unwrap();
+    f.write_all_at(&claimed_by_old, 0).unwrap();
+    // The old leader appends after the new leader read the log: it must not acknowledge.
+    let late = old.append(&mut batch("late", 1), opts(1)).unwrap();
+    assert!(block_on(old.wait_durable(late.last_offset)).is_err(), "a deposed leader acknowledged a record the new leader's segment shadows");
+    append(&new, 2, batch("b", 1));
+    assert_eq!(values(&read_all(&new)), vec!["a-1", "a-2", "b-0"]);
+}
+scenario!(a_leader_that_rewrote_its_manifest_is_deposed_by_segment_names);
