@@ -70,13 +70,57 @@ pub(crate) fn by_topic<P>(items: impl IntoIterator<Item = (String, P)>) -> Vec<(
     out
 }
 
-/// The partition a request names, if this broker has and leads it.
-pub(crate) fn led_partition(broker: &Broker, topic: &str, partition: i32) -> Result<Arc<Partition>, ResponseError> {
+/// A partition this broker leads, and the epoch it leads it at.
+#[derive(Debug, Clone)]
+pub(crate) struct Led {
+    pub partition: Arc<Partition>,
+    /// The leadership epoch by the authority: the assignment in a cluster, the local lease (the
+    /// storage's own epoch) in local mode. Appends are made at this epoch, so a take-over at a
+    /// newer one between this check and the append refuses them.
+    pub epoch: i32,
+}
+
+/// The one leadership check (Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords,
+/// DescribeProducers, transaction markers). In a cluster the applied assignment must name this
+/// broker, and the storage must have been taken over at the assignment's epoch — a partition the
+/// assignment moved away but not yet relinquished is refused, as is one not yet taken over. A
+/// partition this broker should lead but cannot (its directory is not a readable log, its
+/// take-over failed) answers KAFKA_STORAGE_ERROR, Kafka's answer for an offline log directory.
+pub(crate) fn led_partition(broker: &Broker, topic: &str, partition: i32) -> Result<Led, ResponseError> {
     let p = broker.topics.partition(topic, partition).ok_or(ResponseError::UnknownTopicOrPartition)?;
-    if !p.is_leader() || fenced(broker) {
+    if fenced(broker) {
         return Err(ResponseError::NotLeaderOrFollower);
     }
-    Ok(p)
+    let epoch = match &broker.cluster {
+        None => p.leader_epoch(),
+        Some(cluster) => {
+            let placed = cluster.view.current().partition(topic, partition).copied();
+            match placed {
+                Some(a) if a.leader == broker.config.node_id && a.topic_id == p.topic_id() => a.leader_epoch,
+                _ => return Err(ResponseError::NotLeaderOrFollower),
+            }
+        }
+    };
+    if !p.is_leader() || p.leader_epoch() != epoch {
+        return Err(if p.storage_failure().is_some() { ResponseError::KafkaStorageError } else { ResponseError::NotLeaderOrFollower });
+    }
+    Ok(Led { partition: p, epoch })
+}
+
+/// What the leadership check says of every partition this broker knows: (served, offline). A
+/// partition is offline when this broker should lead it and cannot (KAFKA_STORAGE_ERROR).
+pub(crate) fn leadership_counts(broker: &Broker) -> (usize, usize) {
+    let (mut served, mut offline) = (0, 0);
+    for topic in broker.topics.list() {
+        for index in 0..topic.partition_count() {
+            match led_partition(broker, &topic.name, index) {
+                Ok(_) => served += 1,
+                Err(ResponseError::KafkaStorageError) => offline += 1,
+                Err(_) => {}
+            }
+        }
+    }
+    (served, offline)
 }
 
 /// A fenced broker (its heartbeat unacknowledged past the fence timeout) cannot know whether
@@ -87,8 +131,7 @@ pub(crate) fn fenced(broker: &Broker) -> bool {
 }
 
 /// Kafka's `current_leader_epoch` check (-1 means the client does not know an epoch).
-pub(crate) fn check_leader_epoch(partition: &Partition, requested: i32) -> Result<(), ResponseError> {
-    let current = partition.leader_epoch();
+pub(crate) fn check_leader_epoch(current: i32, requested: i32) -> Result<(), ResponseError> {
     match requested {
         -1 => Ok(()),
         e if e < current => Err(ResponseError::FencedLeaderEpoch),

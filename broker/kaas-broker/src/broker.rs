@@ -43,7 +43,8 @@ impl Broker {
             StorageMode::InMemory => Engine::in_memory(),
         };
         let lease = LocalLease::new(config.node_id);
-        let store = TopicStore::new(engine.fs().clone(), engine.root().to_path_buf());
+        let (fs, root) = (engine.fs().clone(), engine.root().to_path_buf());
+        let store = if config.cluster.is_some() { TopicStore::cluster(fs, root) } else { TopicStore::local(fs, root) };
         let leadership = if config.cluster.is_some() { Leadership::Cluster } else { Leadership::Local(lease) };
         let topics = TopicRegistry::open(engine.clone(), Some(store), leadership, config.log_defaults.clone())?;
         let groups = Coordinator::open(engine.fs().clone(), engine.layout(), config.groups.clone())?;
@@ -51,8 +52,8 @@ impl Broker {
         // shards over as assignment.json places them (`takeover_driver::reconcile_shards`).
         let txns = TxnCoordinator::open(engine.fs().clone(), engine.layout())?;
         if config.cluster.is_none() {
-            groups.take_over_all(&lease)?;
-            txns.take_over_all(&lease)?;
+            groups.take_over_all(&lease);
+            txns.take_over_all(&lease);
         }
         info!(node_id = config.node_id, storage = ?config.storage, topics = topics.list().len(), "broker opened");
         let cluster = config
@@ -73,7 +74,15 @@ impl Broker {
             }
             let broker = self.clone();
             // Retention unlinks files and may fsync manifests: keep it off the executor.
-            let _ = tokio::task::spawn_blocking(move || broker.topics.housekeeping(now_ms())).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                broker.topics.housekeeping(now_ms());
+                if broker.cluster.is_none() {
+                    // Local mode: shards that could not be taken over are retried here.
+                    broker.groups.take_over_all(&broker.lease);
+                    broker.txns.take_over_all(&broker.lease);
+                }
+            })
+            .await;
         }
     }
 

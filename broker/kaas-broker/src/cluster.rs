@@ -182,11 +182,15 @@ async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
 
 fn follow_round(broker: &Broker) -> Result<()> {
     let Some(cluster) = broker.cluster.as_ref() else { return Ok(()) };
-    match cluster.settings.catalog.as_ref().map(|c| c.live()) {
-        None => broker.topics.refresh_from_volume(None)?,
-        Some(Some(live)) => broker.topics.refresh_from_volume(Some(&live))?,
+    let refreshed = match cluster.settings.catalog.as_ref().map(|c| c.live()) {
+        None => broker.topics.refresh_from_volume(None),
+        Some(Some(live)) => broker.topics.refresh_from_volume(Some(&live)),
         // Not synced yet: an empty list would look like every topic deleted.
-        Some(None) => {}
+        Some(None) => Ok(()),
+    };
+    if let Err(e) = refreshed {
+        // The topics already open stay as they are; the assignment is still applied.
+        warn!(error = %e, "cannot read the topics on the volume this round; retrying next round");
     }
     if let Some(candidate) = assignment::read(&**broker.engine.fs(), broker.engine.layout())? {
         let (epoch, version) = (candidate.controller_epoch, candidate.assignment_version);

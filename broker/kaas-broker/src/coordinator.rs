@@ -109,4 +109,33 @@ mod tests {
         assert_eq!(view.current().assignment_version, 3);
         assert!(view.write_fenced(), "never acknowledged: fenced");
     }
+
+    /// The follow loop, the heartbeat push and a drain's wait apply assignments concurrently:
+    /// however they interleave, the view only moves forward and ends at the newest.
+    #[test]
+    fn concurrent_applies_only_move_forward() {
+        let (_lease_tx, lease_rx) = watch::channel(LeaseView { holder: Some("kaas-0".into()), epoch: 1 });
+        let view = AssignmentView::new(0, lease_rx, HeartbeatStatus::new(), Duration::from_secs(1));
+        let appliers = 4;
+        let per_applier = 500;
+        std::thread::scope(|s| {
+            for t in 0..appliers {
+                let view = &view;
+                s.spawn(move || {
+                    for i in 0..per_applier {
+                        // Interleaved versions, each applier also retrying older ones.
+                        let version = (i * appliers + t) as i64 + 1;
+                        for candidate in [version, version / 2] {
+                            if let Ok(replaced) = view.apply_if_new(assignment(1, candidate)) {
+                                assert!(replaced.assignment_version < candidate, "moved back from {} to {candidate}", replaced.assignment_version);
+                            }
+                            // Applied, or refused because something at least as new is there.
+                            assert!(view.current().assignment_version >= candidate);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(view.current().assignment_version, (appliers * per_applier) as i64);
+    }
 }

@@ -1,7 +1,8 @@
 //! `/healthz`, `/readyz` and `/metrics` for Kubernetes probes and Prometheus.
 //!
-//! - `/healthz`: the process serves (200), with what it leads (`partitions_led`) — all read from
-//!   the broker's one view of assignment.json.
+//! - `/healthz`: the process serves (200), with what it leads (`partitions_led`) and what it
+//!   should lead but cannot (`partitions_offline`), both by the one leadership check
+//!   (`api::led_partition`: the applied assignment in a cluster, the local lease otherwise).
 //! - `/readyz`: 200 once the broker can do its job: in local mode at once; in a cluster once it
 //!   has applied an assignment and the controller acknowledges its heartbeat (not fenced).
 //! - `/metrics`: Prometheus text.
@@ -23,6 +24,7 @@ use crate::broker::Broker;
 #[derive(Debug, Default)]
 struct Gauges {
     partitions_led: Gauge,
+    partitions_offline: Gauge,
     topics: Gauge,
     assignment_version: Gauge,
     controller_epoch: Gauge,
@@ -42,6 +44,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("kaas");
         let gauges = Gauges::default();
         registry.register("partitions_led", "Partitions this broker leads", gauges.partitions_led.clone());
+        registry.register("partitions_offline", "Partitions this broker should lead but cannot (unreadable directory, failed take-over or storage failure)", gauges.partitions_offline.clone());
         registry.register("topics", "Topics this broker knows", gauges.topics.clone());
         registry.register("assignment_version", "Version of the applied assignment.json", gauges.assignment_version.clone());
         registry.register("controller_epoch", "Controller epoch of the applied assignment", gauges.controller_epoch.clone());
@@ -59,7 +62,9 @@ impl Metrics {
 
     fn refresh(&self, broker: &Broker) {
         let g = &self.gauges;
-        g.partitions_led.set(broker.topics.led().len() as i64);
+        let (led, offline) = crate::api::leadership_counts(broker);
+        g.partitions_led.set(led as i64);
+        g.partitions_offline.set(offline as i64);
         g.topics.set(broker.topics.list().len() as i64);
         if let Some(cluster) = &broker.cluster {
             let a = cluster.view.current();
@@ -85,10 +90,12 @@ pub fn router(broker: Arc<Broker>) -> Router {
 
 async fn healthz(State((broker, _)): State<AppState>) -> Response {
     let (version, fenced) = broker.cluster.as_ref().map_or((0, false), |c| (c.view.current().assignment_version, c.view.write_fenced()));
+    let (led, offline) = crate::api::leadership_counts(broker.as_ref());
     let body = serde_json::json!({
         "status": "ok",
         "node_id": broker.config.node_id,
-        "partitions_led": broker.topics.led().len(),
+        "partitions_led": led,
+        "partitions_offline": offline,
         "assignment_version": version,
         "fenced": fenced,
     });

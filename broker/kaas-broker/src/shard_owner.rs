@@ -31,12 +31,20 @@ pub trait ShardOwner {
         self.shard_log(shard)?.epoch()
     }
 
-    /// Local mode: takes every shard over at one past the newest epoch on the volume.
-    fn take_over_all(&self, lease: &LocalLease) -> crate::Result<()> {
-        for shard in 0..kaas_groups::SHARD_COUNT {
-            self.take_over(shard, lease.takeover_epoch(self.stored_epoch(shard)?))?;
+    /// Local mode: takes every shard not owned yet over at one past the newest epoch on the
+    /// volume. A shard that cannot be taken over (a stray file in its directory, an I/O error)
+    /// costs that shard, not the broker: it is logged and left for the next call (housekeeping
+    /// re-drives this). Returns how many shards are still not owned.
+    fn take_over_all(&self, lease: &LocalLease) -> usize {
+        let mut missing = 0;
+        for shard in (0..kaas_groups::SHARD_COUNT).filter(|s| self.owned_epoch(*s).is_none()) {
+            let taken = self.stored_epoch(shard).and_then(|stored| self.take_over(shard, lease.takeover_epoch(stored)));
+            if let Err(e) = taken {
+                tracing::error!(kind = Self::KIND, shard, error = %e, "cannot take the shard over; its groups or transactions are unavailable until it is fixed (retried every housekeeping round)");
+                missing += 1;
+            }
         }
-        Ok(())
+        missing
     }
 }
 

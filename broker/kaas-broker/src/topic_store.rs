@@ -1,5 +1,6 @@
-//! Topic metadata on the volume in local mode: identity stamp, topic.json, and reclamation of
-//! deleted topics' directories.
+//! Topic metadata on the volume: identity stamp, topic.json, and (in local mode) reclamation of
+//! deleted topics' directories. In cluster mode reclamation is the operator's job — one writer
+//! per job — so a broker's store never renames a directory aside on its own and never sweeps.
 //!
 //! Review questions of seed 001, answered here once:
 //! - stamp and topic.json are exclusive create and temp+fsync+rename (atomic primitives);
@@ -25,27 +26,60 @@ use crate::error::Result;
 pub struct TopicStore {
     fs: FsRef,
     layout: Layout,
+    /// Whether this store reclaims directories (local mode: the broker is the only writer).
+    reclaims: bool,
+}
+
+/// What [`TopicStore::load_all`] found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// Every topic whose topic.json and identity stamp agree.
+    pub topics: Vec<TopicFile>,
+    /// Directories that could not be read this time (I/O error, corrupt topic.json): not
+    /// opened, and a topic already open under that name is kept as it is.
+    pub unreadable: Vec<String>,
 }
 
 impl TopicStore {
-    pub fn new(fs: FsRef, root: PathBuf) -> TopicStore {
-        TopicStore { fs, layout: Layout::new(root) }
+    /// A store that reclaims deleted and unfinished topic directories (local mode).
+    pub fn local(fs: FsRef, root: PathBuf) -> TopicStore {
+        TopicStore { fs, layout: Layout::new(root), reclaims: true }
+    }
+
+    /// A store that leaves reclamation to the operator (cluster mode).
+    pub fn cluster(fs: FsRef, root: PathBuf) -> TopicStore {
+        TopicStore { fs, layout: Layout::new(root), reclaims: false }
     }
 
     /// Every topic whose topic.json and identity stamp agree. A directory that disagrees is
-    /// never opened as a topic; one without topic.json is a create that crashed before it was
-    /// acknowledged and is reclaimed.
-    pub fn load_all(&self) -> Result<Vec<TopicFile>> {
+    /// never opened as a topic. One without topic.json is, in local mode, a create that
+    /// crashed before it was acknowledged and is reclaimed; in cluster mode, a topic the
+    /// operator is still creating (it stamps the directory, then writes topic.json). One
+    /// directory that cannot be read costs that topic, never the others.
+    pub fn load_all(&self) -> Result<Loaded> {
         let root = self.layout.root();
-        let mut topics = Vec::new();
+        let mut loaded = Loaded::default();
         for entry in self.fs.list_dir(root).map_err(|e| kaas_shared::Error::io("list", root, e))? {
             if !entry.is_dir || entry.name.starts_with('.') || entry.name.starts_with("__") {
                 continue;
             }
             let dir = self.layout.topic_dir(&entry.name);
-            let Some(file) = topic_file::read(&*self.fs, &dir)? else {
-                warn!(dir = %dir.display(), "topic directory without topic.json: an unfinished create; reclaiming it");
-                self.rename_aside(&entry.name, identity::read(&*self.fs, &dir).ok().flatten().unwrap_or_else(Uuid::new_v4))?;
+            let file = match topic_file::read(&*self.fs, &dir) {
+                Ok(file) => file,
+                Err(e) => {
+                    warn!(dir = %dir.display(), error = %e, "cannot read topic.json; not opening this topic now");
+                    loaded.unreadable.push(entry.name);
+                    continue;
+                }
+            };
+            let Some(file) = file else {
+                if self.reclaims {
+                    warn!(dir = %dir.display(), "topic directory without topic.json: an unfinished create; reclaiming it");
+                    let id = identity::read(&*self.fs, &dir).ok().flatten().unwrap_or_else(Uuid::new_v4);
+                    if let Err(e) = self.rename_aside(&entry.name, id) {
+                        warn!(dir = %dir.display(), error = %e, "cannot reclaim an unfinished create yet; retrying at the next start");
+                    }
+                }
                 continue;
             };
             if file.name != entry.name {
@@ -54,11 +88,14 @@ impl TopicStore {
             }
             if let Err(e) = identity::verify(&*self.fs, &dir, file.topic_id) {
                 warn!(dir = %dir.display(), error = %e, "identity stamp does not match topic.json; not opening it");
+                if !matches!(e, kaas_shared::Error::IdentityMismatch { .. }) {
+                    loaded.unreadable.push(entry.name);
+                }
                 continue;
             }
-            topics.push(file);
+            loaded.topics.push(file);
         }
-        Ok(topics)
+        Ok(loaded)
     }
 
     /// Stamps a new topic directory with its identity and writes its topic.json. A directory
@@ -100,6 +137,9 @@ impl TopicStore {
     /// Removes every directory renamed aside. Re-driven by housekeeping: whatever fails now
     /// (EBUSY from a `.nfs*` file, ENOTEMPTY) is retried on the next round.
     pub fn sweep_reclaimed(&self) {
+        if !self.reclaims {
+            return;
+        }
         let root = self.layout.root();
         let report = match reclaim::sweep(&*self.fs, root) {
             Ok(report) => report,
@@ -122,14 +162,22 @@ impl TopicStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kaas_shared::fs::MemFs;
+    use kaas_shared::fs::{MemFs, OpenMode};
     use std::path::Path;
     use std::sync::Arc;
 
-    fn store() -> TopicStore {
+    fn fs() -> FsRef {
         let fs: FsRef = Arc::new(MemFs::new());
         let _ = fs.create_dir_all(Path::new("/data"));
-        TopicStore::new(fs, PathBuf::from("/data"))
+        fs
+    }
+
+    fn store() -> TopicStore {
+        TopicStore::local(fs(), PathBuf::from("/data"))
+    }
+
+    fn names(store: &TopicStore) -> Vec<String> {
+        store.load_all().map(|l| l.topics.into_iter().map(|t| t.name).collect()).unwrap_or_default()
     }
 
     #[test]
@@ -137,16 +185,16 @@ mod tests {
         let store = store();
         let first = Uuid::new_v4();
         store.create("orders", first, 3, &BTreeMap::new())?;
-        let loaded = store.load_all()?;
+        let loaded = store.load_all()?.topics;
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].topic_id, first);
 
         store.reclaim("orders", first)?;
-        assert!(store.load_all()?.is_empty());
+        assert!(store.load_all()?.topics.is_empty());
 
         let second = Uuid::new_v4();
         store.create("orders", second, 1, &BTreeMap::new())?;
-        let loaded = store.load_all()?;
+        let loaded = store.load_all()?.topics;
         assert_eq!(loaded[0].topic_id, second);
         assert_eq!(loaded[0].partitions, 1);
         // Nothing of the first incarnation is left.
@@ -161,7 +209,54 @@ mod tests {
         let id = Uuid::new_v4();
         store.create("t", id, 1, &BTreeMap::new())?;
         assert!(store.write("t", Uuid::new_v4(), 2, &BTreeMap::new()).is_err());
-        assert_eq!(store.load_all()?[0].partitions, 1);
+        assert_eq!(store.load_all()?.topics[0].partitions, 1);
+        Ok(())
+    }
+
+    /// The operator stamps a topic directory, then writes its topic.json: a broker that lists
+    /// the volume in between must leave the directory alone (reclamation is the operator's).
+    #[test]
+    fn in_cluster_mode_an_unfinished_create_is_left_to_the_operator() -> Result<()> {
+        let fs = fs();
+        let store = TopicStore::cluster(fs.clone(), PathBuf::from("/data"));
+        let id = Uuid::new_v4();
+        identity::stamp(&*fs, Path::new("/data/orders"), id)?;
+        assert!(store.load_all()?.topics.is_empty());
+        store.sweep_reclaimed();
+        assert_eq!(identity::read(&*fs, Path::new("/data/orders"))?, Some(id), "the directory was renamed aside");
+        // The operator finishes the create; the broker now finds the topic.
+        topic_file::write(&*fs, Path::new("/data/orders"), &TopicFile { name: "orders".into(), topic_id: id, partitions: 2, configs: BTreeMap::new() })?;
+        assert_eq!(names(&store), ["orders"]);
+
+        // A directory renamed aside by the operator is swept by the operator, not by brokers.
+        reclaim::rename_aside(&*fs, Path::new("/data"), "orders", id)?;
+        store.sweep_reclaimed();
+        let left = fs.list_dir(Path::new("/data")).map_err(crate::Error::Io)?;
+        assert!(left.iter().any(|e| reclaim::is_reclaim_dir_name(&e.name)), "a broker swept: {left:?}");
+        Ok(())
+    }
+
+    /// In local mode the broker is the only writer: an unfinished create is reclaimed.
+    #[test]
+    fn in_local_mode_an_unfinished_create_is_reclaimed() -> Result<()> {
+        let store = store();
+        identity::stamp(&*store.fs, Path::new("/data/orders"), Uuid::new_v4())?;
+        assert!(store.load_all()?.topics.is_empty());
+        assert!(identity::read(&*store.fs, Path::new("/data/orders"))?.is_none());
+        Ok(())
+    }
+
+    /// One unreadable topic.json costs that topic, not the listing.
+    #[test]
+    fn a_corrupt_topic_file_costs_only_its_topic() -> Result<()> {
+        let store = store();
+        store.create("good", Uuid::new_v4(), 1, &BTreeMap::new())?;
+        store.create("bad", Uuid::new_v4(), 1, &BTreeMap::new())?;
+        let f = store.fs.open(Path::new("/data/bad/topic.json"), OpenMode::ReadWrite).map_err(crate::Error::Io)?;
+        f.write_all_at(b"{ not json", 0).map_err(crate::Error::Io)?;
+        let loaded = store.load_all()?;
+        assert_eq!(loaded.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["good"]);
+        assert_eq!(loaded.unreadable, ["bad"]);
         Ok(())
     }
 }

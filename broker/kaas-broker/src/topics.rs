@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use kaas_storage::{Engine, Partition};
 use parking_lot::{Mutex, RwLock};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
@@ -111,7 +111,7 @@ impl TopicRegistry {
         };
         if let Some(store) = &registry.store {
             store.sweep_reclaimed();
-            for file in store.load_all()? {
+            for file in store.load_all()?.topics {
                 let partitions = (0..file.partitions)
                     .map(|p| registry.open_partition(&file.name, file.topic_id, p, &file.configs))
                     .collect::<Result<Vec<_>>>()?;
@@ -280,6 +280,11 @@ impl TopicRegistry {
     pub fn housekeeping(&self, now_ms: i64) {
         for topic in self.list() {
             for (index, partition) in topic.partitions().iter().enumerate() {
+                if let Leadership::Local(lease) = self.leadership
+                    && (!partition.is_leader() || partition.storage_failure().is_some())
+                {
+                    self.take_over_locally(&lease, &topic.name, index as i32, partition);
+                }
                 if let Err(e) = partition.housekeeping(now_ms) {
                     warn!(topic = %topic.name, partition = index, error = %e, "housekeeping failed; retrying next round");
                 }
@@ -294,11 +299,22 @@ impl TopicRegistry {
         let config = topic_config::log_config(configs, &self.log_defaults);
         let partition = self.engine.open_partition(topic, id, index, config)?;
         if let Leadership::Local(lease) = self.leadership {
-            let epoch = lease.takeover_epoch(partition.stored_epoch()?);
-            let report = partition.take_over(epoch)?;
-            info!(topic, partition = index, epoch, reason = "local lease leads every partition", ?report, "took over partition");
+            self.take_over_locally(&lease, topic, index, &partition);
         }
         Ok(partition)
+    }
+
+    /// Local mode: the lease leads the partition at one past the newest epoch on the volume. A
+    /// partition that cannot be taken over (a stray file in its directory, an I/O error) stays
+    /// offline with the reason, and housekeeping retries it; the broker serves the rest.
+    fn take_over_locally(&self, lease: &LocalLease, topic: &str, index: i32, partition: &Partition) {
+        let outcome = partition.stored_epoch().map(|stored| lease.takeover_epoch(stored)).and_then(|epoch| {
+            partition.take_over(epoch).map(|report| (epoch, report))
+        });
+        match outcome {
+            Ok((epoch, report)) => info!(topic, partition = index, epoch, reason = "local lease leads every partition", ?report, "took over partition"),
+            Err(e) => error!(topic, partition = index, error = %e, "cannot take the partition over; it stays offline and is retried every housekeeping round"),
+        }
     }
 
     /// Cluster mode: opens topics that appeared on the volume and abandons topics whose
@@ -310,13 +326,16 @@ impl TopicRegistry {
     /// says so, before any reassignment, and a stale directory is never opened.
     pub fn refresh_from_volume(&self, live: Option<&BTreeMap<String, Uuid>>) -> Result<()> {
         let Some(store) = &self.store else { return Ok(()) };
-        let mut on_disk = store.load_all()?;
+        let loaded = store.load_all()?;
+        let mut on_disk = loaded.topics;
         if let Some(live) = live {
             on_disk.retain(|f| live.get(&f.name) == Some(&f.topic_id));
         }
         let _admin = self.admin.lock();
         for known in self.list() {
-            if !on_disk.iter().any(|f| f.name == known.name && f.topic_id == known.id) {
+            // NB: a directory that could not be read this time says nothing about its topic.
+            let unreadable = loaded.unreadable.contains(&known.name) && live.is_none_or(|live| live.get(&known.name) == Some(&known.id));
+            if !unreadable && !on_disk.iter().any(|f| f.name == known.name && f.topic_id == known.id) {
                 self.forget(&known, "topic directory deleted or replaced");
             }
         }

@@ -9,13 +9,10 @@ use kaas_broker::groups::GroupConfig;
 #[derive(Debug, Clone, Args)]
 pub(crate) struct GroupFlags {
     /// group.initial.rebalance.delay.ms: how long the first rebalance of an empty classic group
-    /// waits for more members.
-    #[arg(
-        long,
-        env = "KAAS_GROUP_INITIAL_REBALANCE_DELAY_MS",
-        default_value_t = 3_000
-    )]
-    group_initial_rebalance_delay_ms: u64,
+    /// waits for more members. Default: 0 in local mode (as Kafka's shipped
+    /// config/server.properties gives a newcomer), 3000 in a cluster (Kafka's broker default).
+    #[arg(long, env = "KAAS_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    group_initial_rebalance_delay_ms: Option<u64>,
     /// group.min.session.timeout.ms (classic groups).
     #[arg(
         long,
@@ -57,9 +54,11 @@ pub(crate) struct GroupFlags {
 }
 
 impl GroupFlags {
-    pub(crate) fn config(&self) -> GroupConfig {
+    /// The settings; `cluster` picks the defaults of cluster mode rather than local mode.
+    pub(crate) fn config(&self, cluster: bool) -> GroupConfig {
+        let initial_rebalance_delay_ms = self.group_initial_rebalance_delay_ms.unwrap_or(if cluster { 3_000 } else { 0 });
         GroupConfig {
-            initial_rebalance_delay: Duration::from_millis(self.group_initial_rebalance_delay_ms),
+            initial_rebalance_delay: Duration::from_millis(initial_rebalance_delay_ms),
             min_session_timeout: Duration::from_millis(self.group_min_session_timeout_ms),
             max_session_timeout: Duration::from_millis(self.group_max_session_timeout_ms),
             consumer_heartbeat_interval: Duration::from_millis(

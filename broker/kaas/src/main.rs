@@ -162,7 +162,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         max_request_bytes: args.max_request_bytes,
         housekeeping_interval_ms: args.housekeeping_interval_ms,
         log_defaults,
-        groups: args.groups.config(),
+        groups: args.groups.config(args.pod_name.is_some()),
         ..BrokerConfig::local_in_memory()
     };
     let broker = {

@@ -81,6 +81,9 @@ async fn create_describe_alter_grow_and_delete() -> TestResult {
     let described = admin.describe_configs([&ResourceSpecifier::Broker(0)], &opts).await?;
     let resource = described.into_iter().next().ok_or("no result")?.map_err(|e| format!("{e:?}"))?;
     assert_eq!(resource.get("auto.create.topics.enable").and_then(|e| e.value.as_deref()), Some("false"));
+    // Local mode gives a newcomer what Kafka's shipped config/server.properties does: a first
+    // consumer joins its group at once.
+    assert_eq!(resource.get("group.initial.rebalance.delay.ms").and_then(|e| e.value.as_deref()), Some("0"));
 
     // grow partitions; shrinking is refused
     let r = admin.create_partitions([&NewPartitions::new("orders", 5)], &opts).await?;

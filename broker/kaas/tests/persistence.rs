@@ -178,3 +178,44 @@ mod parking_lot_free {
         }
     }
 }
+
+/// A stray file in one partition's directory (left by a person or a tool) costs that partition,
+/// never the broker: the broker starts, serves the other partitions, answers the bad one with
+/// KAFKA_STORAGE_ERROR, and serves it again, with its records, once the file is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_file_takes_only_its_partition_offline() -> TestResult {
+    let mut kaas = Kaas::start_with(&["--housekeeping-interval-ms", "200"])?;
+    kaas.create_topic("stray", 2, &[]).await?;
+    let producer = kaas.producer(&[])?;
+    for i in 0..10 {
+        producer
+            .send(FutureRecord::<(), String>::to("stray").partition(i % 2).payload(&format!("v{i}")), Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    drop(producer);
+    kaas.stop()?;
+    let stray = kaas.data_dir().join("stray").join("1").join("notes.txt");
+    std::fs::write(&stray, b"left here by hand")?;
+    kaas.restart()?;
+
+    let producer = kaas.producer(&[("message.timeout.ms", "3000")])?;
+    let ok = producer.send(FutureRecord::<(), str>::to("stray").partition(0).payload("p0"), Duration::from_secs(10)).await;
+    assert_eq!(ok.map_err(|(e, _)| e)?.offset, 5, "the healthy partition serves");
+    let refused = producer.send(FutureRecord::<(), str>::to("stray").partition(1).payload("p1"), Duration::from_secs(10)).await;
+    assert!(refused.is_err(), "the partition with a stray file acknowledged a write: {refused:?}");
+
+    std::fs::remove_file(&stray)?;
+    let mut delivered = None;
+    for _ in 0..20 {
+        if let Ok(d) = producer.send(FutureRecord::<(), str>::to("stray").partition(1).payload("p1"), Duration::from_secs(10)).await {
+            delivered = Some(d);
+            break;
+        }
+    }
+    assert_eq!(delivered.ok_or("partition 1 never came back")?.offset, 5);
+    let got = kaas.consume("stray", 1, Offset::Beginning, 6)?;
+    let expected: Vec<Vec<u8>> = ["v1", "v3", "v5", "v7", "v9", "p1"].iter().map(|v| v.as_bytes().to_vec()).collect();
+    assert_eq!(got.iter().map(payload).collect::<Vec<_>>(), expected);
+    Ok(())
+}

@@ -147,3 +147,22 @@ async fn batches_over_max_message_bytes_are_refused() -> TestResult {
     assert_eq!(d.offset, 0);
     Ok(())
 }
+
+/// acks=0 records get no answer, but they must still become readable: the broker starts their
+/// fsync itself (the high watermark is the fsynced end of the log). No later acknowledged
+/// produce comes along here to sync them by chance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_zero_records_become_visible_without_a_later_produce() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("fire-and-forget", 1, &[]).await?;
+    let producer = kaas.producer(&[("acks", "0"), ("linger.ms", "0")])?;
+    for i in 0..20 {
+        let value = format!("v{i}");
+        let record = FutureRecord::<(), str>::to("fire-and-forget").partition(0).payload(&value);
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
+    }
+    let read = kaas.consume("fire-and-forget", 0, Offset::Beginning, 20)?;
+    let values: Vec<String> = read.iter().map(|m| String::from_utf8_lossy(&payload(m)).into_owned()).collect();
+    assert_eq!(values, (0..20).map(|i| format!("v{i}")).collect::<Vec<_>>());
+    Ok(())
+}

@@ -19,8 +19,8 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Delete
                 .iter()
                 .map(|p| {
                     let result = DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
-                    let deleted = led_partition(broker, &topic.name.0, p.partition_index).and_then(|partition| {
-                        partition.delete_records(p.offset).map_err(super::storage_error)
+                    let deleted = led_partition(broker, &topic.name.0, p.partition_index).and_then(|led| {
+                        led.partition.delete_records(p.offset).map_err(super::storage_error)
                     });
                     match deleted {
                         Ok(low_watermark) => result.with_low_watermark(low_watermark),

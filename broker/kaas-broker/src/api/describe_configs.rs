@@ -138,6 +138,9 @@ fn broker_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeCon
         ("log.flush.interval.messages", "1".to_string(), 5),
         ("min.insync.replicas", "1".to_string(), 3),
         ("delete.topic.enable", "true".to_string(), 1),
+        ("group.initial.rebalance.delay.ms", c.groups.initial_rebalance_delay.as_millis().to_string(), 3),
+        ("group.min.session.timeout.ms", c.groups.min_session_timeout.as_millis().to_string(), 3),
+        ("group.max.session.timeout.ms", c.groups.max_session_timeout.as_millis().to_string(), 3),
     ];
     entries
         .into_iter()

@@ -30,8 +30,8 @@ pub async fn handle(
                         Err(e) => answer
                             .with_error_code(e.code())
                             .with_error_message(Some(str_bytes(e.to_string()))),
-                        Ok(p) => answer.with_active_producers(
-                            p.producers()
+                        Ok(led) => answer.with_active_producers(
+                            led.partition.producers()
                                 .into_iter()
                                 .map(|s| {
                                     ProducerState::default()

@@ -100,12 +100,9 @@ fn resolve(broker: &Broker, key: PartitionKey, position: FetchPosition, by_id: b
     let unknown = if by_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
     let partition = match &topic {
         None => Err(unknown),
-        Some(t) => t.partition(key.partition).ok_or(ResponseError::UnknownTopicOrPartition).and_then(|p| {
-            if !p.is_leader() || super::fenced(broker) {
-                return Err(ResponseError::NotLeaderOrFollower);
-            }
-            check_leader_epoch(&p, position.current_leader_epoch)?;
-            Ok(p)
+        Some(t) => super::led_partition(broker, &t.name, key.partition).and_then(|led| {
+            check_leader_epoch(led.epoch, position.current_leader_epoch)?;
+            Ok(led.partition)
         }),
     };
     Target { key, position, topic: topic.map(|t| (t.name.clone(), t.id)), partition }

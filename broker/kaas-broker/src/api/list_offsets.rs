@@ -31,9 +31,9 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ListOff
                 .map(|p| {
                     let response = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
                     let found = led_partition(broker, &topic.name.0, p.partition_index)
-                        .and_then(|partition| {
-                            check_leader_epoch(&partition, p.current_leader_epoch)?;
-                            lookup(&partition, p.timestamp, read_committed).map(|f| (f, partition.leader_epoch()))
+                        .and_then(|led| {
+                            check_leader_epoch(led.epoch, p.current_leader_epoch)?;
+                            lookup(&led.partition, p.timestamp, read_committed).map(|f| (f, led.epoch))
                         });
                     match found {
                         Ok(((offset, timestamp), epoch)) => {

@@ -20,9 +20,9 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Offset
                 .iter()
                 .map(|p| {
                     let response = EpochEndOffset::default().with_partition(p.partition);
-                    let found = led_partition(broker, &topic.topic.0, p.partition).and_then(|partition| {
-                        check_leader_epoch(&partition, p.current_leader_epoch)?;
-                        partition
+                    let found = led_partition(broker, &topic.topic.0, p.partition).and_then(|led| {
+                        check_leader_epoch(led.epoch, p.current_leader_epoch)?;
+                        led.partition
                             .end_offset_for_epoch(p.leader_epoch)
                             .map_err(super::storage_error)
                     });

@@ -53,6 +53,13 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Produc
         })
         .collect();
     if acks == 0 {
+        // Nobody waits for these records, but they become visible only once fsynced: start
+        // that sync now (one group commit with whatever else is appending).
+        for (_, partitions) in &appended {
+            for (partition, outcome) in partitions.iter().filter_map(|a| a.result.as_ref().ok()) {
+                partition.sync_soon(outcome.last_offset);
+            }
+        }
         return Reply::Silent;
     }
     let timeout = Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0).max(1));
@@ -69,11 +76,12 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Produc
 fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) -> Result<(Arc<Partition>, AppendOutcome), (ResponseError, Option<String>)> {
     // NB: led_partition also refuses when this broker is fenced: the controller may already
     // be moving the partition, and an acknowledgement now could be lost.
-    let partition = led_partition(broker, topic, index).map_err(|e| (e, None))?;
+    let led = led_partition(broker, topic, index).map_err(|e| (e, None))?;
+    let partition = led.partition;
     // NB: the request's bytes are shared with the rest of the frame; offsets are patched into
     // a private copy, which is also exactly what gets written.
     let mut batch = records.to_vec();
-    let options = AppendOptions { leader_epoch: partition.leader_epoch(), now_ms: now };
+    let options = AppendOptions { leader_epoch: led.epoch, now_ms: now };
     match partition.append(&mut batch, options) {
         Ok(outcome) => Ok((partition, outcome)),
         Err(e) => {

@@ -15,7 +15,7 @@ use crate::leadership::LocalLease;
 fn coordinator(fs: &FsRef) -> Arc<Coordinator> {
     let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..GroupConfig::default() };
     let c = Coordinator::open(fs.clone(), &Layout::new("/data"), config).unwrap();
-    c.take_over_all(&LocalLease::new(0)).unwrap();
+    assert_eq!(c.take_over_all(&LocalLease::new(0)), 0, "every shard taken over");
     c
 }
 

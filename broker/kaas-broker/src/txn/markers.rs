@@ -40,9 +40,10 @@ pub async fn write_marker(
     partition: i32,
     marker: &Marker,
 ) -> Result<(), E> {
-    let p = led_partition(broker, topic, partition)?;
+    let led = led_partition(broker, topic, partition)?;
+    let p = led.partition;
     let options = AppendOptions {
-        leader_epoch: p.leader_epoch(),
+        leader_epoch: led.epoch,
         now_ms: now_ms(),
     };
     let outcome = p
