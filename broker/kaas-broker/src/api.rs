@@ -123,6 +123,9 @@ pub(crate) fn leadership_counts(broker: &Broker) -> (usize, usize) {
     (served, offline)
 }
 
+#[cfg(test)]
+mod leadership_tests;
+
 /// A fenced broker (its heartbeat unacknowledged past the fence timeout) cannot know whether
 /// it still leads: it neither acknowledges writes nor serves reads until the controller
 /// answers again — by the time the controller moves its partitions it is already fenced.

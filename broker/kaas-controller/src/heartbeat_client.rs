@@ -44,6 +44,11 @@ impl HeartbeatStatus {
         self.last_ack.lock().is_none_or(|t| t.elapsed() > fence_timeout)
     }
 
+    /// Records an acknowledgement from the controller (the heartbeat stream; tests).
+    pub fn acknowledged_now(&self) {
+        *self.last_ack.lock() = Some(Instant::now());
+    }
+
     /// Time since the last acknowledgement (metrics, logs).
     pub fn since_last_ack(&self) -> Option<Duration> {
         self.last_ack.lock().map(|t| t.elapsed())
@@ -125,7 +130,7 @@ async fn beat_session(
             message = inbound.message() => match message? {
                 None => return Ok(()),
                 Some(m) => match m.kind {
-                    Some(controller_message::Kind::Ack(_)) => *status.last_ack.lock() = Some(Instant::now()),
+                    Some(controller_message::Kind::Ack(_)) => status.acknowledged_now(),
                     Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
                     None => {}
                 },

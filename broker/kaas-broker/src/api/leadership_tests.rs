@@ -1,0 +1,57 @@
+//! The one leadership check in a cluster: the applied assignment and the storage must agree.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kaas_controller::lease::MemoryLease;
+use kaas_shared::assignment::{Assignment, PartitionAssignment};
+use kaas_shared::names::partition_key;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::led_partition;
+use crate::broker::Broker;
+use crate::config::{BrokerConfig, ClusterSettings, StorageMode};
+use crate::topics::NewTopic;
+
+fn placed(topic_id: Uuid, leader: i32, leader_epoch: i32, version: i64) -> Assignment {
+    Assignment {
+        assignment_version: version,
+        partitions: BTreeMap::from([(partition_key("t", 0), PartitionAssignment { topic_id, leader, leader_epoch })]),
+        ..Assignment::default()
+    }
+}
+
+#[tokio::test]
+async fn a_partition_is_led_only_where_and_at_the_epoch_the_assignment_says() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = BrokerConfig {
+        node_id: 0,
+        storage: StorageMode::Disk(tmp.path().to_path_buf()),
+        cluster: Some(ClusterSettings::for_tests("kaas-0", Arc::new(MemoryLease::new()))),
+        ..BrokerConfig::local_in_memory()
+    };
+    let broker = Broker::open(config).unwrap();
+    let topic = broker.topics.create(NewTopic { name: "t".into(), partitions: 1, configs: BTreeMap::new() }).unwrap();
+    let cluster = broker.cluster.as_ref().unwrap();
+    cluster.view.heartbeat.acknowledged_now();
+    let refused = |broker: &Broker| led_partition(broker, "t", 0).err();
+
+    cluster.view.apply_if_new(placed(topic.id, 0, 3, 1)).unwrap();
+    assert_eq!(refused(&broker), Some(ResponseError::NotLeaderOrFollower), "placed here but not taken over yet");
+    broker.topics.take_over("t", topic.id, 0, 3).unwrap();
+    assert_eq!(led_partition(&broker, "t", 0).unwrap().epoch, 3);
+
+    // The controller moved it to broker 1; this broker's storage has not relinquished yet.
+    cluster.view.apply_if_new(placed(topic.id, 1, 4, 2)).unwrap();
+    assert!(broker.topics.partition("t", 0).unwrap().is_leader());
+    assert_eq!(refused(&broker), Some(ResponseError::NotLeaderOrFollower), "answered for a partition the assignment moved away");
+
+    // Placed back here at a newer epoch: refused until the take-over at that epoch, whose
+    // epoch the appends then carry.
+    cluster.view.apply_if_new(placed(topic.id, 0, 5, 3)).unwrap();
+    assert_eq!(refused(&broker), Some(ResponseError::NotLeaderOrFollower), "answered at an epoch the assignment superseded");
+    broker.topics.take_over("t", topic.id, 0, 5).unwrap();
+    assert_eq!(led_partition(&broker, "t", 0).unwrap().epoch, 5);
+}
