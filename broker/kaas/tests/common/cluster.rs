@@ -61,6 +61,8 @@ impl Cluster {
             storage: StorageMode::Disk(self.data.clone()),
             auto_create_topics: true,
             cluster: Some(ClusterSettings::for_tests(&format!("kaas-{id}"), self.lease.clone())),
+            // A first member joins at once (as local mode and Kafka's shipped config do).
+            groups: kaas_broker::groups::GroupConfig { initial_rebalance_delay: Duration::ZERO, ..Default::default() },
             ..BrokerConfig::local_in_memory()
         };
         let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;

@@ -17,6 +17,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 pub mod cluster;
 pub mod wire;
+pub mod workload;
 
 pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
