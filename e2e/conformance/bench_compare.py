@@ -186,7 +186,7 @@ class Bench:
     def producer_perf(self, bootstrap: str, topic: str, records: int, size: int) -> tuple[dict | None, str]:
         rc, out, err = self.kafka_tool(
             "producer-perf", "--topic", topic, "--num-records", str(records), "--record-size", str(size),
-            "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all")
+            "--throughput", "-1", "--command-property", f"bootstrap.servers={bootstrap}", "acks=all")
         m = re.search(r"records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), [\d.]+ ms avg latency, [\d.]+ ms max latency, "
                       r"(\d+) ms 50th, \d+ ms 95th, (\d+) ms 99th, (\d+) ms 99.9th", out)
         if rc != 0 or not m:
@@ -195,7 +195,7 @@ class Bench:
 
     def consumer_perf(self, bootstrap: str, topic: str, records: int) -> tuple[dict | None, str]:
         rc, out, err = self.kafka_tool("consumer-perf", "--bootstrap-server", bootstrap, "--topic", topic,
-                                       "--messages", str(records), "--timeout", "20000", timeout=300)
+                                       "--num-records", str(records), "--timeout", "20000", timeout=300)
         lines = [l for l in out.splitlines() if re.match(r"^\d{4}-", l)]
         if rc != 0 or not lines or re.search(r"^Error|\] ERROR ", err + out, re.M):
             return None, conf.first_error(err + out)

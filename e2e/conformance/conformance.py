@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The kaas conformance suite: the same scenarios, with the same expectations, against Apache
 Kafka (the reference, pinned in pom.xml) and kaas, with Kafka's own CLI tools, the Java client,
-franz-go and kafka-python.
+franz-go, kafka-python and confluent-kafka (librdkafka).
 
 Prints a table (client x scenario, a verdict per broker, the reason of each failure), writes it
 to --out (Markdown), and exits non-zero if
@@ -213,14 +213,17 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
 
     def console_produce() -> None:
         t.run("topics", "--create", "--topic", con_topic, "--partitions", "1", "--replication-factor", "1")
-        t.run("console-producer", "--topic", con_topic, "--property", "parse.key=true",
-              "--property", "key.separator=|", "--property", "parse.headers=true",
+        # Kafka 4.2+ (KIP-1147) names the reader's and the formatter's properties
+        # --reader-property / --formatter-property; --property is deprecated (and ConsoleConsumer
+        # prints the deprecation warning on stdout, among the records).
+        t.run("console-producer", "--topic", con_topic, "--reader-property", "parse.key=true",
+              "--reader-property", "key.separator=|", "--reader-property", "parse.headers=true",
               stdin="\n".join(lines) + "\n")
 
     def console_consume(*extra: str) -> None:
         out = t.run("console-consumer", "--topic", con_topic, *extra, "--max-messages", str(len(lines)),
-                    "--property", "print.key=true", "--property", "print.headers=true",
-                    "--property", "key.separator=|", "--timeout-ms", str(WAIT_S * 1000))
+                    "--formatter-property", "print.key=true", "--formatter-property", "print.headers=true",
+                    "--formatter-property", "key.separator=|", "--timeout-ms", str(WAIT_S * 1000))
         got = out.splitlines()
         want = ["h1:a,h2:b|key1|value1", "h1:c|key2|value2", "h3:|key3|"]
         if got != want:
@@ -542,6 +545,8 @@ def main() -> int:
                  "-cp", f"{libs}/*:{java_classes}", "Conformance"],
         "franz-go": [str(build_franzgo())],
         "kafka-python": [python_for_kafka_python(), str(HERE / "python" / "kafka_python_conformance.py")],
+        # librdkafka, through its Python binding (same virtualenv as kafka-python).
+        "confluent-kafka": [python_for_kafka_python(), str(HERE / "python" / "confluent_kafka_conformance.py")],
     }
     # Each program takes the broker's bootstrap address as its last argument (run_suite adds it).
 

@@ -12,7 +12,7 @@ set -euo pipefail
 cls="$1"; shift
 case "$cls" in
   topics)            cls=org.apache.kafka.tools.TopicCommand ;;
-  configs)           cls=kafka.admin.ConfigCommand ;;
+  configs)           cls=org.apache.kafka.tools.ConfigCommand ;;
   console-producer)  cls=org.apache.kafka.tools.ConsoleProducer ;;
   console-consumer)  cls=org.apache.kafka.tools.consumer.ConsoleConsumer ;;
   consumer-groups)   cls=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;

@@ -208,19 +208,29 @@ public final class Conformance {
             TopicDescription d = admin.describeTopics(List.of(t)).allTopicNames().get().get(t);
             check(d.partitions().size() == 2, "describeTopics: " + d.partitions().size() + " partitions, expected 2");
             admin.createPartitions(Map.of(t, org.apache.kafka.clients.admin.NewPartitions.increaseTo(4))).all().get();
-            d = admin.describeTopics(List.of(t)).allTopicNames().get().get(t);
-            check(d.partitions().size() == 4, "after createPartitions: " + d.partitions().size() + " partitions, expected 4");
+            // createPartitions completes when the controller has committed the change; the broker
+            // that answers describeTopics applies it from the metadata log a moment later (Kafka
+            // 4.4 was seen to answer with the old count right after): read until it shows, within WAIT.
+            long deadline = System.nanoTime() + WAIT.toNanos();
+            while ((d = admin.describeTopics(List.of(t)).allTopicNames().get().get(t)).partitions().size() != 4) {
+                check(System.nanoTime() < deadline, "after createPartitions: " + d.partitions().size() + " partitions, expected 4");
+                Thread.sleep(100);
+            }
             ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, t);
             String retention = admin.describeConfigs(List.of(res)).all().get().get(res).get("retention.ms").value();
             check("3600000".equals(retention), "retention.ms is " + retention);
             admin.incrementalAlterConfigs(Map.of(res, List.of(new AlterConfigOp(new ConfigEntry("retention.ms", "7200000"), AlterConfigOp.OpType.SET)))).all().get();
-            retention = admin.describeConfigs(List.of(res)).all().get().get(res).get("retention.ms").value();
-            check("7200000".equals(retention), "after incrementalAlterConfigs retention.ms is " + retention);
+            // The same for a config change.
+            deadline = System.nanoTime() + WAIT.toNanos();
+            while (!"7200000".equals(retention = admin.describeConfigs(List.of(res)).all().get().get(res).get("retention.ms").value())) {
+                check(System.nanoTime() < deadline, "after incrementalAlterConfigs retention.ms is " + retention);
+                Thread.sleep(100);
+            }
             TopicPartition tp = new TopicPartition(t, 0);
             long end = admin.listOffsets(Map.of(tp, OffsetSpec.latest())).all().get().get(tp).offset();
             check(end == 0, "latest offset of an empty partition is " + end);
             admin.deleteTopics(List.of(t)).all().get();
-            long deadline = System.nanoTime() + WAIT.toNanos();
+            deadline = System.nanoTime() + WAIT.toNanos();
             while (admin.listTopics().names().get().contains(t)) {
                 check(System.nanoTime() < deadline, "deleted topic still listed");
                 Thread.sleep(100);
