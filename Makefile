@@ -6,7 +6,7 @@ export KAAS_CACHE
 export PYTHON := $(KAAS_CACHE)/venv/bin/python3
 CARGO ?= cargo
 
-.PHONY: run test deps dev-build build bench chaos check-fmt clippy clean-data
+.PHONY: run test deps dev-build build bench chaos franzgo-kgo check-fmt clippy clean-data
 
 # One build of the whole workspace, every target, in the dev profile. Everything `make test`
 # runs uses it: the cargo tests, the e2e and operator binaries, crdgen, and the broker the
@@ -23,6 +23,7 @@ run:
 test: deps
 	$(DEV_BUILD)
 	$(CARGO) test --locked --workspace --no-fail-fast
+	$(MAKE) franzgo-kgo
 	$(MAKE) e2e-selftest
 	$(MAKE) operator-test
 	$(MAKE) e2e-scenarios
@@ -52,6 +53,12 @@ KAAS_CHAOS_FAULTS ?= 1000
 chaos: dev-build
 	KAAS_CHAOS_FAULTS=$(KAAS_CHAOS_FAULTS) $(if $(KAAS_CHAOS_SEED),KAAS_CHAOS_SEED=$(KAAS_CHAOS_SEED)) \
 		$(CARGO) test --locked --workspace --test chaos -- --nocapture
+
+## franz-go's own integration tests (pkg/kgo) against a local kaas; tests that need what kaas
+## lacks are listed with a reason in e2e/clients/franzgo-kgo/expected-failures.tsv. About 3 min;
+## `e2e/clients/franzgo-kgo/run.sh --chaos` kills connections at random.
+franzgo-kgo: dev-build
+	KAAS_BIN=$(DEBUG_BIN)/kaas e2e/clients/franzgo-kgo/run.sh
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

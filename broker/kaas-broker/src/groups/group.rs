@@ -334,7 +334,12 @@ impl Group {
     pub(crate) fn remove_member(&mut self, id: &str, error: ResponseError, now: Instant, now_ms: i64, log: &ShardLog) {
         self.drop_member(id, error);
         match self.state {
-            GroupState::Stable | GroupState::CompletingRebalance => self.prepare_rebalance(now, now_ms),
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                self.prepare_rebalance(now, now_ms);
+                // As Kafka's delayed join, which is tried at once: when nobody is left the
+                // group is Empty now (a DeleteGroups right after the last leave succeeds).
+                self.maybe_complete_join(now, now_ms, log);
+            }
             GroupState::PreparingRebalance => self.maybe_complete_join(now, now_ms, log),
             GroupState::Empty | GroupState::Dead => {}
         }

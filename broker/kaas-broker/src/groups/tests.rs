@@ -92,6 +92,18 @@ async fn join_sync_rebalance_and_fencing() {
     assert_eq!(get(c.join(join_req(&a.member_id, None))).await.generation, 3);
 }
 
+/// When the last member leaves, the group is Empty at once (as in Kafka, whose delayed join
+/// completes immediately with nobody left), so a DeleteGroups right after succeeds.
+#[tokio::test]
+async fn the_last_leave_empties_the_group_at_once() {
+    let fs: FsRef = Arc::new(MemFs::new());
+    let c = coordinator(&fs);
+    let a = join_one(&c).await;
+    get(c.sync(sync_req(&a.member_id, 1, vec![(a.member_id.clone(), Bytes::from_static(b"all"))]))).await;
+    assert_eq!(c.leave("g", &[Leaving { member_id: a.member_id.clone(), instance_id: None }]).unwrap(), vec![None]);
+    assert_eq!(c.delete_group("g").await, None, "the group was not empty after its last member left");
+}
+
 #[tokio::test]
 async fn sessions_expire_and_static_members_are_replaced_without_rebalance() {
     let fs: FsRef = Arc::new(MemFs::new());

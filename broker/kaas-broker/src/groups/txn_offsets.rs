@@ -50,7 +50,12 @@ impl Coordinator {
                     retention_ms: -1,
                     offsets: Vec::new(),
                 };
-                offsets::validate_commit(&g, &check)?;
+                // Kafka checks a transactional commit against the group's own protocol: a
+                // KIP-848 member commits at its member epoch (any TxnOffsetCommit version).
+                match &g.consumer {
+                    Some(c) => super::consumer::validate_commit(c, &check, true)?,
+                    None => offsets::validate_commit(&g, &check)?,
+                }
             }
         }
         let now = now_ms();
