@@ -47,11 +47,13 @@ bench: deps build
 ## The long fault campaign: 1,000 seeded faults (kill -9, SIGSTOP/SIGCONT, SIGTERM drain, the
 ## controller's death) on an in-process 3-broker cluster under an idempotent producer and a
 ## committing consumer group; prints the seed, the faults and each invariant's count. `make
-## test` runs the short one (6 faults). Replay a seed: make chaos KAAS_CHAOS_SEED=<seed>.
+## test` runs the short one (6 faults, SIGSTOP and drain only). Replay a seed: make chaos
+## KAAS_CHAOS_SEED=<seed>.
 ## About 6 s a fault (1,000 faults: ~100 min).
 KAAS_CHAOS_FAULTS ?= 1000
+KAAS_CHAOS_KINDS ?= kill,kill-controller,pause,drain
 chaos: dev-build
-	KAAS_CHAOS_FAULTS=$(KAAS_CHAOS_FAULTS) $(if $(KAAS_CHAOS_SEED),KAAS_CHAOS_SEED=$(KAAS_CHAOS_SEED)) \
+	KAAS_CHAOS_FAULTS=$(KAAS_CHAOS_FAULTS) KAAS_CHAOS_KINDS=$(KAAS_CHAOS_KINDS) $(if $(KAAS_CHAOS_SEED),KAAS_CHAOS_SEED=$(KAAS_CHAOS_SEED)) \
 		$(CARGO) test --locked --workspace --test chaos -- --nocapture
 
 ## franz-go's own integration tests (pkg/kgo) against a local kaas; tests that need what kaas
