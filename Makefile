@@ -47,8 +47,7 @@ bench: deps build
 ## The long fault campaign: 1,000 seeded faults (kill -9, SIGSTOP/SIGCONT, SIGTERM drain, the
 ## controller's death) on an in-process 3-broker cluster under an idempotent producer and a
 ## committing consumer group; prints the seed, the faults and each invariant's count. `make
-## test` runs the short one (6 faults, SIGSTOP and drain only). Replay a seed: make chaos
-## KAAS_CHAOS_SEED=<seed>.
+## test` runs the short one (6 faults). Replay a seed: make chaos KAAS_CHAOS_SEED=<seed>.
 ## About 6 s a fault (1,000 faults: ~100 min).
 KAAS_CHAOS_FAULTS ?= 1000
 KAAS_CHAOS_KINDS ?= kill,kill-controller,pause,drain

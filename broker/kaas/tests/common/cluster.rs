@@ -51,7 +51,12 @@ impl Cluster {
     }
 
     pub async fn start_node(&mut self, id: i32) -> TestResult {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        self.start_node_on(id, "127.0.0.1:0").await
+    }
+
+    /// Starts node `id` listening on `address` (a restarted pod that keeps its address).
+    pub async fn start_node_on(&mut self, id: i32, address: &str) -> TestResult {
+        let listener = tokio::net::TcpListener::bind(address).await?;
         let addr = listener.local_addr()?;
         let config = BrokerConfig {
             node_id: id,
