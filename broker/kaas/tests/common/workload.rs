@@ -16,13 +16,25 @@ use super::TestResult;
 use super::cluster::Cluster;
 
 
+/// Creates a topic through the admin API. Like an application, it retries a request that timed
+/// out (on a fresh client); a retry that finds the topic created means the first one worked.
 pub async fn create_topic(cluster: &Cluster, name: &str, partitions: i32) -> TestResult {
-    let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
-    let results = admin.create_topics([&NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new()).await?;
-    for r in results {
-        r.map_err(|(t, e)| format!("creating {t}: {e}"))?;
+    for attempt in 1..=3 {
+        let admin: AdminClient<DefaultClientContext> = cluster.client_config().create()?;
+        let results = match admin.create_topics([&NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new()).await {
+            Err(rdkafka::error::KafkaError::AdminOp(rdkafka::types::RDKafkaErrorCode::OperationTimedOut)) if attempt < 3 => continue,
+            other => other?,
+        };
+        for r in results {
+            match r {
+                Ok(_) => {}
+                Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) if attempt > 1 => {}
+                Err((t, e)) => return Err(format!("creating {t}: {e}").into()),
+            }
+        }
+        return Ok(());
     }
-    Ok(())
+    Err(format!("creating {name}: every attempt timed out").into())
 }
 
 pub fn producer(cluster: &Cluster) -> TestResult<FutureProducer> {
