@@ -104,7 +104,7 @@ impl ShardLog {
 
     /// The newest epoch recorded on the volume (-1 for a fresh shard).
     pub fn stored_epoch(&self) -> Result<i32> {
-        Ok(listing::list(&*self.inner.fs, &self.inner.dir)?.max_epoch)
+        Ok(kaas_shared::epochs::stored_shard_epoch(&*self.inner.fs, &self.inner.dir)?)
     }
 
     /// The epoch this broker owns the shard at, if it does.
@@ -344,7 +344,7 @@ impl State {
 
 /// The newest epoch on the volume when it is newer than `epoch` (this owner was deposed).
 fn newer_epoch(fs: &dyn kaas_shared::fs::Fs, dir: &Path, epoch: i32) -> Result<Option<i32>> {
-    let max = listing::list(fs, dir)?.max_epoch;
+    let max = kaas_shared::epochs::stored_shard_epoch(fs, dir)?;
     Ok((max > epoch).then_some(max))
 }
 

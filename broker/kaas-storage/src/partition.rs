@@ -226,9 +226,7 @@ impl Partition {
     /// The newest epoch recorded on the volume (manifest or segment names): a local lease shim
     /// takes over with one more than this.
     pub fn stored_epoch(&self) -> Result<i32> {
-        let listing = listing::list(&*self.shared.fs, &self.shared.dir)?;
-        let manifest = manifest::read(&*self.shared.fs, &self.shared.dir)?;
-        Ok(listing.max_epoch.max(manifest.map_or(-1, |m| m.epoch)))
+        Ok(kaas_shared::epochs::stored_partition_epoch(&*self.shared.fs, &self.shared.dir)?)
     }
 
     /// Leadership handover: fsyncs what was appended, persists the manifest and producer
