@@ -33,6 +33,8 @@ pub struct Broker {
     pub txns: TxnCoordinator,
     /// Connections to the other brokers (transaction markers and verification).
     pub interbroker: crate::interbroker::InterBroker,
+    /// The Kafka listener's counters (refused and closed connections), shown on `/metrics`.
+    pub listener_metrics: crate::connections::ListenerMetrics,
 }
 
 impl Broker {
@@ -60,7 +62,7 @@ impl Broker {
             .cluster
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups, txns, interbroker: Default::default() }))
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups, txns, interbroker: Default::default(), listener_metrics: Default::default() }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

@@ -1,7 +1,9 @@
 //! Broker settings that the binary collects from flags and the environment.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Where partitions are stored.
 #[derive(Debug, Clone)]
@@ -85,8 +87,8 @@ pub struct BrokerConfig {
     pub default_partitions: i32,
     /// `socket.request.max.bytes`: the largest frame accepted before any allocation.
     pub max_request_bytes: usize,
-    /// `max.connections`: connections beyond this wait for a free slot.
-    pub max_connections: usize,
+    /// The Kafka listener's protection against idle, slow and too many connections.
+    pub connections: ConnectionLimits,
     /// How often retention and time-based rolls run.
     pub housekeeping_interval_ms: u64,
     /// Defaults for topic configs that a topic does not set (`log.*` broker settings).
@@ -110,11 +112,110 @@ impl BrokerConfig {
             auto_create_topics: true,
             default_partitions: 1,
             max_request_bytes: 100 * 1024 * 1024,
-            max_connections: 10_000,
+            connections: ConnectionLimits::default(),
             housekeeping_interval_ms: 30_000,
             log_defaults: kaas_storage::LogConfig::default(),
             cluster: None,
             groups: crate::groups::GroupConfig::default(),
         }
+    }
+}
+
+/// How the Kafka listener bounds what connections can hold (issue #15: a client that connects
+/// and sends nothing, or half a frame, must not pin a slot or a buffer forever).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// `connections.max.idle.ms`: a connection that has received no byte and had no request
+    /// outstanding for this long is closed. A client that takes none of a response's bytes for
+    /// this long is closed too (it holds its requests outstanding forever otherwise).
+    pub max_idle: Duration,
+    /// kaas-specific (Kafka has no such setting): once a frame's first byte arrived, the whole
+    /// frame must arrive within this, or the connection is closed and its buffer freed.
+    pub request_read_timeout: Duration,
+    /// `max.connections`: open connections on the listener. At the cap a new connection evicts
+    /// the least recently active connection with nothing outstanding, or is closed at once.
+    pub max_connections: usize,
+    /// `max.connections.per.ip`: a new connection from an address that already has this many
+    /// is closed at once.
+    pub max_connections_per_ip: usize,
+    /// `max.connections.per.ip.overrides`: per-address caps that replace the one above.
+    pub max_connections_per_ip_overrides: HashMap<IpAddr, usize>,
+}
+
+impl ConnectionLimits {
+    /// The cap for connections from `ip`.
+    pub fn per_ip_cap(&self, ip: IpAddr) -> usize {
+        self.max_connections_per_ip_overrides.get(&ip).copied().unwrap_or(self.max_connections_per_ip)
+    }
+}
+
+impl Default for ConnectionLimits {
+    /// Kafka's `connections.max.idle.ms` (10 minutes). Kafka leaves both connection caps
+    /// unlimited; kaas caps them because every connection costs a task, two buffers and a file
+    /// descriptor: 10,000 in all fits a default container's file limit with room for segment
+    /// files, and 1,000 per address stops one client from taking the listener while leaving
+    /// room for many clients behind one NAT address.
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            max_idle: Duration::from_secs(600),
+            request_read_timeout: Duration::from_secs(30),
+            max_connections: 10_000,
+            max_connections_per_ip: 1_000,
+            max_connections_per_ip_overrides: HashMap::new(),
+        }
+    }
+}
+
+/// Parses `max.connections.per.ip.overrides` as Kafka spells it: `host:count,host:count`, here
+/// with IP addresses only (an IPv6 address in brackets or bare: the count follows the last `:`).
+pub fn parse_per_ip_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
+    let mut overrides = HashMap::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (host, count) = entry.rsplit_once(':').ok_or_else(|| format!("{entry:?} is not host:count"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let ip: IpAddr = host.parse().map_err(|_| format!("{host:?} in {entry:?} is not an IP address (host names are not resolved)"))?;
+        let count: usize = count.parse().map_err(|_| format!("{count:?} in {entry:?} is not a connection count"))?;
+        if overrides.insert(ip, count).is_some() {
+            return Err(format!("{ip} appears twice"));
+        }
+    }
+    Ok(overrides)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_ip_overrides_parse_as_kafka_spells_them() {
+        let parsed = parse_per_ip_overrides("127.0.0.1:5, 10.0.0.7:0,[::1]:3,::2:4");
+        let expected: HashMap<IpAddr, usize> = [
+            ("127.0.0.1".parse().ok(), 5),
+            ("10.0.0.7".parse().ok(), 0),
+            ("::1".parse().ok(), 3),
+            ("::2".parse().ok(), 4),
+        ]
+        .into_iter()
+        .filter_map(|(ip, n)| ip.map(|ip| (ip, n)))
+        .collect();
+        assert_eq!(parsed, Ok(expected));
+        assert_eq!(parse_per_ip_overrides(""), Ok(HashMap::new()));
+    }
+
+    #[test]
+    fn per_ip_overrides_refuse_what_they_cannot_mean() {
+        for bad in ["127.0.0.1", "broker-0:5", "127.0.0.1:-1", "127.0.0.1:x", "127.0.0.1:1,127.0.0.1:2"] {
+            assert!(parse_per_ip_overrides(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn an_override_replaces_the_per_ip_cap() {
+        let limits = ConnectionLimits {
+            max_connections_per_ip_overrides: parse_per_ip_overrides("127.0.0.2:2").unwrap_or_default(),
+            ..ConnectionLimits::default()
+        };
+        assert_eq!(limits.per_ip_cap([127, 0, 0, 2].into()), 2);
+        assert_eq!(limits.per_ip_cap([127, 0, 0, 1].into()), 1_000);
     }
 }

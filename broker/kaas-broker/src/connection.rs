@@ -3,25 +3,39 @@
 //! The reader decodes and dispatches requests one at a time, so a request's ordered work (an
 //! append, a topic change) happens in arrival order; what a request then waits for (fsync, long
 //! poll) runs concurrently, and the writer sends the answers in the order the requests came.
+//!
+//! A connection is closed by the broker when it has received nothing and had nothing
+//! outstanding for `connections.max.idle.ms`, when a frame is not complete within the request
+//! read timeout of its first byte, when its client takes no response bytes for
+//! `connections.max.idle.ms`, or when the listener evicts it (see [`crate::connections`]).
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
-use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{broadcast, mpsc};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::api_versions;
 use crate::broker::Broker;
+use crate::connections::{Activity, Closure, ListenerMetrics, Slot};
 use crate::frame::{FrameError, HeaderPrefix, read_frame};
 use crate::router::{self, DispatchError, Pending, RequestContext};
 
 /// Requests of one connection whose responses may be outstanding at once.
 const MAX_IN_FLIGHT: usize = 64;
+
+/// Responses are written in pieces of this size, each within `connections.max.idle.ms`, so a
+/// large response to a slow reader is judged by its progress, not its total time.
+const WRITE_PIECE: usize = 64 * 1024;
 
 /// Why a connection is closed instead of answered.
 #[derive(Debug, thiserror::Error)]
@@ -40,32 +54,38 @@ pub enum ConnectionError {
     Dispatch(#[from] DispatchError),
 }
 
-/// Serves one connection until the client closes it, it misbehaves, or the broker shuts down.
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: broadcast::Receiver<()>) {
+/// Why the reader stopped waiting for the next frame.
+#[derive(Debug)]
+enum Stop {
+    /// The client closed the connection between frames.
+    ClientClosed,
+    Frame(FrameError),
+    Idle,
+    /// Closed from outside the reader (eviction, a stalled writer), already logged and counted.
+    Closed,
+    Shutdown,
+}
+
+/// Serves one connection until the client closes it, it misbehaves or idles, or the broker
+/// shuts down. `slot` is its place in the listener's connection table, freed on return.
+pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: broadcast::Receiver<()>, slot: Slot) {
     let _ = stream.set_nodelay(true);
+    let limits = &broker.config.connections;
+    let activity = slot.activity().clone();
     let (read_half, write_half) = stream.into_split();
-    let mut reader = BufReader::with_capacity(64 * 1024, read_half);
+    let mut reader = BufReader::with_capacity(64 * 1024, Touching { inner: read_half, activity: activity.clone() });
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
-    let writer = tokio::spawn(write_responses(write_half, rx, peer));
-    let limit = broker.config.max_request_bytes;
+    let writer = tokio::spawn(write_responses(write_half, rx, peer, activity.clone(), slot.metrics().clone(), limits.max_idle));
     loop {
-        let frame = tokio::select! {
-            frame = read_frame(&mut reader, limit) => frame,
-            _ = shutdown.recv() => { debug!(%peer, "closing connection: broker shutting down"); break; }
-        };
-        let frame = match frame {
-            Ok(Some(frame)) => frame,
-            Ok(None) => break,
-            Err(FrameError::Io(e)) => {
-                debug!(%peer, error = %e, "connection lost");
-                break;
-            }
-            Err(e) => {
-                warn!(%peer, error = %e, "closing connection: unreadable frame");
+        let frame = match next_frame(&broker, &mut reader, &activity, &mut shutdown).await {
+            Ok(frame) => frame,
+            Err(stop) => {
+                log_stop(&stop, peer, limits.max_idle, slot.metrics());
                 break;
             }
         };
-        match handle_frame(&broker, frame.freeze(), peer).await {
+        activity.request_started();
+        match handle_frame(&broker, frame, peer).await {
             Ok(pending) => {
                 if tx.send(pending).await.is_err() {
                     break;
@@ -79,6 +99,73 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
     }
     drop(tx);
     let _ = writer.await;
+}
+
+/// Waits for the next whole frame, closing the connection when it has been idle for
+/// `connections.max.idle.ms`, is closed from outside, or the broker shuts down.
+async fn next_frame(
+    broker: &Broker,
+    reader: &mut BufReader<Touching>,
+    activity: &Activity,
+    shutdown: &mut broadcast::Receiver<()>,
+) -> Result<Bytes, Stop> {
+    let limits = &broker.config.connections;
+    // NB: the read is pinned outside the loop: an idle check that finds the connection active
+    // must not drop a half-read frame.
+    let read = read_frame(reader, broker.config.max_request_bytes, limits.request_read_timeout);
+    tokio::pin!(read);
+    loop {
+        let check_at = activity.next_idle_check(limits.max_idle);
+        tokio::select! {
+            frame = &mut read => return match frame {
+                Ok(Some(frame)) => Ok(frame),
+                Ok(None) => Err(Stop::ClientClosed),
+                Err(e) => Err(Stop::Frame(e)),
+            },
+            _ = tokio::time::sleep_until(check_at) => {
+                if activity.idle_for(limits.max_idle) {
+                    return Err(Stop::Idle);
+                }
+            }
+            _ = activity.closed() => return Err(Stop::Closed),
+            _ = shutdown.recv() => return Err(Stop::Shutdown),
+        }
+    }
+}
+
+fn log_stop(stop: &Stop, peer: SocketAddr, max_idle: Duration, metrics: &ListenerMetrics) {
+    match stop {
+        Stop::ClientClosed | Stop::Closed => {}
+        Stop::Shutdown => debug!(%peer, "closing connection: broker shutting down"),
+        Stop::Idle => {
+            metrics.count_closed(Closure::Idle);
+            debug!(%peer, ?max_idle, "closing connection: idle (connections.max.idle.ms)");
+        }
+        Stop::Frame(FrameError::Io(e)) => debug!(%peer, error = %e, "connection lost"),
+        Stop::Frame(e @ FrameError::ReadTimeout(_)) => {
+            metrics.count_closed(Closure::RequestReadTimeout);
+            info!(%peer, error = %e, "closing connection: frame too slow");
+        }
+        Stop::Frame(e) => warn!(%peer, error = %e, "closing connection: unreadable frame"),
+    }
+}
+
+/// The read half, marking the connection active whenever bytes arrive.
+#[derive(Debug)]
+struct Touching {
+    inner: OwnedReadHalf,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Touching {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
 }
 
 /// Parses the header of one frame and dispatches it.
@@ -107,7 +194,23 @@ pub(crate) async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: S
     Ok(router::dispatch(broker, ctx, frame).await?)
 }
 
-async fn write_responses(write_half: OwnedWriteHalf, mut rx: mpsc::Receiver<Pending>, peer: SocketAddr) {
+/// Why the writer gave up on a connection.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error("the client took no response bytes for {0:?} (connections.max.idle.ms)")]
+    Stalled(Duration),
+    #[error("i/o: {0}")]
+    Io(#[from] io::Error),
+}
+
+async fn write_responses(
+    write_half: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Pending>,
+    peer: SocketAddr,
+    activity: Arc<Activity>,
+    metrics: ListenerMetrics,
+    stall: Duration,
+) {
     let mut out = BufWriter::with_capacity(64 * 1024, write_half);
     while let Some(pending) = rx.recv().await {
         let bytes = match pending {
@@ -115,22 +218,34 @@ async fn write_responses(write_half: OwnedWriteHalf, mut rx: mpsc::Receiver<Pend
             Pending::Later(handle) => handle.await.ok().flatten(),
             Pending::Silent => None,
         };
-        if let Some(bytes) = bytes {
-            if let Err(e) = out.write_all(&bytes).await {
+        let written = write_one(&mut out, bytes.as_deref(), rx.is_empty(), stall).await;
+        activity.request_finished();
+        if let Err(e) = written {
+            if matches!(e, WriteError::Stalled(_)) {
+                metrics.count_closed(Closure::ResponseStalled);
+                info!(%peer, error = %e, "closing connection: responses not read");
+            } else {
                 debug!(%peer, error = %e, "client went away");
-                return;
             }
-        }
-        // Flush only when nothing else is queued, so pipelined answers share a syscall.
-        if rx.is_empty() {
-            if let Err(e) = out.flush().await {
-                debug!(%peer, error = %e, "client went away");
-                return;
-            }
+            // The reader may be waiting for bytes that no longer matter.
+            activity.close();
+            return;
         }
     }
-    let _ = out.flush().await;
+    let _ = tokio::time::timeout(stall, out.flush()).await;
     let _ = out.into_inner().shutdown().await;
+}
+
+/// Writes one response (none for acks=0) and flushes when nothing else is queued, so
+/// pipelined answers share a syscall. Each piece must be taken within `stall`.
+async fn write_one<W: AsyncWrite + Unpin>(out: &mut W, bytes: Option<&[u8]>, flush: bool, stall: Duration) -> Result<(), WriteError> {
+    for piece in bytes.unwrap_or_default().chunks(WRITE_PIECE) {
+        tokio::time::timeout(stall, out.write_all(piece)).await.map_err(|_| WriteError::Stalled(stall))??;
+    }
+    if flush {
+        tokio::time::timeout(stall, out.flush()).await.map_err(|_| WriteError::Stalled(stall))??;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,9 +1,13 @@
 //! Length-prefixed framing and the fixed request-header prefix.
 //!
-//! The size field is checked against the limit before a byte of the body is allocated, and the
-//! body buffer grows as bytes actually arrive, so a lying length field costs nothing.
+//! The size field is checked against the limit before a byte of the body is allocated, the body
+//! buffer grows only as bytes actually arrive (a lying length field costs nothing, a half-sent
+//! frame pins about twice what it sent), and once a frame has started it must be complete
+//! within the request read timeout, so a client cannot hold a buffer by trickling bytes.
 
-use bytes::{Buf, BytesMut};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Why a connection's byte stream cannot be read as Kafka frames; the connection is closed.
@@ -17,6 +21,8 @@ pub enum FrameError {
     TooShort(usize),
     #[error("connection closed in the middle of a frame")]
     Truncated,
+    #[error("frame not complete {0:?} after its first byte (request read timeout)")]
+    ReadTimeout(Duration),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -42,64 +48,104 @@ impl HeaderPrefix {
     }
 }
 
+/// The body buffer's first reservation: small, because the size field is the client's word.
+const FIRST_CHUNK: usize = 16 * 1024;
+
 /// Largest chunk reserved at a time while a frame body arrives.
 const GROWTH_CHUNK: usize = 1024 * 1024;
 
 /// Reads one frame body. `Ok(None)` is a clean end of stream between frames.
+///
+/// Waiting for a frame's first byte has no deadline here (that is the connection's idle
+/// timeout); from the first byte on, the rest must arrive within `read_timeout`.
 pub async fn read_frame<R: AsyncRead + Unpin>(
     reader: &mut R,
     limit: usize,
-) -> Result<Option<BytesMut>, FrameError> {
-    let mut size_bytes = [0u8; 4];
-    match reader.read_exact(&mut size_bytes).await {
-        Ok(_) => {}
+    read_timeout: Duration,
+) -> Result<Option<Bytes>, FrameError> {
+    let first = match reader.read_u8().await {
+        Ok(byte) => byte,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e.into()),
+    };
+    match tokio::time::timeout(read_timeout, read_rest(reader, first, limit)).await {
+        Ok(frame) => frame.map(Some),
+        Err(_) => Err(FrameError::ReadTimeout(read_timeout)),
     }
-    let size = i32::from_be_bytes(size_bytes);
-    if size < 0 {
-        return Err(FrameError::NegativeSize(size));
-    }
-    let size = size as usize;
+}
+
+/// The rest of a frame whose first size byte is `first`.
+async fn read_rest<R: AsyncRead + Unpin>(reader: &mut R, first: u8, limit: usize) -> Result<Bytes, FrameError> {
+    let mut size_bytes = [first, 0, 0, 0];
+    reader.read_exact(&mut size_bytes[1..]).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => FrameError::Truncated,
+        _ => FrameError::Io(e),
+    })?;
+    let size = checked_size(i32::from_be_bytes(size_bytes), limit)?;
+    read_body(reader, size).await
+}
+
+fn checked_size(size: i32, limit: usize) -> Result<usize, FrameError> {
+    let size = usize::try_from(size).map_err(|_| FrameError::NegativeSize(size))?;
     if size > limit {
         return Err(FrameError::TooLarge { size, limit });
     }
     if size < HeaderPrefix::LEN {
         return Err(FrameError::TooShort(size));
     }
-    let mut body = BytesMut::with_capacity(size.min(GROWTH_CHUNK));
+    Ok(size)
+}
+
+/// How much more buffer to reserve for a body of `size` bytes of which `arrived` are in:
+/// at most as much again as arrived (so the buffer stays within about twice the bytes received
+/// plus [`FIRST_CHUNK`]), never past the frame's end, and never more than [`GROWTH_CHUNK`].
+fn next_reservation(arrived: usize, size: usize) -> usize {
+    (size - arrived).min(arrived.max(FIRST_CHUNK)).min(GROWTH_CHUNK)
+}
+
+async fn read_body<R: AsyncRead + Unpin>(reader: &mut R, size: usize) -> Result<Bytes, FrameError> {
+    let mut body = Vec::new();
+    read_body_into(reader, size, &mut body).await?;
+    Ok(Bytes::from(body))
+}
+
+/// Reads `size` bytes into `body`, reserving room only as bytes arrive.
+async fn read_body_into<R: AsyncRead + Unpin>(reader: &mut R, size: usize, body: &mut Vec<u8>) -> Result<(), FrameError> {
+    // NB: a Vec, not a BytesMut: `reserve_exact` allocates what `next_reservation` asks for,
+    // where BytesMut's `reserve` may double the capacity on top of it.
     while body.len() < size {
-        let want = (size - body.len()).min(GROWTH_CHUNK);
-        body.reserve(want);
-        let mut limited = (&mut *reader).take(want as u64);
-        let n = limited.read_buf(&mut body).await?;
+        let want = next_reservation(body.len(), size);
+        body.reserve_exact(want);
+        let n = (&mut *reader).take(want as u64).read_buf(body).await?;
         if n == 0 {
             return Err(FrameError::Truncated);
         }
     }
-    Ok(Some(body))
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const T: Duration = Duration::from_secs(30);
+
     #[tokio::test]
     async fn rejects_oversized_frame_before_reading_body() {
         let bytes = (1_000_000i32).to_be_bytes();
         let mut r: &[u8] = &bytes;
-        let err = read_frame(&mut r, 1000).await.err();
+        let err = read_frame(&mut r, 1000, T).await.err();
         assert!(matches!(err, Some(FrameError::TooLarge { size: 1_000_000, limit: 1000 })));
     }
 
     #[tokio::test]
     async fn rejects_negative_and_short_frames() {
         let mut r: &[u8] = &(-5i32).to_be_bytes();
-        assert!(matches!(read_frame(&mut r, 1000).await, Err(FrameError::NegativeSize(-5))));
+        assert!(matches!(read_frame(&mut r, 1000, T).await, Err(FrameError::NegativeSize(-5))));
         let mut data = 3i32.to_be_bytes().to_vec();
         data.extend_from_slice(&[0, 0, 0]);
         let mut r: &[u8] = &data;
-        assert!(matches!(read_frame(&mut r, 1000).await, Err(FrameError::TooShort(3))));
+        assert!(matches!(read_frame(&mut r, 1000, T).await, Err(FrameError::TooShort(3))));
     }
 
     #[tokio::test]
@@ -107,9 +153,9 @@ mod tests {
         let mut data = 20i32.to_be_bytes().to_vec();
         data.extend_from_slice(&[1; 10]);
         let mut r: &[u8] = &data;
-        assert!(matches!(read_frame(&mut r, 1000).await, Err(FrameError::Truncated)));
+        assert!(matches!(read_frame(&mut r, 1000, T).await, Err(FrameError::Truncated)));
         let mut empty: &[u8] = &[];
-        assert!(matches!(read_frame(&mut empty, 1000).await, Ok(None)));
+        assert!(matches!(read_frame(&mut empty, 1000, T).await, Ok(None)));
     }
 
     #[tokio::test]
@@ -117,9 +163,72 @@ mod tests {
         let mut data = 8i32.to_be_bytes().to_vec();
         data.extend_from_slice(&[0, 18, 0, 3, 0, 0, 0, 7]);
         let mut r: &[u8] = &data;
-        let body = read_frame(&mut r, 1000).await.ok().flatten();
+        let body = read_frame(&mut r, 1000, T).await.ok().flatten();
         let body = body.map(|b| b.to_vec()).unwrap_or_default();
         let prefix = HeaderPrefix::parse(&body).ok();
         assert_eq!(prefix, Some(HeaderPrefix { api_key: 18, api_version: 3, correlation_id: 7 }));
+    }
+
+    #[tokio::test]
+    async fn eof_inside_the_size_field_is_truncation() {
+        let mut r: &[u8] = &[0, 0];
+        assert!(matches!(read_frame(&mut r, 1000, T).await, Err(FrameError::Truncated)));
+    }
+
+    /// A client that sent the size and part of the body and then nothing: the read gives up
+    /// at the deadline, counted from the frame's first byte.
+    #[tokio::test(start_paused = true)]
+    async fn a_half_sent_frame_times_out_at_the_deadline() {
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        let sent = [&100i32.to_be_bytes()[..], &[1; 10]].concat();
+        assert!(tokio::io::AsyncWriteExt::write_all(&mut client, &sent).await.is_ok());
+        let started = tokio::time::Instant::now();
+        let result = read_frame(&mut server, 1000, T).await;
+        assert!(matches!(result, Err(FrameError::ReadTimeout(t)) if t == T), "{result:?}");
+        assert_eq!(started.elapsed(), T);
+        drop(client);
+    }
+
+    /// Waiting for the first byte of a frame is not bounded by the read timeout (the idle
+    /// timeout covers it): a frame that starts an hour later is read.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_a_frame_to_start_has_no_read_deadline() {
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            let frame = [&8i32.to_be_bytes()[..], &[0, 18, 0, 3, 0, 0, 0, 7]].concat();
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut client, &frame).await;
+            client
+        });
+        let result = read_frame(&mut server, 1000, T).await;
+        assert!(matches!(result, Ok(Some(ref body)) if body.len() == 8), "{result:?}");
+        assert!(late.await.is_ok());
+    }
+
+    /// A frame that claims 100 MiB and sends less pins about twice what it sent, not the claim
+    /// (nor a fixed chunk of it).
+    #[tokio::test]
+    async fn a_half_sent_frame_pins_about_what_it_sent() {
+        let claimed = 100 * 1024 * 1024;
+        for arrived in [10, 5_000, 300 * 1024, 3 * 1024 * 1024 + 17] {
+            let sent = vec![1u8; arrived];
+            let mut r: &[u8] = &sent;
+            let mut body = Vec::new();
+            let result = read_body_into(&mut r, claimed, &mut body).await;
+            assert!(matches!(result, Err(FrameError::Truncated)));
+            assert_eq!(body.len(), arrived);
+            assert!(body.capacity() <= 2 * arrived + FIRST_CHUNK, "{arrived} bytes arrived, {} reserved", body.capacity());
+        }
+    }
+
+    #[test]
+    fn reservations_never_pass_the_frame_end() {
+        let size = 100 * 1024 * 1024;
+        assert_eq!(next_reservation(0, size), FIRST_CHUNK);
+        assert_eq!(next_reservation(10, 20), 10);
+        for arrived in [0, 1, FIRST_CHUNK, 300 * 1024, 5 * 1024 * 1024, size - 1] {
+            let want = next_reservation(arrived, size);
+            assert!(want > 0 && want <= GROWTH_CHUNK && arrived + want <= size, "{arrived}: {want}");
+        }
     }
 }

@@ -51,6 +51,7 @@ impl Metrics {
         registry.register("is_controller", "1 while this broker holds the kaas-controller Lease", gauges.is_controller.clone());
         registry.register("fenced", "1 while this broker refuses writes (heartbeat unacknowledged)", gauges.fenced.clone());
         registry.register("draining", "1 once SIGTERM started a drain", gauges.draining.clone());
+        broker.listener_metrics.register(&mut registry);
         if let Some(cluster) = &broker.cluster {
             let durations = &cluster.takeover_durations;
             registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions.clone());

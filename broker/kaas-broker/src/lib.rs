@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod connection;
+pub mod connections;
 pub mod coordinator;
 pub mod error;
 pub mod fetch_session;

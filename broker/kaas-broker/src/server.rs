@@ -1,15 +1,23 @@
-//! The Kafka listener: accepts connections up to a cap and shuts down as a protocol.
+//! The Kafka listener: accepts connections within the connection caps and shuts down as a
+//! protocol.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, broadcast};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::broadcast;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
 use crate::connection;
+use crate::connections::ConnectionTable;
+
+/// How long the listener pauses after a failed accept.
+// NB: the usual failure is running out of file descriptors (EMFILE), which a retry at once
+// would only repeat in a busy loop; closing connections free some meanwhile.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// A bound listener, ready to serve.
 #[derive(Debug)]
@@ -30,32 +38,24 @@ impl Server {
 
     /// Serves until `shutdown` resolves, then closes every connection and waits for them.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        let permits = Arc::new(Semaphore::new(self.broker.config.max_connections));
+        let table = ConnectionTable::new(self.broker.config.connections.clone(), self.broker.listener_metrics.clone());
         let (stop_tx, _) = broadcast::channel::<()>(1);
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
-            let permit = tokio::select! {
-                permit = permits.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break,
-                },
-                _ = &mut shutdown => break,
-            };
             let accepted = tokio::select! {
                 accepted = self.listener.accept() => accepted,
                 _ = &mut shutdown => break,
             };
             match accepted {
-                Ok((stream, peer)) => {
-                    let broker = self.broker.clone();
-                    let stop = stop_tx.subscribe();
-                    connections.spawn(async move {
-                        connection::serve(broker, stream, peer, stop).await;
-                        drop(permit);
-                    });
+                Ok((stream, peer)) => self.admit(&table, stream, peer, &stop_tx, &mut connections),
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                        _ = &mut shutdown => break,
+                    }
                 }
-                Err(e) => warn!(error = %e, "accept failed"),
             }
             // Reap finished connections so the set does not grow without bound.
             while connections.try_join_next().is_some() {}
@@ -63,5 +63,19 @@ impl Server {
         info!(open = connections.len(), "listener stopped; closing connections");
         let _ = stop_tx.send(());
         while connections.join_next().await.is_some() {}
+    }
+
+    /// Serves `stream` if the connection table admits it; otherwise closes it at once.
+    fn admit(&self, table: &Arc<ConnectionTable>, stream: TcpStream, peer: SocketAddr, stop: &broadcast::Sender<()>, connections: &mut JoinSet<()>) {
+        match table.admit(peer.ip()) {
+            Ok(slot) => {
+                let broker = self.broker.clone();
+                let stop = stop.subscribe();
+                connections.spawn(connection::serve(broker, stream, peer, stop, slot));
+            }
+            // Debug, not warn: whoever floods the listener would flood the log too; the
+            // refusals are counted in kaas_connections_refused_total.
+            Err(refusal) => debug!(%peer, reason = refusal.label(), "connection refused"),
+        }
     }
 }

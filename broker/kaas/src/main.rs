@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{ArgAction, Parser, ValueEnum};
-use kaas_broker::config::{ClusterSettings, StorageMode};
+use kaas_broker::config::{ClusterSettings, ConnectionLimits, StorageMode};
 use kaas_broker::{Broker, BrokerConfig, Server};
 use tokio::net::TcpListener;
 use tracing::info;
@@ -55,6 +55,27 @@ struct Args {
     /// Largest request accepted, in bytes (socket.request.max.bytes).
     #[arg(long, env = "KAAS_MAX_REQUEST_BYTES", default_value_t = 100 * 1024 * 1024)]
     max_request_bytes: usize,
+    /// Close a connection that has received nothing and had no request outstanding for this
+    /// long, or whose client takes no response bytes for this long (connections.max.idle.ms).
+    #[arg(long, env = "KAAS_CONNECTIONS_MAX_IDLE_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
+    connections_max_idle_ms: u64,
+    /// Close a connection whose request frame is not complete this long after its first byte
+    /// (kaas-specific; Kafka has no equivalent).
+    #[arg(long, env = "KAAS_REQUEST_READ_TIMEOUT_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    request_read_timeout_ms: u64,
+    /// Open connections on the Kafka listener; at the cap a newcomer takes the place of the
+    /// least recently active connection with nothing outstanding (max.connections; Kafka's
+    /// default is unlimited).
+    #[arg(long, env = "KAAS_MAX_CONNECTIONS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
+    /// Connections from one IP address; more are closed at once (max.connections.per.ip;
+    /// Kafka's default is unlimited).
+    #[arg(long, env = "KAAS_MAX_CONNECTIONS_PER_IP", default_value_t = 1_000)]
+    max_connections_per_ip: usize,
+    /// Per-address caps replacing --max-connections-per-ip: `ip:count,ip:count`
+    /// (max.connections.per.ip.overrides; IP addresses only).
+    #[arg(long, env = "KAAS_MAX_CONNECTIONS_PER_IP_OVERRIDES", default_value = "", value_parser = kaas_broker::config::parse_per_ip_overrides)]
+    max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
     /// Default segment size of topics that do not set segment.bytes (log.segment.bytes).
     #[arg(long, env = "KAAS_LOG_SEGMENT_BYTES")]
     log_segment_bytes: Option<u64>,
@@ -160,6 +181,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         auto_create_topics: args.auto_create_topics,
         default_partitions: args.default_partitions,
         max_request_bytes: args.max_request_bytes,
+        connections: ConnectionLimits {
+            max_idle: std::time::Duration::from_millis(args.connections_max_idle_ms),
+            request_read_timeout: std::time::Duration::from_millis(args.request_read_timeout_ms),
+            max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+            max_connections_per_ip: args.max_connections_per_ip,
+            max_connections_per_ip_overrides: args.max_connections_per_ip_overrides,
+        },
         housekeeping_interval_ms: args.housekeeping_interval_ms,
         log_defaults,
         groups: args.groups.config(args.pod_name.is_some()),
