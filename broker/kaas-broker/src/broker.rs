@@ -23,6 +23,8 @@ pub struct Broker {
     pub engine: Engine,
     pub topics: TopicRegistry,
     pub fetch_sessions: FetchSessions,
+    /// The fetch path's blocking reads and its count of fetches in flight.
+    pub fetches: crate::api::fetch::Fetches,
     pub lease: LocalLease,
     /// Cluster mode's parts; `None` in local mode.
     pub cluster: Option<crate::cluster::Cluster>,
@@ -62,7 +64,7 @@ impl Broker {
             .cluster
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), lease, cluster, groups, txns, interbroker: Default::default(), listener_metrics: Default::default() }))
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), listener_metrics: Default::default() }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

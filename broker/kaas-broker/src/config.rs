@@ -97,6 +97,8 @@ pub struct BrokerConfig {
     pub cluster: Option<ClusterSettings>,
     /// The group coordinator's settings (`group.*`, `offsets.*`).
     pub groups: crate::groups::GroupConfig,
+    /// What one Fetch may cost: `fetch.max.bytes`, its wait, its partitions, fetch sessions.
+    pub fetch: crate::api::fetch::FetchConfig,
 }
 
 impl BrokerConfig {
@@ -117,6 +119,7 @@ impl BrokerConfig {
             log_defaults: kaas_storage::LogConfig::default(),
             cluster: None,
             groups: crate::groups::GroupConfig::default(),
+            fetch: crate::api::fetch::FetchConfig::default(),
         }
     }
 }

@@ -22,6 +22,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, Read
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::api::api_versions;
@@ -75,6 +76,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
     let (read_half, write_half) = stream.into_split();
     let mut reader = BufReader::with_capacity(64 * 1024, Touching { inner: read_half, activity: activity.clone() });
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
+    let closed = CancellationToken::new();
     let writer = tokio::spawn(write_responses(write_half, rx, peer, activity.clone(), slot.metrics().clone(), limits.max_idle));
     loop {
         let frame = match next_frame(&broker, &mut reader, &activity, &mut shutdown).await {
@@ -85,7 +87,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             }
         };
         activity.request_started();
-        match handle_frame(&broker, frame, peer).await {
+        match handle_frame(&broker, frame, peer, &closed).await {
             Ok(pending) => {
                 if tx.send(pending).await.is_err() {
                     break;
@@ -97,6 +99,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             }
         }
     }
+    // Long polls of a connection that reads no more requests end now, not at their deadline
+    // (the writer waits for them in order before it can notice the client is gone).
+    closed.cancel();
     drop(tx);
     let _ = writer.await;
 }
@@ -169,7 +174,7 @@ impl AsyncRead for Touching {
 }
 
 /// Parses the header of one frame and dispatches it.
-pub(crate) async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr) -> Result<Pending, ConnectionError> {
+pub(crate) async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr, closed: &CancellationToken) -> Result<Pending, ConnectionError> {
     let prefix = HeaderPrefix::parse(&frame)?;
     let key = ApiKey::try_from(prefix.api_key).map_err(|_| ConnectionError::UnknownApiKey(prefix.api_key))?;
     let route = router::route(key).ok_or(ConnectionError::NotRouted(key))?;
@@ -190,7 +195,7 @@ pub(crate) async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: S
         ConnectionError::Header { key, version: prefix.api_version, source }
     })?;
     tracing::trace!(%peer, ?key, version = prefix.api_version, correlation_id = prefix.correlation_id, "request");
-    let ctx = RequestContext { header, api_key: key, version: prefix.api_version, peer };
+    let ctx = RequestContext { header, api_key: key, version: prefix.api_version, peer, closed: closed.clone() };
     Ok(router::dispatch(broker, ctx, frame).await?)
 }
 
@@ -292,7 +297,7 @@ mod tests {
             let _ = rt.block_on(async {
                 // Deferred answers (durability waits) must not panic either; a long poll that a
                 // random max_wait keeps open is cut short.
-                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer()).await {
+                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new()).await {
                     if let Ok(joined) = tokio::time::timeout(std::time::Duration::from_millis(50), handle).await {
                         assert!(joined.is_ok(), "a deferred handler panicked");
                     }
@@ -307,7 +312,7 @@ mod tests {
             let rt = match rt { Ok(rt) => rt, Err(e) => panic!("runtime: {e}") };
             let broker = broker();
             rt.block_on(async {
-                let _ = handle_frame(&broker, Bytes::from(frame), peer()).await;
+                let _ = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new()).await;
             });
         }
     }

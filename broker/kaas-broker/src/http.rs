@@ -31,6 +31,8 @@ struct Gauges {
     is_controller: Gauge,
     fenced: Gauge,
     draining: Gauge,
+    fetch_requests_in_flight: Gauge,
+    fetch_sessions: Gauge,
 }
 
 #[derive(Debug)]
@@ -51,6 +53,8 @@ impl Metrics {
         registry.register("is_controller", "1 while this broker holds the kaas-controller Lease", gauges.is_controller.clone());
         registry.register("fenced", "1 while this broker refuses writes (heartbeat unacknowledged)", gauges.fenced.clone());
         registry.register("draining", "1 once SIGTERM started a drain", gauges.draining.clone());
+        registry.register("fetch_requests_in_flight", "Fetch requests being read or waiting for data (long polls)", gauges.fetch_requests_in_flight.clone());
+        registry.register("fetch_sessions", "Incremental fetch sessions in the cache", gauges.fetch_sessions.clone());
         broker.listener_metrics.register(&mut registry);
         if let Some(cluster) = &broker.cluster {
             let durations = &cluster.takeover_durations;
@@ -67,6 +71,8 @@ impl Metrics {
         g.partitions_led.set(led as i64);
         g.partitions_offline.set(offline as i64);
         g.topics.set(broker.topics.list().len() as i64);
+        g.fetch_requests_in_flight.set(broker.fetches.in_flight() as i64);
+        g.fetch_sessions.set(broker.fetch_sessions.len() as i64);
         if let Some(cluster) = &broker.cluster {
             let a = cluster.view.current();
             g.assignment_version.set(a.assignment_version);

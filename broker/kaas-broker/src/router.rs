@@ -52,6 +52,9 @@ pub struct RequestContext {
     pub api_key: ApiKey,
     pub version: i16,
     pub peer: std::net::SocketAddr,
+    /// Cancelled once the connection stops reading requests (the client went away, or the
+    /// broker is shutting down): a long poll for it ends instead of waiting out its time.
+    pub closed: tokio_util::sync::CancellationToken,
 }
 
 /// One routed API: the versions this broker answers.
@@ -189,9 +192,13 @@ pub fn encode_response<T: Encodable>(
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let size = header.compute_size(header_version).map_err(encode_err)?
         + body.compute_size(version).map_err(encode_err)?;
+    // NB: the size prefix is an i32; a larger response would wrap to a negative length.
+    let prefix = i32::try_from(size).map_err(|_| {
+        encode_err(anyhow::anyhow!("a {size}-byte response does not fit the protocol's 2 GiB frame"))
+    })?;
     if 4 + size < buffers::MIN_POOLED {
         let mut buf = BytesMut::with_capacity(4 + size);
-        buf.put_i32(size as i32);
+        buf.put_i32(prefix);
         header.encode(&mut buf, header_version).map_err(encode_err)?;
         body.encode(&mut buf, version).map_err(encode_err)?;
         return Ok(buf.freeze());
@@ -201,7 +208,7 @@ pub fn encode_response<T: Encodable>(
     // than the copy itself (see kaas_storage::buffers).
     let mut buf = buffers::pool().take(4 + size);
     buf.clear();
-    buf.put_i32(size as i32);
+    buf.put_i32(prefix);
     header.encode(&mut buf, header_version).map_err(encode_err)?;
     body.encode(&mut buf, version).map_err(encode_err)?;
     let len = buf.len();

@@ -32,7 +32,7 @@ pub use control::{Marker, MarkerKind};
 pub use engine::Engine;
 pub use error::{Error, Result};
 pub use manifest::Manifest;
-pub use partition::{AppendOptions, AppendOutcome, Partition, ReadOutcome, TakeoverReport};
+pub use partition::{AppendOptions, AppendOutcome, Partition, ReadBound, ReadOutcome, TakeoverReport};
 pub use producer_state::ProducerSummary;
 pub use txn_index::AbortedTxn;
 

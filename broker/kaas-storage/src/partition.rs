@@ -23,7 +23,7 @@ use crate::segment::Segment;
 use crate::{Error, Result, manifest, producer_snapshot};
 
 pub use append::{AppendOptions, AppendOutcome};
-pub use read::ReadOutcome;
+pub use read::{ReadBound, ReadOutcome};
 pub use takeover::TakeoverReport;
 
 /// A partition of a topic. Only the leader (after [`Partition::take_over`]) holds descriptors,

@@ -12,6 +12,7 @@ mod scenarios {
     mod idempotence;
     mod leadership;
     mod lookups;
+    mod reads;
     mod recovery;
     mod retention;
     mod transactions;

@@ -5,6 +5,7 @@
 //! With `MY_POD_NAME` (a StatefulSet pod `<name>-<ordinal>`) it joins the cluster on the shared
 //! volume: the `kaas-controller` Lease, heartbeats, assignment.json (seed 003).
 
+mod fetch_flags;
 mod group_flags;
 mod kube_endpoints;
 mod kube_lease;
@@ -130,6 +131,8 @@ struct Args {
     log_format: LogFormat,
     #[command(flatten)]
     groups: group_flags::GroupFlags,
+    #[command(flatten)]
+    fetch: fetch_flags::FetchFlags,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -191,6 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         housekeeping_interval_ms: args.housekeeping_interval_ms,
         log_defaults,
         groups: args.groups.config(args.pod_name.is_some()),
+        fetch: args.fetch.config(),
         ..BrokerConfig::local_in_memory()
     };
     let broker = {

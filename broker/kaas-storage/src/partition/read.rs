@@ -30,6 +30,19 @@ pub struct ReadOutcome {
     pub aborted_transactions: Vec<AbortedTxn>,
 }
 
+/// How much one read may return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadBound {
+    /// Bytes of whole batches to return at most.
+    pub max_bytes: usize,
+    /// KIP-74: return the first batch even if it alone is larger than `max_bytes`, so a
+    /// consumer always makes progress (Kafka does so for the first partition with data in a
+    /// fetch). Still at most the larger of `max_bytes` and the topic's `max.message.bytes`: a
+    /// bigger batch (a corrupt length, or a topic whose limit was lowered below its data) is
+    /// refused with [`Error::RecordTooLarge`] rather than loaded whatever its size.
+    pub first_batch_whole: bool,
+}
+
 /// Where in one segment a read looks, captured under the lock and executed outside it.
 #[derive(Debug)]
 struct Window {
@@ -87,26 +100,40 @@ impl Window {
     }
 }
 
+impl ReadBound {
+    /// At most `max_bytes`, or the first batch whole.
+    pub fn whole_first(max_bytes: usize) -> ReadBound {
+        ReadBound {
+            max_bytes,
+            first_batch_whole: true,
+        }
+    }
+}
+
 impl Partition {
     /// Whole batches from `fetch_offset` up to the high watermark, at most `max_bytes` unless
-    /// the first batch alone is larger (then that one batch, as Kafka does). Data comes from
-    /// one segment per call. `OffsetOutOfRange` outside `[logStartOffset, highWatermark]`.
+    /// the first batch alone is larger (then that one batch, as Kafka does, up to
+    /// `max.message.bytes`: see [`ReadBound`]). Data comes from one segment per call.
+    /// `OffsetOutOfRange` outside `[logStartOffset, highWatermark]`.
     pub fn read(&self, fetch_offset: i64, max_bytes: usize) -> Result<ReadOutcome> {
-        self.read_isolated(fetch_offset, max_bytes, false)
+        self.read_bounded(fetch_offset, ReadBound::whole_first(max_bytes), false)
     }
 
     /// [`Partition::read`] for a read_committed consumer: batches only below the last stable
     /// offset, plus the aborted transactions overlapping what is returned.
     pub fn read_committed(&self, fetch_offset: i64, max_bytes: usize) -> Result<ReadOutcome> {
-        self.read_isolated(fetch_offset, max_bytes, true)
+        self.read_bounded(fetch_offset, ReadBound::whole_first(max_bytes), true)
     }
 
-    fn read_isolated(
+    /// [`Partition::read`] (or with `committed`, [`Partition::read_committed`]) within `limit`.
+    /// Touches segment files: on a network volume, call it where blocking is fine.
+    pub fn read_bounded(
         &self,
         fetch_offset: i64,
-        max_bytes: usize,
+        limit: ReadBound,
         committed: bool,
     ) -> Result<ReadOutcome> {
+        let max_bytes = limit.max_bytes;
         let mut after_segment = None;
         loop {
             let (window, outcome, bound) = {
@@ -138,6 +165,18 @@ impl Partition {
             };
             if first.base_offset >= bound {
                 return Ok(outcome);
+            }
+            if first.size > max_bytes {
+                if !limit.first_batch_whole {
+                    return Ok(outcome);
+                }
+                let allowed = max_bytes.max(self.config().max_message_bytes);
+                if first.size > allowed {
+                    return Err(Error::RecordTooLarge {
+                        size: first.size,
+                        max: allowed,
+                    });
+                }
             }
             let available = usize::try_from(window.limit - pos).unwrap_or(usize::MAX);
             let len = available.min(max_bytes).max(first.size);
