@@ -485,23 +485,6 @@ impl TxnCoordinator {
     }
 }
 
-/// The producer id and epoch of the first transactional batch of a produce request's records
-/// (attributes bit 4), if there is one. Walks the batches by their length fields only.
-pub fn batch_producer(records: &[u8]) -> Option<(i64, i16)> {
-    let mut rest = records;
-    while rest.len() >= 61 {
-        let attributes = i16::from_be_bytes(rest.get(21..23)?.try_into().ok()?);
-        if attributes & 0x10 != 0 {
-            let producer_id = i64::from_be_bytes(rest.get(43..51)?.try_into().ok()?);
-            let epoch = i16::from_be_bytes(rest.get(51..53)?.try_into().ok()?);
-            return Some((producer_id, epoch));
-        }
-        let length = usize::try_from(i32::from_be_bytes(rest.get(8..12)?.try_into().ok()?)).ok()?;
-        rest = rest.get(12usize.checked_add(length)?..)?;
-    }
-    None
-}
-
 /// A partition and the (producer id, epoch) of a transactional write to it.
 pub(crate) type TxnWrite = ((String, i32), (i64, i16));
 

@@ -37,6 +37,11 @@ pub struct LogConfig {
     pub message_timestamp_after_max_ms: i64,
     /// `producer.id.expiration.ms` (a broker config in Kafka): idle producer state is dropped.
     pub producer_id_expiration_ms: i64,
+    /// The most a compressed batch may inflate to when its records are checked; past it the
+    /// batch is refused as a decompression bomb. Not a Kafka setting (Kafka has no limit): the
+    /// broker sets it to `socket.request.max.bytes`, the most bytes it agreed to handle for one
+    /// request. The walk streams, so this bounds the work, not the memory held.
+    pub max_uncompressed_batch_bytes: usize,
 }
 
 /// Largest segment: sparse index positions are 32-bit.
@@ -53,8 +58,11 @@ impl Default for LogConfig {
             timestamp_type: TimestampType::CreateTime,
             index_interval_bytes: 4096,
             message_timestamp_before_max_ms: i64::MAX,
-            message_timestamp_after_max_ms: i64::MAX,
+            // Kafka 4.0's default (KIP-937): a clock an hour ahead is a broken clock, and one
+            // far-future timestamp would pin time-based retention of its segment.
+            message_timestamp_after_max_ms: 3600 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
+            max_uncompressed_batch_bytes: 100 * 1024 * 1024,
         }
     }
 }

@@ -27,10 +27,11 @@ mod segment;
 pub mod testing;
 mod txn_index;
 
+pub use batch::{Codec, transactional_producer};
 pub use config::{LogConfig, TimestampType};
 pub use control::{Marker, MarkerKind};
 pub use engine::Engine;
-pub use error::{Error, Result};
+pub use error::{Error, RecordError, RecordField, Result};
 pub use manifest::Manifest;
 pub use partition::{AppendOptions, AppendOutcome, Partition, ReadBound, ReadOutcome, TakeoverReport};
 pub use producer_state::ProducerSummary;

@@ -1,6 +1,8 @@
 //! Test helpers (feature `testing`): build valid uncompressed v2 record batches and decode
 //! them again, so tests in this crate and the broker's can speak the format without a client.
 
+use crate::Codec;
+
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestRecord {
@@ -16,13 +18,14 @@ pub struct TestRecord {
     pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
-/// Builds one uncompressed v2 record batch.
+/// Builds one v2 record batch, uncompressed unless [`BatchBuilder::compression`] says.
 #[derive(Debug, Clone)]
 pub struct BatchBuilder {
     base_offset: i64,
     base_timestamp: i64,
     producer: (i64, i16, i32),
     attributes: i16,
+    codec: Codec,
     records: Vec<Record>,
 }
 
@@ -47,6 +50,7 @@ impl BatchBuilder {
             base_timestamp: 1_000,
             producer: (-1, -1, -1),
             attributes: 0,
+            codec: Codec::None,
             records: Vec::new(),
         }
     }
@@ -72,6 +76,13 @@ impl BatchBuilder {
     /// Raw attributes (for example a compression codec to exercise "stored as sent" paths).
     pub fn attributes(mut self, attributes: i16) -> Self {
         self.attributes = attributes;
+        self
+    }
+
+    /// Compresses the records with `codec` (snappy in snappy-java's framing, as the Java
+    /// client writes it) and sets the codec bits.
+    pub fn compression(mut self, codec: Codec) -> Self {
+        self.codec = codec;
         self
     }
 
@@ -105,38 +116,113 @@ impl BatchBuilder {
     pub fn build(&self) -> Vec<u8> {
         let mut body = Vec::new();
         for (i, (key, value, headers)) in self.records.iter().enumerate() {
-            let mut rec = vec![0u8]; // attributes
-            put_varint(&mut rec, i as i64); // timestamp delta
-            put_varint(&mut rec, i as i64); // offset delta
-            put_bytes(&mut rec, key.as_deref());
-            put_bytes(&mut rec, value.as_deref());
-            put_varint(&mut rec, headers.len() as i64);
-            for (k, v) in headers {
-                put_bytes(&mut rec, Some(k.as_bytes()));
-                put_bytes(&mut rec, v.as_deref());
-            }
-            put_varint(&mut body, rec.len() as i64);
-            body.extend_from_slice(&rec);
+            let headers: Vec<_> = headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_deref()))
+                .collect();
+            body.extend(encode_record(
+                i as i64,
+                i as i64,
+                key.as_deref(),
+                value.as_deref(),
+                &headers,
+            ));
         }
-        let n = self.records.len() as i32;
+        self.build_with_records(&body, self.records.len() as i32)
+    }
+
+    /// Encodes a batch around `records` as they are (compressed with the builder's codec),
+    /// whose header counts `count` records: for batches whose records lie.
+    pub fn build_with_records(&self, records: &[u8], count: i32) -> Vec<u8> {
+        let body = compress(self.codec, records);
+        let codec_bits = match self.codec {
+            Codec::None => 0,
+            Codec::Gzip => 1,
+            Codec::Snappy => 2,
+            Codec::Lz4 => 3,
+            Codec::Zstd => 4,
+        };
         let mut b = Vec::with_capacity(61 + body.len());
         b.extend_from_slice(&self.base_offset.to_be_bytes());
         b.extend_from_slice(&((49 + body.len()) as i32).to_be_bytes());
         b.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
         b.push(2); // magic
         b.extend_from_slice(&[0; 4]); // crc, filled below
-        b.extend_from_slice(&self.attributes.to_be_bytes());
-        b.extend_from_slice(&(n - 1).to_be_bytes());
+        b.extend_from_slice(&(self.attributes | codec_bits).to_be_bytes());
+        b.extend_from_slice(&(count - 1).to_be_bytes());
         b.extend_from_slice(&self.base_timestamp.to_be_bytes());
-        b.extend_from_slice(&(self.base_timestamp + i64::from(n.max(1) - 1)).to_be_bytes());
+        b.extend_from_slice(&(self.base_timestamp + i64::from(count.max(1) - 1)).to_be_bytes());
         b.extend_from_slice(&self.producer.0.to_be_bytes());
         b.extend_from_slice(&self.producer.1.to_be_bytes());
         b.extend_from_slice(&self.producer.2.to_be_bytes());
-        b.extend_from_slice(&n.to_be_bytes());
+        b.extend_from_slice(&count.to_be_bytes());
         b.extend_from_slice(&body);
-        let crc = crc32c::crc32c(&b[21..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        reseal(&mut b);
         b
+    }
+}
+
+/// Encodes one record, its length prefix included.
+pub fn encode_record(
+    timestamp_delta: i64,
+    offset_delta: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[(&str, Option<&[u8]>)],
+) -> Vec<u8> {
+    let mut rec = vec![0u8]; // attributes
+    put_varint(&mut rec, timestamp_delta);
+    put_varint(&mut rec, offset_delta);
+    put_bytes(&mut rec, key);
+    put_bytes(&mut rec, value);
+    put_varint(&mut rec, headers.len() as i64);
+    for (k, v) in headers {
+        put_bytes(&mut rec, Some(k.as_bytes()));
+        put_bytes(&mut rec, *v);
+    }
+    let mut out = Vec::with_capacity(rec.len() + 5);
+    put_varint(&mut out, rec.len() as i64);
+    out.extend_from_slice(&rec);
+    out
+}
+
+/// Rewrites a batch's length field and CRC after surgery on its bytes.
+pub fn reseal(batch: &mut [u8]) {
+    let len = (batch.len() - 12) as i32;
+    batch[8..12].copy_from_slice(&len.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Compresses `raw` as a producer would for `codec` (snappy in snappy-java's framing).
+pub fn compress(codec: Codec, raw: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    match codec {
+        Codec::None => raw.to_vec(),
+        Codec::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(raw).expect("gzip");
+            e.finish().expect("gzip")
+        }
+        Codec::Snappy => {
+            let mut out = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
+            for block in raw.chunks(32 * 1024) {
+                let compressed = snap::raw::Encoder::new()
+                    .compress_vec(block)
+                    .expect("snappy");
+                out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
+                out.extend_from_slice(&compressed);
+            }
+            out
+        }
+        Codec::Lz4 => {
+            let mut e = lz4::EncoderBuilder::new().build(Vec::new()).expect("lz4");
+            e.write_all(raw).expect("lz4");
+            let (out, result) = e.finish();
+            result.expect("lz4");
+            out
+        }
+        Codec::Zstd => zstd::encode_all(raw, 3).expect("zstd"),
     }
 }
 
@@ -193,7 +279,8 @@ pub fn batch_base_offsets(mut buf: &[u8]) -> Vec<i64> {
     out
 }
 
-fn put_varint(out: &mut Vec<u8>, v: i64) {
+/// Appends a zigzag varint (or varlong).
+pub fn put_varint(out: &mut Vec<u8>, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
         out.push((z as u8) | 0x80);

@@ -135,6 +135,8 @@ fn broker_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeCon
         ("log.retention.bytes", d.retention_bytes.to_string(), 5),
         ("message.max.bytes", d.max_message_bytes.to_string(), 3),
         ("log.index.interval.bytes", d.index_interval_bytes.to_string(), 3),
+        ("log.message.timestamp.before.max.ms", d.message_timestamp_before_max_ms.to_string(), 5),
+        ("log.message.timestamp.after.max.ms", d.message_timestamp_after_max_ms.to_string(), 5),
         ("log.flush.interval.messages", "1".to_string(), 5),
         ("min.insync.replicas", "1".to_string(), 3),
         ("delete.topic.enable", "true".to_string(), 1),

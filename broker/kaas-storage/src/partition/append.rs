@@ -5,7 +5,7 @@ use kaas_shared::fs::OpenMode;
 use kaas_shared::names::SegmentFileKind;
 
 use super::{Partition, Shared, State};
-use crate::batch::{self, BatchHeader};
+use crate::batch::{self, BatchHeader, TimestampWindow};
 use crate::config::{LogConfig, TimestampType};
 use crate::control::{self, Marker};
 use crate::producer_state::Checked;
@@ -38,28 +38,31 @@ pub struct AppendOutcome {
 }
 
 impl Partition {
-    /// Validates every batch of `records` (magic 2, sizes, CRC-32C, record count,
-    /// max.message.bytes, timestamps), applies idempotent-producer checks, assigns offsets by
-    /// patching the batches in place and writes them to the active segment. A rejected request
-    /// writes nothing. Does not fsync: await [`Partition::wait_durable`] before acknowledging.
+    /// Validates the one batch of `records` (see `batch::validate_request`: magic 2, sizes,
+    /// CRC-32C, header fields, every record, timestamps, max.message.bytes), applies
+    /// idempotent-producer checks, assigns offsets by patching the batch in place and writes
+    /// it to the active segment. A rejected request writes nothing. Does not fsync: await
+    /// [`Partition::wait_durable`] before acknowledging.
     pub fn append(&self, records: &mut [u8], opts: AppendOptions) -> Result<AppendOutcome> {
         let config = self.config();
-        let mut batches = batch::validate_request(records, config.max_message_bytes)?;
+        // NB: validation (which may decompress) runs before the partition lock is taken.
+        let validated = batch::validate_request(records, &limits(&config, opts.now_ms))?;
+        let mut header = validated.header;
         let log_append_time = match config.timestamp_type {
             TimestampType::CreateTime => {
-                for (_, h) in &batches {
-                    check_timestamp(&config, h, opts.now_ms)?;
+                if header.max_timestamp != validated.max_timestamp {
+                    batch::patch_max_timestamp(records, validated.max_timestamp);
+                    header.max_timestamp = validated.max_timestamp;
                 }
                 -1
             }
             TimestampType::LogAppendTime => {
-                for (pos, h) in &mut batches {
-                    batch::patch_log_append_time(&mut records[*pos..*pos + h.size], opts.now_ms);
-                    h.max_timestamp = opts.now_ms;
-                }
+                batch::patch_log_append_time(records, opts.now_ms);
+                header.max_timestamp = opts.now_ms;
                 opts.now_ms
             }
         };
+        let mut batches = [(0, header)];
         let mut st = self.lock();
         st.require_writable_at(opts.leader_epoch)?;
         if let Checked::Duplicate(m) = st.producers.check(batches.iter().map(|(_, h)| h))? {
@@ -142,15 +145,22 @@ impl Partition {
     }
 }
 
-fn check_timestamp(config: &LogConfig, h: &BatchHeader, now: i64) -> Result<()> {
-    for ts in [h.base_timestamp, h.max_timestamp] {
-        let too_old = now.saturating_sub(ts) > config.message_timestamp_before_max_ms;
-        let too_new = ts.saturating_sub(now) > config.message_timestamp_after_max_ms;
-        if too_old || too_new {
-            return Err(Error::InvalidTimestamp { timestamp: ts, now });
-        }
+/// What a produced batch is checked against now.
+fn limits(config: &LogConfig, now: i64) -> batch::Limits {
+    let timestamps = match config.timestamp_type {
+        TimestampType::CreateTime => Some(TimestampWindow::around(
+            now,
+            config.message_timestamp_before_max_ms,
+            config.message_timestamp_after_max_ms,
+        )),
+        // Kafka checks producer timestamps only where they are kept.
+        TimestampType::LogAppendTime => None,
+    };
+    batch::Limits {
+        max_message_bytes: config.max_message_bytes,
+        max_uncompressed_bytes: config.max_uncompressed_batch_bytes,
+        timestamps,
     }
-    Ok(())
 }
 
 impl State {

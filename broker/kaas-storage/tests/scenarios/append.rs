@@ -1,7 +1,7 @@
 //! Append validation, offset assignment and reads.
 
-use kaas_storage::testing::{BatchBuilder, decode_records};
-use kaas_storage::{Error, LogConfig, TimestampType};
+use kaas_storage::testing::{BatchBuilder, decode_records, encode_record, reseal};
+use kaas_storage::{Codec, Error, LogConfig, RecordError, TimestampType};
 
 use super::support::*;
 
@@ -47,10 +47,10 @@ scenario!(round_trip);
 
 fn offsets_are_assigned_in_order(v: &Volume) {
     let p = v.leader(1, LogConfig::default());
-    let mut request = batch("a", 3);
-    request.extend(batch("b", 2));
-    let out = append(&p, 1, request);
-    assert_eq!((out.base_offset, out.last_offset), (0, 4));
+    let out = append(&p, 1, batch("a", 3));
+    assert_eq!((out.base_offset, out.last_offset), (0, 2));
+    let out = append(&p, 1, batch("b", 2));
+    assert_eq!((out.base_offset, out.last_offset), (3, 4));
     let out = append(&p, 1, batch("c", 1));
     assert_eq!((out.base_offset, out.last_offset), (5, 5));
     assert_eq!(p.log_end_offset(), 6);
@@ -121,12 +121,12 @@ fn bad_crc_writes_nothing(v: &Volume) {
         p.append(&mut bad.clone(), opts(1)),
         Err(Error::CorruptRecord(_))
     ));
-    // A good batch followed by a bad one: the whole request is rejected.
+    // A good batch followed by another: one batch per request, the whole request is refused.
     let mut request = batch("good", 1);
-    request.extend(bad);
+    request.extend(batch("second", 1));
     assert!(matches!(
         p.append(&mut request, opts(1)),
-        Err(Error::CorruptRecord(_))
+        Err(Error::InvalidRecord(RecordError::MoreThanOneBatch { .. }))
     ));
     let mut truncated = batch("short", 1);
     truncated.truncate(truncated.len() - 3);
@@ -138,11 +138,26 @@ fn bad_crc_writes_nothing(v: &Volume) {
     magic1[16] = 1;
     assert!(matches!(
         p.append(&mut magic1, opts(1)),
-        Err(Error::CorruptRecord(_))
+        Err(Error::InvalidRecord(RecordError::Magic(1)))
     ));
     assert!(matches!(
         p.append(&mut [], opts(1)),
-        Err(Error::InvalidRecord(_))
+        Err(Error::InvalidRecord(RecordError::NoBatch))
+    ));
+    // A valid CRC over records consumers could not parse (one record counted, two present).
+    let two = [
+        encode_record(0, 0, None, Some(b"x"), &[]),
+        encode_record(0, 1, None, Some(b"y"), &[]),
+    ]
+    .concat();
+    let mut unparsable = BatchBuilder::new()
+        .timestamps(NOW)
+        .build_with_records(&two, 1);
+    assert!(matches!(
+        p.append(&mut unparsable, opts(1)),
+        Err(Error::InvalidRecord(RecordError::TrailingBytes {
+            count: 1
+        }))
     ));
     assert_eq!(p.size_bytes(), size);
     assert_eq!(p.log_end_offset(), 1);
@@ -186,6 +201,37 @@ fn log_append_time_stamps_batches(v: &Volume) {
     assert_eq!((report.log_end_offset, report.truncated_bytes), (3, 0));
 }
 scenario!(log_append_time_stamps_batches);
+
+fn compressed_batches_are_stored_as_sent(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    for codec in [Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
+        let sent = BatchBuilder::new()
+            .timestamps(NOW)
+            .compression(codec)
+            .records(20, 100)
+            .build();
+        let out = append(&p, 1, sent.clone());
+        let stored = p.read(out.base_offset, 1 << 20).unwrap().records;
+        // Only the base offset and leader epoch differ (both outside the CRC).
+        assert_eq!(stored[16..], sent[16..], "{codec}");
+    }
+    assert_eq!(p.log_end_offset(), 80);
+}
+scenario!(compressed_batches_are_stored_as_sent);
+
+fn max_timestamp_is_the_newest_record(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    let mut lying = BatchBuilder::new().timestamps(NOW).records(3, 1).build();
+    lying[35..43].copy_from_slice(&(NOW + 999_000).to_be_bytes());
+    reseal(&mut lying);
+    append(&p, 1, lying);
+    assert_eq!(p.max_timestamp().unwrap().map(|(_, ts)| ts), Some(NOW + 2));
+    // The corrected batch keeps a valid CRC: a fresh engine's recovery keeps it.
+    p.relinquish().unwrap();
+    let report = v.partition(LogConfig::default()).take_over(2).unwrap();
+    assert_eq!((report.log_end_offset, report.truncated_bytes), (3, 0));
+}
+scenario!(max_timestamp_is_the_newest_record);
 
 fn create_time_window_is_enforced(v: &Volume) {
     let config = LogConfig {

@@ -122,7 +122,10 @@ fn encode_batch(transactional: bool, producer_id: i64, producer_epoch: i16, base
             producer_epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: if producer_id >= 0 { base_sequence + i as i32 } else { -1 },
+            // NB: -1, 0, 1, ... for a batch without a producer (base sequence -1): the
+            // encoder starts a new batch wherever offset minus sequence changes, and a produce
+            // request may hold one batch per partition.
+            sequence: base_sequence.wrapping_add(i as i32),
             timestamp: now,
             key: None,
             value: Some(Bytes::copy_from_slice(v.as_bytes())),
