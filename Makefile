@@ -6,7 +6,7 @@ export KAAS_CACHE
 export PYTHON := $(KAAS_CACHE)/venv/bin/python3
 CARGO ?= cargo
 
-.PHONY: run test deps dev-build build bench chaos franzgo-kgo check-fmt clippy clean-data
+.PHONY: run test deps dev-build build bench chaos fuzz franzgo-kgo check-fmt clippy clean-data
 
 # One build of the whole workspace, every target, in the dev profile. Everything `make test`
 # runs uses it: the cargo tests, the e2e and operator binaries, crdgen, and the broker the
@@ -54,6 +54,19 @@ KAAS_CHAOS_KINDS ?= kill,kill-controller,pause,drain
 chaos: dev-build
 	KAAS_CHAOS_FAULTS=$(KAAS_CHAOS_FAULTS) KAAS_CHAOS_KINDS=$(KAAS_CHAOS_KINDS) $(if $(KAAS_CHAOS_SEED),KAAS_CHAOS_SEED=$(KAAS_CHAOS_SEED)) \
 		$(CARGO) test --locked --workspace --test chaos -- --nocapture
+
+## Fuzz the request path (fuzz/fuzz_targets/request.rs: any frame through header parse, routing,
+## decode and handler on an in-memory broker) with cargo fuzz on the nightly toolchain, under a
+## 2 GiB RSS limit and a 256 MiB single-allocation limit. Installs cargo-fuzz if missing; the
+## first build takes ~10 min, then KAAS_FUZZ_SECONDS of fuzzing (default 600). New inputs go to
+## fuzz/corpus-work/ (the seeds in fuzz/corpus/ stay as committed), findings to fuzz/artifacts/;
+## replay one with `cd fuzz && cargo +nightly fuzz run request <file>`.
+KAAS_FUZZ_SECONDS ?= 600
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	mkdir -p fuzz/corpus-work/request
+	cd fuzz && $(CARGO) +nightly fuzz run request corpus-work/request corpus/request -- \
+		-max_total_time=$(KAAS_FUZZ_SECONDS) -rss_limit_mb=2048 -malloc_limit_mb=256 -max_len=65536
 
 ## franz-go's own integration tests (pkg/kgo) against a local kaas; tests that need what kaas
 ## lacks are listed with a reason in e2e/clients/franzgo-kgo/expected-failures.tsv. About 3 min;

@@ -37,6 +37,8 @@ pub struct Broker {
     pub interbroker: crate::interbroker::InterBroker,
     /// The Kafka listener's counters (refused and closed connections), shown on `/metrics`.
     pub listener_metrics: crate::connections::ListenerMetrics,
+    /// `auto.create.topics.per.minute`: the budget of topics auto-creation may make.
+    pub auto_creates: crate::rate_limit::RateLimiter,
 }
 
 impl Broker {
@@ -50,7 +52,10 @@ impl Broker {
         let (fs, root) = (engine.fs().clone(), engine.root().to_path_buf());
         let store = if config.cluster.is_some() { TopicStore::cluster(fs, root) } else { TopicStore::local(fs, root) };
         let leadership = if config.cluster.is_some() { Leadership::Cluster } else { Leadership::Local(lease) };
-        let topics = TopicRegistry::open(engine.clone(), Some(store), leadership, config.log_defaults.clone())?;
+        // A compressed batch may inflate to at most socket.request.max.bytes when its records
+        // are checked: the most this broker agreed to handle for one request.
+        let log_defaults = kaas_storage::LogConfig { max_uncompressed_batch_bytes: config.max_request_bytes, ..config.log_defaults };
+        let topics = TopicRegistry::open(engine.clone(), Some(store), leadership, log_defaults)?;
         let groups = Coordinator::open(engine.fs().clone(), engine.layout(), config.groups.clone())?;
         // Local mode owns every group and transaction shard; in a cluster the runtime takes
         // shards over as assignment.json places them (`takeover_driver::reconcile_shards`).
@@ -64,7 +69,8 @@ impl Broker {
             .cluster
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), listener_metrics: Default::default() }))
+        let auto_creates = crate::rate_limit::RateLimiter::per_minute(config.auto_create_topics_per_minute);
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default() }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

@@ -83,12 +83,17 @@ pub struct BrokerConfig {
     pub storage: StorageMode,
     /// `auto.create.topics.enable`.
     pub auto_create_topics: bool,
+    /// At most this many topics auto-created a minute (bursts up to as many): one Metadata
+    /// request naming many unknown topics must not create them all.
+    pub auto_create_topics_per_minute: u32,
     /// `num.partitions`: partitions of an auto-created topic or a CreateTopics with -1.
     pub default_partitions: i32,
     /// `socket.request.max.bytes`: the largest frame accepted before any allocation.
     pub max_request_bytes: usize,
     /// The Kafka listener's protection against idle, slow and too many connections.
     pub connections: ConnectionLimits,
+    /// TLS and SASL on the Kafka listener (`security.protocol`); none by default.
+    pub security: ListenerSecurity,
     /// How often retention and time-based rolls run.
     pub housekeeping_interval_ms: u64,
     /// Defaults for topic configs that a topic does not set (`log.*` broker settings).
@@ -112,14 +117,36 @@ impl BrokerConfig {
             cluster_id: "kaas-local".to_string(),
             storage: StorageMode::InMemory,
             auto_create_topics: true,
+            auto_create_topics_per_minute: 300,
             default_partitions: 1,
             max_request_bytes: 100 * 1024 * 1024,
             connections: ConnectionLimits::default(),
+            security: ListenerSecurity::default(),
             housekeeping_interval_ms: 30_000,
             log_defaults: kaas_storage::LogConfig::default(),
             cluster: None,
             groups: crate::groups::GroupConfig::default(),
             fetch: crate::api::fetch::FetchConfig::default(),
+        }
+    }
+}
+
+/// The listener's `security.protocol`: PLAINTEXT (neither), SSL (`tls`), SASL_PLAINTEXT
+/// (`sasl`) or SASL_SSL (both).
+#[derive(Debug, Clone, Default)]
+pub struct ListenerSecurity {
+    pub tls: Option<std::sync::Arc<crate::tls::TlsReloader>>,
+    pub sasl: Option<crate::sasl::SaslSettings>,
+}
+
+impl ListenerSecurity {
+    /// Kafka's name for this combination.
+    pub fn protocol(&self) -> &'static str {
+        match (self.tls.is_some(), self.sasl.is_some()) {
+            (false, false) => "PLAINTEXT",
+            (true, false) => "SSL",
+            (false, true) => "SASL_PLAINTEXT",
+            (true, true) => "SASL_SSL",
         }
     }
 }

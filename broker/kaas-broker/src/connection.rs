@@ -20,7 +20,6 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -30,6 +29,8 @@ use crate::broker::Broker;
 use crate::connections::{Activity, Closure, ListenerMetrics, Slot};
 use crate::frame::{FrameError, HeaderPrefix, read_frame};
 use crate::router::{self, DispatchError, Pending, RequestContext};
+use crate::sasl::Session;
+use parking_lot::Mutex;
 
 /// Requests of one connection whose responses may be outstanding at once.
 const MAX_IN_FLIGHT: usize = 64;
@@ -53,6 +54,8 @@ pub enum ConnectionError {
     Header { key: ApiKey, version: i16, source: anyhow::Error },
     #[error(transparent)]
     Dispatch(#[from] DispatchError),
+    #[error(transparent)]
+    Sasl(#[from] crate::sasl::Gate),
 }
 
 /// Why the reader stopped waiting for the next frame.
@@ -69,11 +72,35 @@ enum Stop {
 
 /// Serves one connection until the client closes it, it misbehaves or idles, or the broker
 /// shuts down. `slot` is its place in the listener's connection table, freed on return.
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut shutdown: broadcast::Receiver<()>, slot: Slot) {
+pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, shutdown: broadcast::Receiver<()>, slot: Slot) {
     let _ = stream.set_nodelay(true);
+    let Some(tls) = broker.config.security.tls.clone() else {
+        return serve_stream(broker, stream, peer, shutdown, slot).await;
+    };
+    // The handshake is part of reading the first request: bounded by the same deadline.
+    let deadline = broker.config.connections.request_read_timeout;
+    match tokio::time::timeout(deadline, tls.acceptor().accept(stream)).await {
+        Ok(Ok(stream)) => serve_stream(broker, stream, peer, shutdown, slot).await,
+        Ok(Err(e)) => {
+            broker.listener_metrics.count_closed(Closure::TlsHandshake);
+            info!(%peer, error = %e, "closing connection: TLS handshake failed");
+        }
+        Err(_) => {
+            broker.listener_metrics.count_closed(Closure::TlsHandshake);
+            info!(%peer, ?deadline, "closing connection: TLS handshake not done in time");
+        }
+    }
+}
+
+/// Serves a connection's byte stream (plain TCP or TLS over it).
+async fn serve_stream<S>(broker: Arc<Broker>, stream: S, peer: SocketAddr, mut shutdown: broadcast::Receiver<()>, slot: Slot)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
     let limits = &broker.config.connections;
     let activity = slot.activity().clone();
-    let (read_half, write_half) = stream.into_split();
+    let session = Arc::new(Mutex::new(Session::new(broker.config.security.sasl.clone())));
+    let (read_half, write_half) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, Touching { inner: read_half, activity: activity.clone() });
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
     let closed = CancellationToken::new();
@@ -87,7 +114,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
             }
         };
         activity.request_started();
-        match handle_frame(&broker, frame, peer, &closed).await {
+        match handle_frame(&broker, frame, peer, &closed, &session).await {
             Ok(pending) => {
                 if tx.send(pending).await.is_err() {
                     break;
@@ -108,9 +135,9 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, mut
 
 /// Waits for the next whole frame, closing the connection when it has been idle for
 /// `connections.max.idle.ms`, is closed from outside, or the broker shuts down.
-async fn next_frame(
+async fn next_frame<R: AsyncRead + Unpin>(
     broker: &Broker,
-    reader: &mut BufReader<Touching>,
+    reader: &mut BufReader<Touching<R>>,
     activity: &Activity,
     shutdown: &mut broadcast::Receiver<()>,
 ) -> Result<Bytes, Stop> {
@@ -157,12 +184,12 @@ fn log_stop(stop: &Stop, peer: SocketAddr, max_idle: Duration, metrics: &Listene
 
 /// The read half, marking the connection active whenever bytes arrive.
 #[derive(Debug)]
-struct Touching {
-    inner: OwnedReadHalf,
+struct Touching<R> {
+    inner: R,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Touching {
+impl<R: AsyncRead + Unpin> AsyncRead for Touching<R> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
@@ -174,7 +201,7 @@ impl AsyncRead for Touching {
 }
 
 /// Parses the header of one frame and dispatches it.
-pub(crate) async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr, closed: &CancellationToken) -> Result<Pending, ConnectionError> {
+pub async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr, closed: &CancellationToken, session: &Arc<Mutex<Session>>) -> Result<Pending, ConnectionError> {
     let prefix = HeaderPrefix::parse(&frame)?;
     let key = ApiKey::try_from(prefix.api_key).map_err(|_| ConnectionError::UnknownApiKey(prefix.api_key))?;
     let route = router::route(key).ok_or(ConnectionError::NotRouted(key))?;
@@ -191,11 +218,14 @@ pub(crate) async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: S
             max: route.max,
         });
     }
+    // Before SASL authentication only the exchange itself is served (and nothing after a
+    // failed one or an expired session): the connection is closed, as Kafka closes it.
+    session.lock().admit(key)?;
     let header = router::decode_request_header(key, prefix.api_version, &mut frame).map_err(|source| {
         ConnectionError::Header { key, version: prefix.api_version, source }
     })?;
     tracing::trace!(%peer, ?key, version = prefix.api_version, correlation_id = prefix.correlation_id, "request");
-    let ctx = RequestContext { header, api_key: key, version: prefix.api_version, peer, closed: closed.clone() };
+    let ctx = RequestContext { header, api_key: key, version: prefix.api_version, peer, closed: closed.clone(), session: session.clone() };
     Ok(router::dispatch(broker, ctx, frame).await?)
 }
 
@@ -208,8 +238,8 @@ enum WriteError {
     Io(#[from] io::Error),
 }
 
-async fn write_responses(
-    write_half: OwnedWriteHalf,
+async fn write_responses<W: AsyncWrite + Send + Unpin>(
+    write_half: W,
     mut rx: mpsc::Receiver<Pending>,
     peer: SocketAddr,
     activity: Arc<Activity>,
@@ -271,6 +301,10 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], 1))
     }
 
+    fn open_session() -> Arc<Mutex<Session>> {
+        Arc::new(Mutex::new(Session::new(None)))
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
 
@@ -297,7 +331,7 @@ mod tests {
             let _ = rt.block_on(async {
                 // Deferred answers (durability waits) must not panic either; a long poll that a
                 // random max_wait keeps open is cut short.
-                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new()).await {
+                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session()).await {
                     if let Ok(joined) = tokio::time::timeout(std::time::Duration::from_millis(50), handle).await {
                         assert!(joined.is_ok(), "a deferred handler panicked");
                     }
@@ -312,7 +346,7 @@ mod tests {
             let rt = match rt { Ok(rt) => rt, Err(e) => panic!("runtime: {e}") };
             let broker = broker();
             rt.block_on(async {
-                let _ = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new()).await;
+                let _ = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session()).await;
             });
         }
     }

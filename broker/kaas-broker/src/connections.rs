@@ -61,6 +61,8 @@ pub enum Closure {
     ResponseStalled,
     /// A newcomer took its slot at `max.connections`.
     Evicted,
+    /// The TLS handshake failed or did not finish within the request read timeout.
+    TlsHandshake,
 }
 
 impl Closure {
@@ -71,6 +73,7 @@ impl Closure {
             Closure::RequestReadTimeout => "request_read_timeout",
             Closure::ResponseStalled => "response_stalled",
             Closure::Evicted => "evicted",
+            Closure::TlsHandshake => "tls_handshake",
         }
     }
 }

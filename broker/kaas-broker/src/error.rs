@@ -35,6 +35,8 @@ pub enum Error {
     Timeout(String),
     #[error("topic catalog: {0}")]
     Catalog(String),
+    #[error("topic {0} not auto-created: more than auto.create.topics.per.minute topics were auto-created in the last minute")]
+    AutoCreateThrottled(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -48,7 +50,7 @@ impl Error {
                 S::CorruptRecord(_) => ResponseError::CorruptMessage,
                 S::RecordTooLarge { .. } => ResponseError::MessageTooLarge,
                 S::InvalidRecord(_) => ResponseError::InvalidRecord,
-                S::InvalidTimestamp { .. } => ResponseError::InvalidTimestamp,
+                S::InvalidTimestamp { .. } | S::LogAppendTimeFromClient => ResponseError::InvalidTimestamp,
                 S::NotLeader => ResponseError::NotLeaderOrFollower,
                 S::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
                 S::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
@@ -74,6 +76,8 @@ impl Error {
             Error::NotLeader(_) => ResponseError::NotLeaderOrFollower,
             Error::Timeout(_) => ResponseError::RequestTimedOut,
             Error::Catalog(_) => ResponseError::UnknownServerError,
+            // Retriable for every client: it asks again later and the topic appears then.
+            Error::AutoCreateThrottled(_) => ResponseError::LeaderNotAvailable,
         }
     }
 

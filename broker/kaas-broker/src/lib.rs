@@ -20,13 +20,17 @@ pub mod groups;
 pub mod http;
 pub mod interbroker;
 pub mod leadership;
+pub mod rate_limit;
+pub mod reload;
 pub mod router;
+pub mod sasl;
 pub mod server;
 pub mod shard_owner;
 pub mod takeover_driver;
 pub mod topic_admin;
 pub mod topic_config;
 pub mod topic_store;
+pub mod tls;
 pub mod topics;
 pub mod txn;
 

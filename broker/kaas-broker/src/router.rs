@@ -55,6 +55,9 @@ pub struct RequestContext {
     /// Cancelled once the connection stops reading requests (the client went away, or the
     /// broker is shutting down): a long poll for it ends instead of waiting out its time.
     pub closed: tokio_util::sync::CancellationToken,
+    /// The connection's SASL state: who it authenticated as (SaslHandshake and
+    /// SaslAuthenticate advance it).
+    pub session: Arc<parking_lot::Mutex<crate::sasl::Session>>,
 }
 
 /// One routed API: the versions this broker answers.
@@ -80,6 +83,17 @@ macro_rules! routes {
     ($( $key:ident : $req:ty = $min:literal ..= $max:literal => $handler:path ;)*) => {
         /// Every API this broker answers, with the versions it answers.
         pub const ROUTES: &[Route] = &[ $( Route { key: ApiKey::$key, min: $min, max: $max }, )* ];
+
+        /// Decodes the body of a routed request and drops it: the decode step alone, for
+        /// tests and fuzz targets that check what any byte string does to the decoder.
+        pub fn decode_only(key: ApiKey, version: i16, mut body: Bytes) -> Result<(), DispatchError> {
+            match key {
+                $( ApiKey::$key => <$req>::decode(&mut body, version)
+                    .map(drop)
+                    .map_err(|source| DispatchError::Decode { key, version, source }), )*
+                other => Err(DispatchError::NotRouted(other)),
+            }
+        }
 
         /// Decodes the body of a routed request, runs its handler and encodes the answer.
         pub(crate) async fn dispatch(
@@ -149,6 +163,8 @@ routes! {
     DescribeProducers: messages::DescribeProducersRequest = 0..=0 => api::describe_producers::handle;
     DescribeTransactions: messages::DescribeTransactionsRequest = 0..=0 => api::describe_transactions::handle;
     ListTransactions: messages::ListTransactionsRequest = 0..=1 => api::list_transactions::handle;
+    SaslHandshake: messages::SaslHandshakeRequest = 1..=1 => api::sasl_handshake::handle;
+    SaslAuthenticate: messages::SaslAuthenticateRequest = 0..=2 => api::sasl_authenticate::handle;
 }
 
 /// The route for an API key, if this broker handles it.

@@ -36,8 +36,11 @@ pub async fn create(broker: &Arc<Broker>, new: NewTopic, timeout: Duration) -> R
 /// it at once and returns it; a cluster asks the catalog and returns `None` (the client
 /// retries on LEADER_NOT_AVAILABLE until the topic is served, as with Kafka's auto-create).
 pub async fn auto_create(broker: &Arc<Broker>, new: NewTopic) -> Result<Option<Arc<crate::topics::Topic>>> {
-    let Some(catalog) = catalog(broker) else { return Ok(Some(broker.topics.create(new)?)) };
     broker.topics.validate_new(&new)?;
+    if !broker.auto_creates.try_acquire() {
+        return Err(Error::AutoCreateThrottled(new.name));
+    }
+    let Some(catalog) = catalog(broker) else { return Ok(Some(broker.topics.create(new)?)) };
     match catalog.create(&new).await {
         Ok(()) | Err(Error::TopicExists(_)) => Ok(None),
         Err(e) => Err(e),

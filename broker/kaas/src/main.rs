@@ -11,6 +11,8 @@ mod kube_endpoints;
 mod kube_lease;
 mod kube_mirror;
 mod kube_topics;
+mod scram_cli;
+mod security_flags;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -47,9 +49,14 @@ struct Args {
     /// Cluster id reported to clients.
     #[arg(long, env = "KAAS_CLUSTER_ID", default_value = "kaas-local")]
     cluster_id: String,
-    /// Create a topic when a client asks for one that does not exist (auto.create.topics.enable).
-    #[arg(long, env = "KAAS_AUTO_CREATE_TOPICS", default_value_t = true, action = ArgAction::Set)]
-    auto_create_topics: bool,
+    /// Create a topic when a client asks for one that does not exist (auto.create.topics.enable)
+    /// [default: true in local mode; false in cluster mode, where each one is a KafkaTopic].
+    #[arg(long, env = "KAAS_AUTO_CREATE_TOPICS_ENABLE", action = ArgAction::Set)]
+    auto_create_topics: Option<bool>,
+    /// At most this many topics auto-created a minute, in bursts of as many; clients asking for
+    /// more get LEADER_NOT_AVAILABLE and retry (auto.create.topics.per.minute, kaas-specific).
+    #[arg(long, env = "KAAS_AUTO_CREATE_TOPICS_PER_MINUTE", default_value_t = 300)]
+    auto_create_topics_per_minute: u32,
     /// Partitions of an auto-created topic, or of CreateTopics with -1 (num.partitions).
     #[arg(long, env = "KAAS_DEFAULT_PARTITIONS", default_value_t = 1)]
     default_partitions: i32,
@@ -133,6 +140,17 @@ struct Args {
     groups: group_flags::GroupFlags,
     #[command(flatten)]
     fetch: fetch_flags::FetchFlags,
+    #[command(flatten)]
+    security: security_flags::SecurityFlags,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Tools beside the broker; without one, `kaas` runs the broker.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Add, replace or delete a user's SCRAM credential in a --sasl-credentials file.
+    ScramCredential(scram_cli::ScramCredentialArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -143,10 +161,18 @@ enum LogFormat {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(Command::ScramCredential(scram)) = &args.command {
+        return scram_cli::run(scram);
+    }
     init_logging(args.log_format);
     if let Some(pod) = &args.pod_name {
         if ClusterSettings::broker_id_of(pod).is_none() {
             bail!("MY_POD_NAME={pod:?} does not end in -<ordinal>; cluster mode needs a StatefulSet pod name (unset MY_POD_NAME for local mode)");
+        }
+        if args.security.secured() {
+            // NB: brokers call each other on the Kafka listener (transaction markers), and
+            // those calls cannot authenticate yet.
+            bail!("--security-protocol other than PLAINTEXT is not supported in cluster mode yet (inter-broker calls do not authenticate)");
         }
         if args.session_timeout_ms <= args.fence_timeout_ms + 1_000 {
             bail!("session timeout ({} ms) must exceed the fence timeout ({} ms) by at least a second, or a zombie could acknowledge writes after its partitions moved", args.session_timeout_ms, args.fence_timeout_ms);
@@ -181,7 +207,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         advertise_port,
         cluster_id: args.cluster_id,
         storage,
-        auto_create_topics: args.auto_create_topics,
+        auto_create_topics: args.auto_create_topics.unwrap_or(args.pod_name.is_none()),
+        auto_create_topics_per_minute: args.auto_create_topics_per_minute,
         default_partitions: args.default_partitions,
         max_request_bytes: args.max_request_bytes,
         connections: ConnectionLimits {
@@ -195,6 +222,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         log_defaults,
         groups: args.groups.config(args.pod_name.is_some()),
         fetch: args.fetch.config(),
+        security: args.security.listener_security()?,
         ..BrokerConfig::local_in_memory()
     };
     let broker = {
@@ -215,7 +243,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }).await;
     });
     // Tests and scripts wait for this line.
-    println!("kaas listening on {bound} (advertised as {}:{}; storage: {})", config.advertise_host, config.advertise_port, describe(&config.storage));
+    println!("kaas listening on {bound} (advertised as {}:{}; storage: {}; security: {})", config.advertise_host, config.advertise_port, describe(&config.storage), config.security.protocol());
     let draining = broker.clone();
     // SIGTERM drains first (partitions move away while this broker still serves), then the
     // listener stops.

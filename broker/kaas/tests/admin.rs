@@ -137,3 +137,33 @@ async fn topics_and_configs_survive_a_restart_and_deleted_topics_come_back_empty
     assert!(leftovers.is_empty(), "{leftovers:?}");
     Ok(())
 }
+
+/// One Metadata request naming many unknown topics auto-creates only the budget's worth; the
+/// rest are answered LEADER_NOT_AVAILABLE (retriable), and a topic that already exists is
+/// served whatever the budget.
+#[test]
+fn auto_creation_is_rate_limited() -> TestResult {
+    use common::wire::Wire;
+    use kafka_protocol::ResponseError;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    let kaas = Kaas::start_with(&["--auto-create-topics-per-minute", "3"])?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let names: Vec<String> = (0..8).map(|i| format!("auto-{i}")).collect();
+    let request = MetadataRequest::default().with_allow_auto_topic_creation(true).with_topics(Some(
+        names
+            .iter()
+            .map(|n| MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(n.clone())))))
+            .collect(),
+    ));
+    let response = wire.call(12, &request)?;
+    let created = response.topics.iter().filter(|t| t.error_code == 0).count();
+    let deferred = response.topics.iter().filter(|t| t.error_code == ResponseError::LeaderNotAvailable.code()).count();
+    assert_eq!((created, deferred), (3, 5), "{:?}", response.topics.iter().map(|t| t.error_code).collect::<Vec<_>>());
+    // The created ones are still served; the budget stays spent.
+    let again = wire.call(12, &request)?;
+    assert_eq!(again.topics.iter().filter(|t| t.error_code == 0).count(), 3);
+    Ok(())
+}

@@ -221,3 +221,31 @@ fn describe_cluster_offset_for_leader_epoch_and_api_versions() -> TestResult {
     assert_eq!(find(ApiKey::ElectLeaders), None, "nothing unbuilt is advertised");
     Ok(())
 }
+
+/// A local broker has no peer, so WriteTxnMarkers on its listener never comes from a
+/// transaction coordinator: it is refused, and a client cannot commit, abort or fence someone
+/// else's transaction with it.
+#[test]
+fn write_txn_markers_from_a_client_is_refused_in_local_mode() -> TestResult {
+    use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+    use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
+
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let request = WriteTxnMarkersRequest::default().with_markers(vec![
+        WritableTxnMarker::default()
+            .with_producer_id(ProducerId(1))
+            .with_producer_epoch(0)
+            .with_transaction_result(true)
+            .with_coordinator_epoch(i32::MAX)
+            .with_topics(vec![
+                WritableTxnMarkerTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("victim")))
+                    .with_partition_indexes(vec![0, 1]),
+            ]),
+    ]);
+    let response = wire.call(1, &request)?;
+    let codes: Vec<i16> = response.markers.iter().flat_map(|m| m.topics.iter()).flat_map(|t| t.partitions.iter()).map(|p| p.error_code).collect();
+    assert_eq!(codes, vec![ResponseError::ClusterAuthorizationFailed.code(); 2]);
+    Ok(())
+}

@@ -9,6 +9,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
+use kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker;
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use tracing::debug;
 
@@ -25,6 +26,11 @@ pub async fn handle(
     Reply::Later(Box::pin(async move {
         let mut results = Vec::with_capacity(request.markers.len());
         for m in request.markers {
+            if let Err(refusal) = plausible_sender(&broker, m.coordinator_epoch) {
+                debug!(producer_id = m.producer_id.0, coordinator_epoch = m.coordinator_epoch, error = ?refusal, "markers refused");
+                results.push(refused(m, refusal));
+                continue;
+            }
             let marker = Marker {
                 producer_id: m.producer_id.0,
                 producer_epoch: m.producer_epoch,
@@ -72,6 +78,40 @@ pub async fn handle(
         }
         WriteTxnMarkersResponse::default().with_markers(results)
     }))
+}
+
+/// Whether a marker can come from a transaction coordinator at all. Local mode has no other
+/// broker, so WriteTxnMarkers on its listener is never a coordinator's. In a cluster, no
+/// coordinator holds a transaction shard at an epoch above every epoch the assignment gives:
+/// such a marker would fence the real coordinators of its producer for good (markers below a
+/// partition's highest coordinator epoch are refused). This view may lag a newer assignment,
+/// so that refusal is retriable; the coordinator tries again once the view caught up.
+// NB: this bounds the damage, it does not authenticate the caller; that needs the
+// inter-broker listener's credentials.
+fn plausible_sender(broker: &Broker, coordinator_epoch: i32) -> Result<(), ResponseError> {
+    let Some(cluster) = &broker.cluster else { return Err(ResponseError::ClusterAuthorizationFailed) };
+    let newest = cluster.view.current().transactions.values().map(|s| s.epoch).max();
+    match newest {
+        Some(newest) if coordinator_epoch <= newest => Ok(()),
+        _ => Err(ResponseError::CoordinatorNotAvailable),
+    }
+}
+
+/// Every partition of `m` answered with `error`.
+fn refused(m: WritableTxnMarker, error: ResponseError) -> WritableTxnMarkerResult {
+    let topics = m
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partition_indexes
+                .into_iter()
+                .map(|p| WritableTxnMarkerPartitionResult::default().with_partition_index(p).with_error_code(error.code()))
+                .collect();
+            WritableTxnMarkerTopicResult::default().with_name(t.name).with_partitions(partitions)
+        })
+        .collect();
+    WritableTxnMarkerResult::default().with_producer_id(m.producer_id).with_topics(topics)
 }
 
 async fn settle_group_shard(broker: &Broker, shard: i32, marker: &Marker) -> Result<(), ResponseError> {

@@ -27,6 +27,8 @@ pub struct Kaas {
     pub bootstrap: String,
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
+    /// librdkafka settings every client of [`Kaas::config`] gets (security settings).
+    pub client_settings: Vec<(String, String)>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -44,6 +46,7 @@ impl Kaas {
             bootstrap: String::new(),
             data_dir,
             extra_args: args.iter().map(|s| s.to_string()).collect(),
+            client_settings: Vec::new(),
             _tmp: Some(tmp),
         };
         kaas.spawn(None)?;
@@ -124,6 +127,9 @@ impl Kaas {
     pub fn config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.bootstrap);
+        for (k, v) in &self.client_settings {
+            c.set(k, v);
+        }
         c
     }
 

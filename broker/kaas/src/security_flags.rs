@@ -1,0 +1,115 @@
+//! The Kafka listener's security flags (Kafka's `security.protocol`, `ssl.*`, `sasl.*`), each
+//! with a `KAAS_*` environment variable, collected into a [`ListenerSecurity`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use kaas_broker::config::ListenerSecurity;
+use kaas_broker::sasl::credentials::CredentialStore;
+use kaas_broker::sasl::{Mechanism, SaslSettings};
+use kaas_broker::tls::{ClientAuth, TlsReloader, TlsSettings};
+
+/// Kafka's listener security protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+pub(crate) enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ClientAuthFlag {
+    None,
+    Requested,
+    Required,
+}
+
+#[derive(Debug, Clone, Args)]
+pub(crate) struct SecurityFlags {
+    /// security.protocol of the Kafka listener: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL.
+    #[arg(long, env = "KAAS_SECURITY_PROTOCOL", value_enum, default_value = "PLAINTEXT")]
+    security_protocol: SecurityProtocol,
+    /// SSL: the listener's PEM certificate chain, leaf first (a Secret's tls.crt); read again
+    /// when it changes.
+    #[arg(long, env = "KAAS_SSL_CERTIFICATE")]
+    ssl_certificate: Option<PathBuf>,
+    /// SSL: the PEM private key of the certificate (tls.key).
+    #[arg(long, env = "KAAS_SSL_KEY")]
+    ssl_key: Option<PathBuf>,
+    /// SSL: PEM CA bundle that client certificates must chain to (ca.crt).
+    #[arg(long, env = "KAAS_SSL_TRUSTSTORE")]
+    ssl_truststore: Option<PathBuf>,
+    /// ssl.client.auth: whether clients must present a certificate (mTLS).
+    #[arg(long, env = "KAAS_SSL_CLIENT_AUTH", value_enum, default_value = "none")]
+    ssl_client_auth: ClientAuthFlag,
+    /// sasl.enabled.mechanisms: any of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+    #[arg(long, env = "KAAS_SASL_ENABLED_MECHANISMS", value_delimiter = ',', default_value = "SCRAM-SHA-512")]
+    sasl_enabled_mechanisms: Vec<String>,
+    /// SASL: the users' salted credentials (a JSON file, made with `kaas scram-credential`);
+    /// read again when it changes.
+    #[arg(long, env = "KAAS_SASL_CREDENTIALS")]
+    sasl_credentials: Option<PathBuf>,
+    /// connections.max.reauth.ms: SASL sessions last this long, then the client must
+    /// re-authenticate (KIP-368); 0: they do not expire.
+    #[arg(long, env = "KAAS_CONNECTIONS_MAX_REAUTH_MS", default_value_t = 0)]
+    connections_max_reauth_ms: u64,
+}
+
+impl SecurityFlags {
+    /// Whether the listener is anything but PLAINTEXT.
+    pub(crate) fn secured(&self) -> bool {
+        self.security_protocol != SecurityProtocol::Plaintext
+    }
+
+    /// Loads the certificate and credentials the protocol needs; a missing or unreadable one
+    /// stops the broker with a message naming the flag.
+    pub(crate) fn listener_security(&self) -> anyhow::Result<ListenerSecurity> {
+        use SecurityProtocol as P;
+        let tls = match self.security_protocol {
+            P::Ssl | P::SaslSsl => Some(Arc::new(self.tls()?)),
+            P::Plaintext | P::SaslPlaintext => None,
+        };
+        let sasl = match self.security_protocol {
+            P::SaslPlaintext | P::SaslSsl => Some(self.sasl()?),
+            P::Plaintext | P::Ssl => None,
+        };
+        Ok(ListenerSecurity { tls, sasl })
+    }
+
+    fn tls(&self) -> anyhow::Result<TlsReloader> {
+        let (Some(cert), Some(key)) = (&self.ssl_certificate, &self.ssl_key) else {
+            bail!("--security-protocol {:?} needs --ssl-certificate and --ssl-key", self.security_protocol);
+        };
+        let client_auth = match self.ssl_client_auth {
+            ClientAuthFlag::None => ClientAuth::None,
+            ClientAuthFlag::Requested => ClientAuth::Requested,
+            ClientAuthFlag::Required => ClientAuth::Required,
+        };
+        let settings = TlsSettings { cert: cert.clone(), key: key.clone(), client_ca: self.ssl_truststore.clone(), client_auth };
+        TlsReloader::new(settings).context("loading the TLS certificate")
+    }
+
+    fn sasl(&self) -> anyhow::Result<SaslSettings> {
+        let Some(path) = &self.sasl_credentials else {
+            bail!("--security-protocol {:?} needs --sasl-credentials (make one with `kaas scram-credential`)", self.security_protocol);
+        };
+        let mut mechanisms = Vec::new();
+        for name in &self.sasl_enabled_mechanisms {
+            match Mechanism::parse(name.trim()) {
+                Some(m) => mechanisms.push(m),
+                None => bail!("--sasl-enabled-mechanisms: {name:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+            }
+        }
+        if mechanisms.is_empty() {
+            bail!("--sasl-enabled-mechanisms is empty");
+        }
+        let credentials = CredentialStore::open(path.clone()).map_err(anyhow::Error::msg).context("loading the SASL credentials")?;
+        let reauth = (self.connections_max_reauth_ms > 0).then(|| Duration::from_millis(self.connections_max_reauth_ms));
+        Ok(SaslSettings { mechanisms, credentials: Arc::new(credentials), reauth })
+    }
+}
