@@ -58,7 +58,7 @@ chaos: dev-build
 ## Fuzz the request path (fuzz/fuzz_targets/request.rs: any frame through header parse, routing,
 ## decode and handler on an in-memory broker) with cargo fuzz on the nightly toolchain, under a
 ## 2 GiB RSS limit and a 256 MiB single-allocation limit. Installs cargo-fuzz if missing; the
-## first build takes ~10 min, then KAAS_FUZZ_SECONDS of fuzzing (default 600). New inputs go to
+## first build takes ~13 min, then KAAS_FUZZ_SECONDS of fuzzing (default 600). New inputs go to
 ## fuzz/corpus-work/ (the seeds in fuzz/corpus/ stay as committed), findings to fuzz/artifacts/;
 ## replay one with `cd fuzz && cargo +nightly fuzz run request <file>`.
 KAAS_FUZZ_SECONDS ?= 600
