@@ -14,18 +14,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-/// Owner-only permissions for the file: salted credentials still allow offline guessing.
-trait OwnerOnly {
-    fn mode_0600(&mut self) -> &mut Self;
-}
-
-impl OwnerOnly for std::fs::OpenOptions {
-    fn mode_0600(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.mode(0o600)
-    }
-}
-
 use super::scram::{ScramCredential, ScramHash};
 use crate::reload::{Reloading, Stamp};
 
@@ -71,13 +59,17 @@ impl Users {
 
     /// Writes the file whole or not at all: a temporary file beside it, fsynced, renamed over
     /// it, and the directory fsynced, so a broker reading it (or a crash) never sees half.
+    // NB: not `kaas_shared::atomic_file::write_atomic` (the volume's primitive, same steps): the
+    // temp file must be created owner-only (salted credentials still allow offline guessing),
+    // and a chmod after the rename would leave a window where it is readable by all.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
         let text = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let name = path.file_name().ok_or_else(|| std::io::Error::other("the credentials path names no file"))?;
         let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode_0600().open(&tmp)?;
+        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
         file.write_all(&text)?;
         file.sync_all()?;
         std::fs::rename(&tmp, path)?;
