@@ -83,6 +83,10 @@ clean-data:
 # The e2e harness: a real Kubernetes control plane and a process kubelet (e2e/README.md).
 include e2e/e2e.mk
 
+# OCI images of the broker and the operator without a base image or container engine, and the
+# e2e scenario that runs them from the harness registry (e2e/images.mk, README "Images").
+include e2e/images.mk
+
 # The operator: generated CRDs/config, the OLM bundle, and its e2e scenarios (operator/README or
 # operator/operator.mk).
 include operator/operator.mk

@@ -9,5 +9,10 @@ COPY . .
 RUN cargo build --release --locked -p kaas --bin kaas
 
 FROM gcr.io/distroless/cc-debian12:nonroot
+# The runtime layout, stated rather than inherited: `make images` assembles the same one without
+# a base image (e2e/imagebuild), and its check compares the built image with these lines.
+USER 65532:65532
+WORKDIR /home/nonroot
+ENV SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
 COPY --from=build /src/target/release/kaas /kaas
 ENTRYPOINT ["/kaas"]
