@@ -55,7 +55,7 @@ func prepareBinaries() error {
 		}
 		// `go build` is incremental, so this costs a second or two once the build cache is warm.
 		cmd := exec.Command("nice", "-n", "19", "go", "build", "-o", tools+"/",
-			"./cmd/process-kubelet", "./cmd/testpod")
+			"./cmd/process-kubelet", "./cmd/testpod", "./cmd/imagebuild")
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build harness tools: %w", err)

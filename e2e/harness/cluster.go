@@ -31,6 +31,14 @@ type Options struct {
 	// (default: one named "shared"). A PVC binds to one by storageClassName "kaas-e2e-rwx"
 	// (or by volumeName).
 	Volumes []string
+	// Registry serves an OCI registry on a harness address (Env.Registry) and pushes
+	// RegistryImages into it before the kubelets start: OCI layout directory → repository
+	// ("kaas/kaas"), every tag of the layout. Images not in the image table are pulled by
+	// reference; Mirrors names registries ("ghcr.io") whose images the kubelets pull from the
+	// harness registry instead, as a containerd registry mirror would.
+	Registry       bool
+	RegistryImages map[string]string
+	Mirrors        []string
 }
 
 // Cluster is a running harness bound to one test; For rebinds it to a subtest. All its files
@@ -55,6 +63,8 @@ type Env struct {
 	APIServerHost string
 	APIServerPort int
 	Nodes         []string
+	// Registry is host:port of the harness registry (Options.Registry), "" without one.
+	Registry string
 
 	k8sBin, etcdBin, tools string
 	pki                    *pki
@@ -63,6 +73,7 @@ type Env struct {
 	procs                  []*proc
 	kubelets               map[string]*proc
 	kubeletArgs            map[string][]string
+	mirrors                []string // registry=host:port for the kubelets
 	stopOnce               sync.Once
 }
 
@@ -144,6 +155,17 @@ func Launch(opts Options) (*Env, error) {
 	images, err := c.writeImageTable(opts.Images)
 	if err != nil {
 		return c, err
+	}
+	if opts.Registry || len(opts.RegistryImages) > 0 {
+		if err := c.startRegistry(ctx); err != nil {
+			return c, err
+		}
+		if err := c.pushImages(opts.RegistryImages); err != nil {
+			return c, err
+		}
+		for _, m := range opts.Mirrors {
+			c.mirrors = append(c.mirrors, m+"="+c.Registry)
+		}
 	}
 	for i := 0; i < opts.Nodes; i++ {
 		name := fmt.Sprintf("kaas-e2e-node-%d", i)

@@ -294,6 +294,7 @@ func (c *Env) startKubelet(name, podPrefix, images string) error {
 		"--apiserver-host=" + c.APIServerHost,
 		"--apiserver-port=" + strconv.Itoa(c.APIServerPort),
 		"--kubelet-version=" + strings.TrimPrefix(filepath.Base(filepath.Dir(c.k8sBin)), "k8s-"),
+		"--registry-mirrors=" + strings.Join(c.mirrors, ","),
 	}
 	c.mu.Unlock()
 	return c.launchKubelet(name)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +23,8 @@ const (
 	backoffMin   = time.Second
 	backoffMax   = 10 * time.Second
 	backoffReset = 10 * time.Second
+	// How long a failed pull shows as ErrImagePull before ImagePullBackOff.
+	pullErrorShown = time.Second
 )
 
 // container is one container of a pod and its current process. Fields are guarded by w.mu.
@@ -29,7 +33,8 @@ type container struct {
 	spec *corev1.Container
 	init bool
 
-	bin          string // resolved image binary (or HostImage)
+	bin          string       // resolved image binary (or HostImage), "" for a pulled image
+	image        *pulledImage // the pulled image the current process runs from
 	pid          int
 	startedAt    time.Time
 	running      bool
@@ -71,6 +76,19 @@ func (c *container) supervise(ctx context.Context) bool {
 				reason = se.reason
 			}
 			c.setWaiting(reason, err.Error())
+			if reason == "ErrImagePull" {
+				// As the kubelet: the failed pull shows as ErrImagePull, then as ImagePullBackOff
+				// until the next attempt.
+				select {
+				case <-time.After(pullErrorShown):
+				case <-w.terminate:
+					c.finish()
+					return false
+				case <-ctx.Done():
+					return false
+				}
+				c.setWaiting("ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q: ErrImagePull: %v", c.spec.Image, err))
+			}
 		} else {
 			ran = true
 			probeCtx, cancel := context.WithCancel(ctx)
@@ -110,13 +128,31 @@ func (c *container) supervise(ctx context.Context) bool {
 }
 
 // start launches the container's process through pod-init and returns a channel closed at exit.
+// An image in the harness' table runs as that binary on a replica of the host's root; any other
+// image is pulled (imagePullPolicy) and run from its own root filesystem.
 func (c *container) start(ctx context.Context) (<-chan struct{}, error) {
 	w := c.w
 	bin, err := w.k.images.resolve(c.spec.Image)
+	var img *pulledImage
 	if err != nil {
-		return nil, startError{"ErrImagePull", err}
+		if w.k.store == nil {
+			return nil, startError{"ErrImagePull", err}
+		}
+		bin = ""
+		img, err = w.k.store.ensure(ctx, c.spec.Image, c.spec.ImagePullPolicy)
+		if err != nil {
+			reason := "ErrImagePull"
+			if pe, ok := err.(*pullError); ok {
+				reason = pe.reason
+			}
+			return nil, startError{reason, err}
+		}
 	}
-	env, err := w.containerEnv(ctx, c.spec)
+	base := []string{"PATH=" + envOr("PATH", defaultPath), "HOME=/root"}
+	if img != nil {
+		base = img.Config.Env
+	}
+	env, err := w.containerEnv(ctx, c.spec, base)
 	if err != nil {
 		return nil, startError{"CreateContainerConfigError", err}
 	}
@@ -142,6 +178,18 @@ func (c *container) start(ctx context.Context) (<-chan struct{}, error) {
 	mounts = append(mounts, mount{Source: hosts, Target: "/etc/hosts", ReadOnly: true})
 	spec := initSpec{Hostname: podHostname(w.pod), Mounts: mounts, Dir: c.spec.WorkingDir,
 		Argv: argv(bin, command, args), Env: env}
+	if img != nil {
+		if spec.Image, spec.Env, err = c.imageRoot(img, env); err != nil {
+			return nil, startError{"CreateContainerConfigError", err}
+		}
+		spec.Argv = containerArgv(img.Config, command, args)
+		if spec.Dir == "" {
+			spec.Dir = img.Config.WorkingDir
+		}
+		if spec.Dir == "" {
+			spec.Dir = "/"
+		}
+	}
 	if len(spec.Argv) == 0 {
 		return nil, fmt.Errorf("no command to run")
 	}
@@ -187,6 +235,7 @@ func (c *container) start(ctx context.Context) (<-chan struct{}, error) {
 	exited := make(chan struct{})
 	w.mu.Lock()
 	c.bin, c.pid, c.startedAt, c.running, c.waiting = bin, cmd.Process.Pid, time.Now(), true, nil
+	c.image = img
 	c.started = c.spec.StartupProbe == nil
 	c.ready = false
 	c.prevLogStart, c.logStart = c.logStart, offset
@@ -318,4 +367,68 @@ func (w *podWorker) writeHosts() (string, error) {
 		w.ip, name, w.k.cfg.APIServerHost)
 	path := filepath.Join(w.dir, "etc-hosts")
 	return path, os.WriteFile(path, []byte(text), 0o644)
+}
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// imageRoot works out how a container runs from a pulled image: its user (the image's USER,
+// overridden by runAsUser/runAsGroup of the container's or the pod's securityContext, checked
+// against runAsNonRoot as the kubelet checks it), its groups (supplementalGroups, fsGroup), HOME
+// when neither the image nor the pod sets it, and a fresh writable layer for this run.
+func (c *container) imageRoot(img *pulledImage, env []string) (*imageRoot, []string, error) {
+	var runAsUser, runAsGroup *int64
+	var nonRoot *bool
+	var groups []int
+	if sc := c.w.pod.Spec.SecurityContext; sc != nil {
+		runAsUser, runAsGroup, nonRoot = sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot
+		for _, g := range sc.SupplementalGroups {
+			groups = append(groups, int(g))
+		}
+		if sc.FSGroup != nil {
+			groups = append(groups, int(*sc.FSGroup))
+		}
+	}
+	if sc := c.spec.SecurityContext; sc != nil {
+		if sc.RunAsUser != nil {
+			runAsUser = sc.RunAsUser
+		}
+		if sc.RunAsGroup != nil {
+			runAsGroup = sc.RunAsGroup
+		}
+		if sc.RunAsNonRoot != nil {
+			nonRoot = sc.RunAsNonRoot
+		}
+	}
+	if nonRoot != nil && *nonRoot && runAsUser == nil {
+		u, _, _ := strings.Cut(img.Config.User, ":")
+		if _, err := strconv.Atoi(u); u != "" && err != nil {
+			return nil, nil, fmt.Errorf("container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root", u)
+		}
+	}
+	uid, gid, home, err := imageUser(img.RootFS, img.Config.User, runAsUser, runAsGroup)
+	if err != nil {
+		return nil, nil, err
+	}
+	if nonRoot != nil && *nonRoot && uid == 0 {
+		return nil, nil, fmt.Errorf("container has runAsNonRoot and image will run as root")
+	}
+	if _, ok := envLookup(env)("HOME"); !ok {
+		env = append(env, "HOME="+home)
+	}
+	dir := filepath.Join(c.w.dir, "overlay", c.spec.Name)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
+	return &imageRoot{RootFS: img.RootFS, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
+		UID: uid, GID: gid, Groups: append([]int{}, groups...)}, env, nil
+}
+
+// baseEnv is the environment the container's spec is applied on (see containerEnv).
+func (c *container) baseEnv() []string {
+	c.w.mu.Lock()
+	defer c.w.mu.Unlock()
+	if c.image != nil {
+		return c.image.Config.Env
+	}
+	return []string{"PATH=" + envOr("PATH", defaultPath), "HOME=/root"}
 }

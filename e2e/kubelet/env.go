@@ -17,7 +17,8 @@ import (
 // containerEnv resolves a container's environment in Kubernetes' order: the service variables
 // of the `kubernetes` service, then envFrom, then env, each env value expanded against what was
 // defined before it.
-func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container) ([]string, error) {
+// base is where it starts: the image's environment (a pulled image), or the host's PATH.
+func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container, base []string) ([]string, error) {
 	k := w.k
 	vars := map[string]string{}
 	var order []string
@@ -28,8 +29,11 @@ func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container) ([]st
 		vars[name] = value
 	}
 	// Not the host's whole environment: a container only sees what its image and spec give it.
-	set("PATH", envOr("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"))
-	set("HOME", "/root")
+	for _, kv := range base {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			set(k, v)
+		}
+	}
 	set("HOSTNAME", podHostname(w.pod))
 	// NB: pods reach the real apiserver here, not a ClusterIP: there is no kube-proxy.
 	host, port := k.cfg.APIServerHost, strconv.Itoa(k.cfg.APIServerPort)

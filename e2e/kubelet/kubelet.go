@@ -10,6 +10,7 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +38,9 @@ type Config struct {
 	RootDir        string // per-pod scratch directories
 	LogDir         string // per-pod container logs
 	ImagesFile     string
-	PathMapFile    string // JSON {host path prefix: replacement} for PV paths, re-read per pod
+	ImageDir       string            // pulled images, unpacked (default RootDir/images)
+	Mirrors        map[string]string // registry host → host:port to pull its images from
+	PathMapFile    string            // JSON {host path prefix: replacement} for PV paths, re-read per pod
 	APIServerHost  string
 	APIServerPort  int
 	KubeletVersion string
@@ -48,8 +51,9 @@ type Kubelet struct {
 	cfg    Config
 	client kubernetes.Interface
 	images imageTable
-	self   string // this binary, re-executed as pod-init
-	port   int    // of the HTTPS endpoint (kubectl logs)
+	store  *imageStore // images not in the table are pulled into it
+	self   string      // this binary, re-executed as pod-init
+	port   int         // of the HTTPS endpoint (kubectl logs)
 
 	mu      sync.Mutex
 	workers map[types.UID]*podWorker
@@ -72,6 +76,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.ImageDir == "" {
+		cfg.ImageDir = filepath.Join(cfg.RootDir, "images")
+	}
+	store, err := newImageStore(cfg.ImageDir, cfg.Mirrors)
+	if err != nil {
+		return err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -79,7 +90,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(cfg.RootDir, 0o755); err != nil {
 		return err
 	}
-	k := &Kubelet{cfg: cfg, client: client, images: images, self: self,
+	k := &Kubelet{cfg: cfg, client: client, images: images, store: store, self: self,
 		workers: map[types.UID]*podWorker{}, ips: map[string]types.UID{}}
 	if k.port, err = k.serve(ctx); err != nil {
 		return fmt.Errorf("kubelet server: %w", err)

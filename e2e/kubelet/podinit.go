@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // PodInitArg is argv[1] of the process kubelet when it re-executes itself as a container's
@@ -26,6 +28,19 @@ type initSpec struct {
 	Dir      string   `json:"dir"`
 	Argv     []string `json:"argv"`
 	Env      []string `json:"env"`
+	// Image, when set, makes the root an overlay of an unpacked image instead of the host's /,
+	// and the program runs as the image's (or the pod's) user.
+	Image *imageRoot `json:"image,omitempty"`
+}
+
+// imageRoot is a container's root from an image: a writable overlay on the unpacked layers.
+type imageRoot struct {
+	RootFS string `json:"rootfs"` // lowerdir: the image store's unpacked layers (never written)
+	Upper  string `json:"upper"`  // this container run's writable layer
+	Work   string `json:"work"`
+	UID    int    `json:"uid"`
+	GID    int    `json:"gid"`
+	Groups []int  `json:"groups"`
 }
 
 // PodInit runs in a fresh mount and UTS namespace (the kubelet starts it with CLONE_NEWNS |
@@ -47,7 +62,12 @@ func podInit() error {
 	if err := syscall.Sethostname([]byte(spec.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)
 	}
-	if err := makeRoot(spec.Root, spec.Scratch, spec.Mounts); err != nil {
+	ppid := os.Getppid()
+	if spec.Image != nil {
+		if err := makeImageRoot(spec.Root, spec.Image, spec.Mounts); err != nil {
+			return err
+		}
+	} else if err := makeRoot(spec.Root, spec.Scratch, spec.Mounts); err != nil {
 		return err
 	}
 	if spec.Dir != "" {
@@ -68,7 +88,80 @@ func podInit() error {
 		}
 		bin = p
 	}
+	if im := spec.Image; im != nil {
+		if err := syscall.Setgroups(im.Groups); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := syscall.Setgid(im.GID); err != nil {
+			return fmt.Errorf("setgid %d: %w", im.GID, err)
+		}
+		if err := syscall.Setuid(im.UID); err != nil {
+			return fmt.Errorf("setuid %d: %w", im.UID, err)
+		}
+		// Changing the uid cleared the parent-death signal: set it again, so that a killed
+		// kubelet still takes this container with it, and exit if the kubelet is gone already.
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
+			return fmt.Errorf("prctl: %w", err)
+		}
+		if os.Getppid() != ppid {
+			return fmt.Errorf("the kubelet exited")
+		}
+	}
 	return syscall.Exec(bin, spec.Argv, spec.Env)
+}
+
+// makeImageRoot mounts a writable overlay of the image on root, the kernel filesystems a
+// container expects (/proc, the host's /dev and a read-only /sys), the pod's volumes at their
+// mountPaths (mountpoints are created in the overlay, never in the image store or on the host),
+// and pivots into it.
+func makeImageRoot(root string, im *imageRoot, mounts []mount) error {
+	for _, d := range []string{im.Upper, im.Work} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", im.RootFS, im.Upper, im.Work)
+	if err := syscall.Mount("overlay", root, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("overlay root: %w", err)
+	}
+	kernel := []struct {
+		target, source, fstype string
+		flags                  uintptr
+	}{
+		{"/proc", "proc", "proc", syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC},
+		{"/dev", "/dev", "", syscall.MS_BIND | syscall.MS_REC},
+		{"/sys", "/sys", "", syscall.MS_BIND | syscall.MS_REC},
+	}
+	for _, k := range kernel {
+		dst := filepath.Join(root, k.target)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return err
+		}
+		if err := syscall.Mount(k.source, dst, k.fstype, k.flags, ""); err != nil {
+			return fmt.Errorf("mount %s: %w", k.target, err)
+		}
+	}
+	if err := syscall.Mount("", filepath.Join(root, "sys"), "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		return fmt.Errorf("remount /sys read-only: %w", err)
+	}
+	sort.Slice(mounts, func(i, j int) bool { return mounts[i].Target < mounts[j].Target })
+	for _, m := range mounts {
+		st, err := os.Stat(m.Source)
+		if err != nil {
+			return fmt.Errorf("mount source: %w", err)
+		}
+		dst, err := resolveParent(root, m.Target)
+		if err != nil {
+			return err
+		}
+		if err := makeMountpoint(dst, st.IsDir()); err != nil {
+			return err
+		}
+		if err := bindMount(m, dst); err != nil {
+			return err
+		}
+	}
+	return pivot(root)
 }
 
 // makeRoot gives the pod a root that shows the host's files but where the pod's mountpoints can
@@ -107,17 +200,29 @@ func makeRoot(root, scratch string, mounts []mount) error {
 				return err
 			}
 		}
-		if err := syscall.Mount(m.Source, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind %s on %s: %w", m.Source, m.Target, err)
-		}
-		if m.ReadOnly {
-			flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_RDONLY | syscall.MS_REC)
-			if err := syscall.Mount("", dst, "", flags, ""); err != nil {
-				return fmt.Errorf("remount %s read-only: %w", m.Target, err)
-			}
+		if err := bindMount(m, dst); err != nil {
+			return err
 		}
 		volumes = append(volumes, dst)
 	}
+	return pivot(root)
+}
+
+func bindMount(m mount, dst string) error {
+	if err := syscall.Mount(m.Source, dst, "", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", m.Source, m.Target, err)
+	}
+	if m.ReadOnly {
+		flags := uintptr(syscall.MS_BIND | syscall.MS_REMOUNT | syscall.MS_RDONLY | syscall.MS_REC)
+		if err := syscall.Mount("", dst, "", flags, ""); err != nil {
+			return fmt.Errorf("remount %s read-only: %w", m.Target, err)
+		}
+	}
+	return nil
+}
+
+// pivot makes root the process' root and detaches the old one.
+func pivot(root string) error {
 	old := filepath.Join(root, ".oldroot")
 	if err := os.Mkdir(old, 0o700); err != nil {
 		return err

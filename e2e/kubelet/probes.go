@@ -185,7 +185,7 @@ func (c *container) runProbe(ctx context.Context, p *corev1.Probe) (bool, string
 		if len(p.Exec.Command) == 0 {
 			return false, "empty exec command"
 		}
-		env, err := w.containerEnv(ctx, c.spec)
+		env, err := w.containerEnv(ctx, c.spec, c.baseEnv())
 		if err != nil {
 			return false, err.Error()
 		}
@@ -205,6 +205,12 @@ func (c *container) runProbe(ctx context.Context, p *corev1.Probe) (bool, string
 // execBinary maps the first word of an exec probe (a path inside the image) to the host: an
 // existing host path as is, otherwise the image's binary (an image is one binary here).
 func (c *container) execBinary(word string) string {
+	c.w.mu.Lock()
+	pulled := c.image != nil
+	c.w.mu.Unlock()
+	if pulled {
+		return word // nsenter -r runs it inside the container's own root
+	}
 	if !strings.Contains(word, "/") {
 		if p, err := exec.LookPath(word); err == nil {
 			return p

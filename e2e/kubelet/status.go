@@ -113,6 +113,9 @@ func containerStatuses(cs []*container) []corev1.ContainerStatus {
 			Ready:        c.ready && c.running,
 			Started:      ptr.To(c.running && c.started),
 		}
+		if c.image != nil {
+			s.ImageID = c.image.ID
+		}
 		switch {
 		case c.running:
 			s.ContainerID = containerID(c.pid)

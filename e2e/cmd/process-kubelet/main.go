@@ -9,6 +9,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"kaas/e2e/kubelet"
@@ -28,11 +29,19 @@ func main() {
 	flag.StringVar(&cfg.RootDir, "root-dir", "", "per-pod scratch directories")
 	flag.StringVar(&cfg.LogDir, "log-dir", "", "per-pod container logs")
 	flag.StringVar(&cfg.ImagesFile, "images", "", "JSON image→binary table")
+	flag.StringVar(&cfg.ImageDir, "image-dir", "", "pulled, unpacked images (default <root-dir>/images)")
+	mirrors := flag.String("registry-mirrors", "", "registry=host:port,... pull that registry's images from host:port instead")
 	flag.StringVar(&cfg.PathMapFile, "path-map", "", "JSON {PV host path prefix: this node's path}, re-read per pod")
 	flag.StringVar(&cfg.APIServerHost, "apiserver-host", "127.0.0.1", "KUBERNETES_SERVICE_HOST for pods")
 	flag.IntVar(&cfg.APIServerPort, "apiserver-port", 6443, "KUBERNETES_SERVICE_PORT for pods")
 	flag.StringVar(&cfg.KubeletVersion, "kubelet-version", "v0.0.0-process", "reported in node status")
 	flag.Parse()
+	cfg.Mirrors = map[string]string{}
+	for _, m := range strings.Split(*mirrors, ",") {
+		if from, to, ok := strings.Cut(m, "="); ok {
+			cfg.Mirrors[from] = to
+		}
+	}
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
