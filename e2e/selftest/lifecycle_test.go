@@ -124,7 +124,9 @@ func TestPodLifecycle(t *testing.T) {
 			return false, err
 		}
 		cs := p.Status.ContainerStatuses[0]
-		return cs.State.Waiting != nil && cs.State.Waiting.Reason == "ErrImagePull" && cs.RestartCount == 0,
+		// Not in the image table: the kubelet tries to pull it (from docker.io, unreachable here).
+		return cs.State.Waiting != nil && (cs.State.Waiting.Reason == "ErrImagePull" || cs.State.Waiting.Reason == "ImagePullBackOff") &&
+			cs.RestartCount == 0,
 			fmt.Errorf("status %+v", cs)
 	})
 	// Deleting a finished pod and a pod that never started: the kubelet removes both.
