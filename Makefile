@@ -26,6 +26,7 @@ test: deps
 	$(MAKE) franzgo-kgo
 	$(MAKE) e2e-selftest
 	$(MAKE) operator-test
+	$(MAKE) images-e2e
 	$(MAKE) e2e-scenarios
 	$(MAKE) conformance-cluster
 	$(MAKE) conformance
