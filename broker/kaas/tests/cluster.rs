@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use common::TestResult;
 use common::cluster::Cluster;
+use common::wire::Wire;
+use kaas_shared::assignment::Assignment;
 use common::workload::{assert_no_loss, create_topic, produce, producer, read_all};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
@@ -27,6 +29,54 @@ fn leaders(a: &kaas_shared::assignment::Assignment) -> BTreeMap<i32, usize> {
     l
 }
 
+/// Asked on any broker: DescribeCluster names every broker, DescribeTopicPartitions the leaders
+/// the assignment names, and DescribeLogDirs the partitions that broker leads, so that across
+/// the brokers every partition is listed once, on its leader.
+async fn every_broker_describes_the_cluster(cluster: &Cluster, a: &Assignment, topic: &str, partitions: i32) -> TestResult {
+    use kafka_protocol::messages::describe_topic_partitions_request::TopicRequest;
+    use kafka_protocol::messages::{DescribeClusterRequest, DescribeLogDirsRequest, DescribeTopicPartitionsRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    let nodes: Vec<(i32, String)> = cluster.nodes.values().map(|n| (n.id, n.bootstrap.clone())).collect();
+    let expected_leaders: Vec<i32> = (0..partitions).map(|i| a.partition(topic, i).map_or(-1, |p| p.leader)).collect();
+    let all_ids: Vec<i32> = nodes.iter().map(|(id, _)| *id).collect();
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || -> TestResult {
+        let mut hosts: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        for (id, address) in &nodes {
+            let mut wire = Wire::connect(address)?;
+            let described = wire.call(1, &DescribeClusterRequest::default().with_endpoint_type(1))?;
+            let mut ids: Vec<i32> = described.brokers.iter().map(|b| b.broker_id.0).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, all_ids, "DescribeCluster on broker {id}");
+
+            let name = TopicName(StrBytes::from_string(topic.clone()));
+            let request = DescribeTopicPartitionsRequest::default()
+                .with_topics(vec![TopicRequest::default().with_name(name)])
+                .with_response_partition_limit(100);
+            let dtp = wire.call(0, &request)?;
+            let leaders: Vec<i32> = dtp.topics[0].partitions.iter().map(|p| p.leader_id.0).collect();
+            assert_eq!(leaders, expected_leaders, "DescribeTopicPartitions on broker {id}");
+
+            let dirs = wire.call(4, &DescribeLogDirsRequest::default().with_topics(None))?;
+            for t in dirs.results.iter().flat_map(|r| r.topics.iter()).filter(|t| t.name.0.as_str() == topic) {
+                for p in &t.partitions {
+                    hosts.entry(p.partition_index).or_default().push(*id);
+                }
+            }
+        }
+        let hosted: Vec<i32> = (0..partitions)
+            .map(|i| match hosts.get(&i).map(Vec::as_slice) {
+                Some([one]) => *one,
+                _ => -1,
+            })
+            .collect();
+        assert_eq!(hosted, expected_leaders, "DescribeLogDirs: each partition on its leader alone ({hosts:?})");
+        Ok(())
+    })
+    .await?
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_brokers_serve_one_cluster_and_survive_broker_and_controller_loss() -> TestResult {
     let mut cluster = Cluster::start(3).await?;
@@ -41,6 +91,7 @@ async fn three_brokers_serve_one_cluster_and_survive_broker_and_controller_loss(
     let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 6 && a.brokers.len() == 3).await?;
     assert!(leaders(&placed).values().all(|n| *n == 2), "{:?}", leaders(&placed));
     cluster.wait_led(SETTLE, &placed).await?;
+    every_broker_describes_the_cluster(&cluster, &placed, "orders", 6).await?;
     let producer = producer(&cluster)?;
     let mut acked = vec![produce(&producer, "orders", 6, "before", 600).await?];
 

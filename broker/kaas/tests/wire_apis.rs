@@ -1,6 +1,7 @@
 //! Protocol details no stock client in the suite exercises: incremental fetch sessions
 //! (KIP-227), fetch by topic id (v13+), long-poll wake-up on append, DescribeCluster,
-//! OffsetForLeaderEpoch and the advertised versions.
+//! OffsetForLeaderEpoch, DescribeTopicPartitions paging, DescribeLogDirs and the advertised
+//! versions.
 
 mod common;
 
@@ -14,7 +15,8 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeClusterRequest, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
+    ApiKey, ApiVersionsRequest, DescribeClusterRequest, DescribeLogDirsRequest, DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
     OffsetForLeaderEpochRequest, ProduceRequest, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::Decodable;
@@ -247,5 +249,105 @@ fn write_txn_markers_from_a_client_is_refused_in_local_mode() -> TestResult {
     let response = wire.call(1, &request)?;
     let codes: Vec<i16> = response.markers.iter().flat_map(|m| m.topics.iter()).flat_map(|t| t.partitions.iter()).map(|p| p.error_code).collect();
     assert_eq!(codes, vec![ResponseError::ClusterAuthorizationFailed.code(); 2]);
+    Ok(())
+}
+
+fn dtp_request(topics: &[&str], limit: i32, cursor: Option<(&str, i32)>) -> DescribeTopicPartitionsRequest {
+    use kafka_protocol::messages::describe_topic_partitions_request::{Cursor, TopicRequest};
+    DescribeTopicPartitionsRequest::default()
+        .with_topics(topics.iter().map(|t| TopicRequest::default().with_name(name(t))).collect())
+        .with_response_partition_limit(limit)
+        .with_cursor(cursor.map(|(t, p)| Cursor::default().with_topic_name(name(t)).with_partition_index(p)))
+}
+
+/// (topic, error, partitions) per answered topic, and the next cursor.
+type Page = (Vec<(String, i16, Vec<i32>)>, Option<(String, i32)>);
+
+fn dtp_page(response: &DescribeTopicPartitionsResponse) -> Page {
+    let topics = response
+        .topics
+        .iter()
+        .map(|t| {
+            let name = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            (name, t.error_code, t.partitions.iter().map(|p| p.partition_index).collect())
+        })
+        .collect();
+    (topics, response.next_cursor.as_ref().map(|c| (c.topic_name.0.to_string(), c.partition_index)))
+}
+
+/// KIP-966 paging as Kafka's broker does it: name order, the cursor's topic resumed at its
+/// partition, a topic cut at the limit ends the page, missing names answered with an error and
+/// no partitions.
+#[test]
+fn describe_topic_partitions_pages_in_name_order_with_a_cursor() -> TestResult {
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    wire.create_topic("dtp-a", 3)?;
+    wire.create_topic("dtp-b", 2)?;
+    let owned = |v: Vec<(&str, i16, Vec<i32>)>| v.into_iter().map(|(n, e, p)| (n.to_string(), e, p)).collect::<Vec<_>>();
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    let topics = ["missing", "dtp-b", "dtp-a"];
+
+    let first = wire.call(0, &dtp_request(&topics, 2, None))?;
+    assert_eq!(dtp_page(&first), (owned(vec![("dtp-a", 0, vec![0, 1])]), Some(("dtp-a".to_string(), 2))));
+    let a = &first.topics[0];
+    assert_eq!(a.topic_id, topic_id(&mut wire, "dtp-a")?);
+    assert!(a.partitions.iter().all(|p| p.leader_id.0 == 0 && p.replica_nodes.len() == 1), "{a:?}");
+
+    let second = wire.call(0, &dtp_request(&topics, 2, Some(("dtp-a", 2))))?;
+    assert_eq!(dtp_page(&second), (owned(vec![("dtp-a", 0, vec![2]), ("dtp-b", 0, vec![0])]), Some(("dtp-b".to_string(), 1))));
+    let third = wire.call(0, &dtp_request(&topics, 2, Some(("dtp-b", 1))))?;
+    assert_eq!(dtp_page(&third), (owned(vec![("dtp-b", 0, vec![1]), ("missing", unknown, vec![])]), None));
+
+    // All topics (an empty list): only what exists; a limit that ends exactly at a topic's end
+    // points the cursor at the next topic's first partition.
+    let all = wire.call(0, &dtp_request(&[], 3, None))?;
+    assert_eq!(dtp_page(&all), (owned(vec![("dtp-a", 0, vec![0, 1, 2])]), Some(("dtp-b".to_string(), 0))));
+
+    // A cursor naming a topic outside the list, or a negative partition, is an invalid request.
+    let invalid = ResponseError::InvalidRequest.code();
+    let outside = wire.call(0, &dtp_request(&["dtp-a"], 10, Some(("dtp-b", 0))))?;
+    assert_eq!(dtp_page(&outside), (owned(vec![("dtp-a", invalid, vec![])]), None));
+    let negative = wire.call(0, &dtp_request(&["dtp-a"], 10, Some(("dtp-a", -1))))?;
+    assert_eq!(dtp_page(&negative), (owned(vec![("dtp-a", invalid, vec![])]), None));
+    let bad_name = wire.call(0, &dtp_request(&["no spaces"], 10, None))?;
+    assert_eq!(dtp_page(&bad_name), (owned(vec![("no spaces", ResponseError::InvalidTopicException.code(), vec![])]), None));
+    Ok(())
+}
+
+/// One log directory, the data directory, with each partition's segment bytes and the file
+/// system's capacity.
+#[test]
+fn describe_log_dirs_reports_the_data_directory_and_partition_sizes() -> TestResult {
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    wire.create_topic("dirs", 2)?;
+    produce(&mut wire, "dirs", &["a", "b", "c"])?;
+
+    let all = wire.call(4, &DescribeLogDirsRequest::default().with_topics(None))?;
+    assert_eq!(all.error_code, 0);
+    assert_eq!(all.results.len(), 1);
+    let dir = &all.results[0];
+    assert_eq!(dir.error_code, 0);
+    assert_eq!(std::path::Path::new(dir.log_dir.as_str()), kaas.data_dir());
+    assert!(dir.total_bytes > 0 && dir.usable_bytes >= 0 && dir.usable_bytes <= dir.total_bytes, "{dir:?}");
+    let topic = dir.topics.iter().find(|t| t.name.0.as_str() == "dirs").ok_or("no dirs topic")?;
+    let sizes: Vec<(i32, i64)> = topic.partitions.iter().map(|p| (p.partition_index, p.partition_size)).collect();
+    assert_eq!(sizes.len(), 2, "{sizes:?}");
+    assert!(sizes.iter().any(|(i, s)| *i == 0 && *s > 0), "partition 0 holds the batch: {sizes:?}");
+    assert!(sizes.iter().any(|(i, s)| *i == 1 && *s == 0), "partition 1 is empty: {sizes:?}");
+
+    // Named partitions only; one the broker does not have is left out, as Kafka does.
+    let some = wire.call(1, &DescribeLogDirsRequest::default().with_topics(Some(vec![
+        DescribableLogDirTopic::default().with_topic(name("dirs")).with_partitions(vec![1, 7]),
+    ])))?;
+    let listed: Vec<(String, Vec<i32>)> = some.results[0]
+        .topics
+        .iter()
+        .map(|t| (t.name.0.to_string(), t.partitions.iter().map(|p| p.partition_index).collect()))
+        .collect();
+    assert_eq!(listed, vec![("dirs".to_string(), vec![1])]);
     Ok(())
 }

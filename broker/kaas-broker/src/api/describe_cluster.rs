@@ -1,4 +1,5 @@
-//! DescribeCluster: this broker is the whole cluster in local mode.
+//! DescribeCluster: the brokers Metadata names (this one alone in local mode), and the
+//! controller.
 
 use std::sync::Arc;
 
@@ -6,6 +7,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 
+use super::metadata::brokers_and_controller;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -14,11 +16,11 @@ use crate::router::{Reply, RequestContext};
 const BROKERS: i8 = 1;
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DescribeClusterRequest) -> Reply<DescribeClusterResponse> {
-    let node = BrokerId(broker.config.node_id);
+    let (brokers, controller) = brokers_and_controller(broker);
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(BROKERS)
         .with_cluster_id(str_bytes(broker.config.cluster_id.clone()))
-        .with_controller_id(node)
+        .with_controller_id(BrokerId(controller))
         .with_cluster_authorized_operations(i32::MIN);
     if ctx.version >= 1 && request.endpoint_type != BROKERS {
         return Reply::Now(
@@ -27,9 +29,9 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Describ
                 .with_error_message(Some(str_bytes("kaas brokers describe brokers; there are no controller endpoints"))),
         );
     }
-    response.brokers = vec![DescribeClusterBroker::default()
-        .with_broker_id(node)
-        .with_host(str_bytes(broker.config.advertise_host.clone()))
-        .with_port(i32::from(broker.config.advertise_port))];
+    response.brokers = brokers
+        .into_iter()
+        .map(|b| DescribeClusterBroker::default().with_broker_id(BrokerId(b.id)).with_host(str_bytes(b.host)).with_port(i32::from(b.port)))
+        .collect();
     Reply::Now(response)
 }

@@ -15,6 +15,10 @@ use crate::topics::{NewTopic, Topic};
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: MetadataRequest) -> Reply<MetadataResponse> {
     let (brokers, controller) = brokers_and_controller(broker);
+    let brokers = brokers
+        .into_iter()
+        .map(|b| MetadataResponseBroker::default().with_node_id(BrokerId(b.id)).with_host(str_bytes(b.host)).with_port(i32::from(b.port)))
+        .collect();
     // v0 means "all topics" with an empty list; v1+ uses null for all.
     let all_topics = request.topics.is_none() || (ctx.version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
     let topics = if all_topics {
@@ -34,7 +38,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
         MetadataResponse::default()
             .with_brokers(brokers)
             .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
-            .with_controller_id(controller)
+            .with_controller_id(BrokerId(controller))
             .with_topics(topics)
             .with_cluster_authorized_operations(i32::MIN),
     )
@@ -83,21 +87,11 @@ fn lookup_by_id(broker: &Broker, id: Uuid) -> MetadataResponseTopic {
 }
 
 fn describe_topic(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
-    let assignment = broker.cluster.as_ref().map(|c| c.view.current());
-    let partitions = topic
-        .partitions()
-        .iter()
-        .enumerate()
-        .map(|(index, p)| {
-            let index = index as i32;
-            // Local mode: this broker leads what it has taken over. Cluster mode: whoever the
-            // assignment names, whether or not that is this broker.
-            let leader = match &assignment {
-                None => p.is_leader().then(|| (broker.config.node_id, p.leader_epoch())),
-                Some(a) => a.partition(&topic.name, index).map(|pa| (pa.leader, pa.leader_epoch)),
-            };
-            let response = MetadataResponsePartition::default().with_partition_index(index);
-            match leader {
+    let partitions = partition_leaders(broker, topic)
+        .into_iter()
+        .map(|p| {
+            let response = MetadataResponsePartition::default().with_partition_index(p.index);
+            match p.leader {
                 Some((leader, epoch)) => response
                     .with_leader_id(BrokerId(leader))
                     .with_leader_epoch(epoch)
@@ -106,7 +100,7 @@ fn describe_topic(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
                 None => response
                     .with_error_code(ResponseError::LeaderNotAvailable.code())
                     .with_leader_id(BrokerId(-1))
-                    .with_leader_epoch(p.leader_epoch()),
+                    .with_leader_epoch(p.stored_epoch),
             }
         })
         .collect();
@@ -118,18 +112,53 @@ fn describe_topic(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
         .with_topic_authorized_operations(i32::MIN)
 }
 
+/// Who leads one partition, as Metadata and DescribeTopicPartitions report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PartitionLeader {
+    pub index: i32,
+    /// The leader's broker id and epoch; `None` while no broker leads it.
+    pub leader: Option<(i32, i32)>,
+    /// The epoch this broker knows of, for a partition without a leader.
+    pub stored_epoch: i32,
+}
+
+/// Local mode: this broker leads what it has taken over. Cluster mode: whoever the assignment
+/// names, whether or not that is this broker.
+pub(crate) fn partition_leaders(broker: &Broker, topic: &Topic) -> Vec<PartitionLeader> {
+    let assignment = broker.cluster.as_ref().map(|c| c.view.current());
+    topic
+        .partitions()
+        .iter()
+        .enumerate()
+        .map(|(index, p)| {
+            let index = index as i32;
+            let leader = match &assignment {
+                None => p.is_leader().then(|| (broker.config.node_id, p.leader_epoch())),
+                Some(a) => a.partition(&topic.name, index).map(|pa| (pa.leader, pa.leader_epoch)),
+            };
+            PartitionLeader { index, leader, stored_epoch: p.leader_epoch() }
+        })
+        .collect()
+}
+
+/// One broker's client endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BrokerEndpoint {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
 /// The brokers clients may connect to and the controller id: this broker alone in local mode,
 /// the assignment's brokers (and always this one) in a cluster.
-fn brokers_and_controller(broker: &Broker) -> (Vec<MetadataResponseBroker>, BrokerId) {
-    let me = (broker.config.node_id, broker.config.advertise_host.clone(), broker.config.advertise_port);
-    let describe = |(id, host, port): (i32, String, u16)| {
-        MetadataResponseBroker::default().with_node_id(BrokerId(id)).with_host(str_bytes(host)).with_port(i32::from(port))
-    };
-    let Some(cluster) = &broker.cluster else { return (vec![describe(me)], BrokerId(broker.config.node_id)) };
+pub(crate) fn brokers_and_controller(broker: &Broker) -> (Vec<BrokerEndpoint>, i32) {
+    let me = BrokerEndpoint { id: broker.config.node_id, host: broker.config.advertise_host.clone(), port: broker.config.advertise_port };
+    let Some(cluster) = &broker.cluster else { return (vec![me], broker.config.node_id) };
     let assignment = cluster.view.current();
-    let mut all: Vec<(i32, String, u16)> = assignment.brokers.iter().map(|(id, e)| (*id, e.host.clone(), e.port)).collect();
-    if !all.iter().any(|(id, _, _)| *id == me.0) {
+    let mut all: Vec<BrokerEndpoint> =
+        assignment.brokers.iter().map(|(id, e)| BrokerEndpoint { id: *id, host: e.host.clone(), port: e.port }).collect();
+    if !all.iter().any(|b| b.id == me.id) {
         all.push(me);
     }
-    (all.into_iter().map(describe).collect(), BrokerId(assignment.controller_id))
+    (all, assignment.controller_id)
 }
