@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,9 @@ spec:
     - {name: OVERRIDDEN, value: by-pod}
     - name: POD_IP
       valueFrom: {fieldRef: {fieldPath: status.podIP}}
-    readinessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
+    # An exec probe runs the image's own binary, in the container's root.
+    readinessProbe: {exec: {command: [/testpod, -h]}, periodSeconds: 1}
+    livenessProbe: {httpGet: {path: /healthz, port: 8080}, periodSeconds: 1}
     volumeMounts:
     - {name: config, mountPath: /etc/config}
     - {name: scratch, mountPath: /scratch}
@@ -53,8 +56,9 @@ spec:
 // TestPulledImage runs testpod from an image in the harness registry rather than from the
 // image table: the kubelet pulls it by reference, runs the image's entrypoint with the pod's
 // args in the image's own root (an overlay, with the pod's volumes and /etc/hosts mounted in it)
-// as the image's user 65532, with the image's environment under the pod's; runAsNonRoot with
-// runAsUser 0 is refused as the kubelet refuses it.
+// as the image's user 65532, with the image's environment under the pod's; an exec probe runs
+// the image's binary; a restart gets a fresh writable layer; runAsNonRoot with runAsUser 0 is
+// refused as the kubelet refuses it.
 func TestPulledImage(t *testing.T) {
 	img, err := imagebuild.Build(imagebuild.Spec{Binary: harness.TestpodBinary(), Path: "/testpod",
 		Entrypoint: []string{"/testpod"}, Cmd: []string{"-show", "/image-cmd-was-run"}, Version: "1"})
@@ -109,6 +113,18 @@ func TestPulledImage(t *testing.T) {
 	// ...and the image store's copy is untouched.
 	if matches, _ := filepath.Glob(filepath.Join(c.Dir, "kubelet", "*", "images", "sha256", "*", "rootfs", "tmp", "written")); len(matches) > 0 {
 		t.Errorf("a container wrote into the image store: %v", matches)
+	}
+	// A restarted container starts from the image again: what the last run wrote is gone.
+	c.Signal("default", "pulled", "main", syscall.SIGKILL)
+	c.Eventually(time.Minute, "pulled restarted and Ready", func() (bool, error) {
+		p := c.Pod("default", "pulled")
+		return p.Status.ContainerStatuses[0].RestartCount == 1 && harness.IsReady(p), nil
+	})
+	if pid, err = c.PodPID("default", "pulled", "main"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/root/tmp/written", pid)); !os.IsNotExist(err) {
+		t.Errorf("the restarted container sees the previous run's /tmp/written: %v", err)
 	}
 	c.Eventually(30*time.Second, "asroot refused", func() (bool, error) {
 		reason := c.JSONPath("default", "pod", "asroot", ".status.containerStatuses[0].state.waiting.reason")
