@@ -3,8 +3,8 @@
 #  - Debian packages: cmake and compilers for librdkafka (the rdkafka crate builds it), curl and
 #    ssl headers it probes for, kcat (a stock client the tests drive), FUSE for the NFS tests,
 #    ip and nsenter for the e2e harness's network namespace.
-#  - A Python virtualenv in the cache with kafka-python and confluent-kafka (the Python binding of
-#    librdkafka, which its wheel bundles): stock clients the tests drive.
+#  - A Python virtualenv in the cache with kafka-python, aiokafka and confluent-kafka (the Python
+#    binding of librdkafka, which its wheel bundles): stock clients the tests drive.
 set -euo pipefail
 
 cache="${KAAS_CACHE:-$HOME/.cache/kaas}"
@@ -13,6 +13,8 @@ kafka_python_version="3.0.12"
 # confluent-kafka's wheels bundle librdkafka (2.16.1 bundles librdkafka 2.16.0, the newest): this
 # pins the librdkafka the conformance suite runs (e2e/conformance/python/confluent_kafka_conformance.py).
 confluent_kafka_version="2.16.1"
+# aiokafka (asyncio): e2e/conformance/python/aiokafka_conformance.py.
+aiokafka_version="0.14.0"
 
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -36,4 +38,8 @@ fi
 if ! "$venv/bin/python3" -c "import confluent_kafka; assert confluent_kafka.__version__ == '$confluent_kafka_version'" 2>/dev/null; then
   echo "installing confluent-kafka $confluent_kafka_version into $venv"
   "$venv/bin/pip" install -q --disable-pip-version-check --only-binary confluent-kafka "confluent-kafka==$confluent_kafka_version"
+fi
+if ! "$venv/bin/python3" -c "import aiokafka; assert aiokafka.__version__ == '$aiokafka_version'" 2>/dev/null; then
+  echo "installing aiokafka $aiokafka_version into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "aiokafka==$aiokafka_version"
 fi

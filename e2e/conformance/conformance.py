@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The kaas conformance suite: the same scenarios, with the same expectations, against Apache
-Kafka (the reference, pinned in pom.xml) and kaas, with Kafka's own CLI tools, the Java client,
-franz-go, kafka-python and confluent-kafka (librdkafka).
+Kafka (the reference, pinned in pom.xml) and kaas, with Kafka's own CLI tools and a matrix of
+client programs: the Java client (the reference's release and the older ones in java-clients.txt),
+franz-go, sarama, kafka-go, kafka-python, aiokafka, confluent-kafka (librdkafka) and KafkaJS.
 
-Prints a table (client x scenario, a verdict per broker, the reason of each failure), writes it
+Prints a table (client, its version, scenario, a verdict per broker, the reason of each failure), writes it
 to --out (Markdown), and exits non-zero if
   (a) any scenario fails on Apache Kafka (the scenario or the harness is wrong),
   (b) a scenario fails on kaas that expected-failures.tsv does not list, or
@@ -56,6 +57,7 @@ class Result:
     ok: bool
     reason: str = ""
     seconds: float = 0.0
+    version: str = ""  # the client's release, as the program itself reports it (VERSION line)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,7 +305,11 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
 
 
 # ---------------------------------------------------------------------------------------------
-# Client programs: each prints "RESULT<tab>scenario<tab>PASS|FAIL<tab>reason" per scenario.
+# Client programs: each prints "VERSION<tab>release" (the client library it runs) and then
+# "RESULT<tab>scenario<tab>PASS|FAIL<tab>reason" per scenario. Each client's release is pinned in
+# one line: pom.xml (java), java-clients.txt (older Java releases, one a line), the go.mod of
+# franzgo/, sarama/ and kafkago/, scripts/install-deps.sh (kafka-python, aiokafka,
+# confluent-kafka) and kafkajs/package.json (with its package-lock.json).
 
 
 def digest(*paths: Path) -> str:
@@ -321,10 +327,15 @@ def kafka_libs() -> Path:
     return Path(out.strip())
 
 
-def build_java(libs: Path) -> Path:
-    """Compiles java/*.java against the pinned kafka-clients into the cache (keyed by content)."""
-    srcs = sorted((HERE / "java").glob("*.java"))
-    out = CACHE / "conformance" / f"java-{digest(HERE / 'java', libs.parent / 'pom.xml')}"
+def build_java(libs: Path, release: str = "") -> Path:
+    """Compiles java/*.java against the pinned kafka-clients into the cache (keyed by content);
+    with a release of java-clients.txt, Conformance.java alone against that release's jars."""
+    if release:
+        srcs = [HERE / "java" / "Conformance.java"]
+        out = CACHE / "conformance" / f"java-{release}-{digest(*srcs)}"
+    else:
+        srcs = sorted((HERE / "java").glob("*.java"))
+        out = CACHE / "conformance" / f"java-{digest(HERE / 'java', libs.parent / 'pom.xml')}"
     if not (out / "Conformance.class").exists():
         log("compiling " + " ".join(s.name for s in srcs))
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -344,18 +355,46 @@ def prune(keep: Path) -> None:
             shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
 
 
-def build_franzgo() -> Path:
-    """Builds franzgo/ (its own Go module; modules come from the Go proxy) into the cache."""
-    src = HERE / "franzgo"
-    out = CACHE / "conformance" / f"franzgo-{digest(src)}"
+def java_releases() -> list[str]:
+    """The older Java client releases to run (java-clients.txt, one version a line)."""
+    lines = (HERE / "java-clients.txt").read_text().splitlines()
+    return [l.strip() for l in lines if l.strip() and not l.startswith("#")]
+
+
+def java_client_libs(release: str) -> Path:
+    out = subprocess.run([str(BIN / "fetch-java-client.sh"), release], check=True, capture_output=True, text=True).stdout
+    return Path(out.strip())
+
+
+def java_cmd(libs: Path, classes: Path, *props: str) -> list[str]:
+    return ["nice", "-n", "10", "java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256M",
+            f"-Dlog4j2.configurationFile={HERE / 'log4j2-tools.properties'}", *props,
+            "-cp", f"{libs}/*:{classes}", "Conformance"]
+
+
+def build_go(name: str) -> Path:
+    """Builds the Go program in `name`/ (its own Go module; modules come from the Go proxy) into
+    the cache, keyed by its sources, go.mod and go.sum."""
+    src = HERE / name
+    out = CACHE / "conformance" / f"{name}-{digest(src)}"
     if not out.exists():
-        log("building franzgo")
+        log(f"building {name}")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(".tmp")
         subprocess.run(["nice", "-n", "10", "go", "build", "-o", str(tmp), "."], cwd=src, check=True)
         tmp.rename(out)
         prune(out)
     return out
+
+
+def kafkajs_modules() -> Path:
+    """node_modules for kafkajs/ (npm ci from its package-lock.json) in the cache, keyed by the
+    lock file; `make conformance-deps` fills it, this only when that did not run."""
+    src = HERE / "kafkajs"
+    out = CACHE / "conformance" / f"kafkajs-{digest(src / 'package.json', src / 'package-lock.json')}"
+    if not (out / "node_modules" / "kafkajs" / "package.json").exists():
+        subprocess.run([str(BIN / "install-kafkajs.sh")], check=True, stdout=subprocess.DEVNULL)
+    return out / "node_modules"
 
 
 def python_for_kafka_python() -> str:
@@ -372,9 +411,11 @@ def run_program(client: str, cmd: list[str], broker: str, logdir: Path, timeout:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err, rc = "timed out", -1
     (logdir / f"{client}.log").write_text(f"$ {' '.join(cmd)}\n[exit {rc}]\n{out}\n--- stderr ---\n{err}")
-    results = []
+    results, version = [], ""
     for line in out.splitlines():
         parts = line.split("\t")
+        if len(parts) >= 2 and parts[0] == "VERSION":
+            version = parts[1].strip().removeprefix("v")
         if len(parts) >= 3 and parts[0] == "RESULT":
             results.append(Result(client, parts[1], broker, parts[2] == "PASS", shorten(parts[3] if len(parts) > 3 else "")))
     if not results or rc != 0:
@@ -382,6 +423,7 @@ def run_program(client: str, cmd: list[str], broker: str, logdir: Path, timeout:
     secs = (time.monotonic() - start) / max(len(results), 1)
     for r in results:
         r.seconds = secs
+        r.version = version
     return results
 
 
@@ -414,17 +456,24 @@ class Broker:
 
 
 def run_suite(broker: Broker, stem: str, programs: dict[str, list[str]], logroot: Path,
-              only_clients: set[str] | None) -> list[Result]:
+              only_clients: set[str] | None, jobs: int, tools_version: str) -> list[Result]:
     logdir = logroot / broker.name
     logdir.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
-    # The client programs run first: the Java client's transaction is what kafka-transactions
-    # then lists and describes.
-    for client, cmd in programs.items():
-        if only_clients and client not in only_clients:
-            continue
+    # The client programs run first, `jobs` at a time (each names its topics, groups and
+    # transactional id apart): the Java client's transaction is what kafka-transactions then
+    # lists and describes.
+    chosen = [(c, cmd) for c, cmd in programs.items() if not only_clients or c in only_clients]
+
+    def one(client: str, cmd: list[str]) -> list[Result]:
         log(f"[{broker.name}] {client}")
-        results += run_program(client, [*cmd, broker.bootstrap], broker.name, logdir, timeout=300)
+        rs = run_program(client, [*cmd, broker.bootstrap], broker.name, logdir, timeout=300)
+        log(f"[{broker.name}] {client} done: {sum(r.ok for r in rs)}/{len(rs)} pass")
+        return rs
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+        for rs in list(pool.map(lambda p: one(*p), chosen)):
+            results += rs
     tools = Tools(broker.bootstrap, logdir)
     for client, scenario, fn in cli_scenarios(tools, stem):
         if only_clients and client not in only_clients:
@@ -432,9 +481,9 @@ def run_suite(broker: Broker, stem: str, programs: dict[str, list[str]], logroot
         start = time.monotonic()
         try:
             fn()
-            r = Result(client, scenario, broker.name, True)
+            r = Result(client, scenario, broker.name, True, version=tools_version)
         except Failed as e:
-            r = Result(client, scenario, broker.name, False, str(e))
+            r = Result(client, scenario, broker.name, False, str(e), version=tools_version)
         r.seconds = time.monotonic() - start
         log(f"[{broker.name}] {client}: {scenario}: {'pass' if r.ok else 'FAIL ' + r.reason}")
         results.append(r)
@@ -491,6 +540,7 @@ def judge(results: list[Result], expected: dict[tuple[str, str], Expectation],
                 note = (note + "; " if note else "") + kaas.reason
         rows.append({
             "client": client, "scenario": scenario,
+            "version": " / ".join(sorted({r.version or "?" for r in per.values()})),
             "kafka": "-" if not kafka else ("pass" if kafka.ok else "FAIL"),
             "kaas": verdict or "-", "note": note,
         })
@@ -504,7 +554,7 @@ def judge(results: list[Result], expected: dict[tuple[str, str], Expectation],
 
 def render(rows: list[dict], header: str, brokers: list[str]) -> str:
     """A Markdown table with a verdict column for each broker that ran."""
-    cols = [("client", "client"), ("scenario", "scenario"),
+    cols = [("client", "client"), ("version", "version"), ("scenario", "scenario"),
             *((b, BROKER_TITLE[b]) for b in BROKERS if b in brokers), ("note", "reason (kaas failures)")]
     out = [header, "", "| " + " | ".join(t for _, t in cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
@@ -526,6 +576,8 @@ def main() -> int:
     ap.add_argument("--kaas-label", default="kaas",
                     help='what the table calls the kaas side, e.g. "kaas (e2e cluster)"')
     ap.add_argument("--sequential", action="store_true", help="one broker after the other (default: both at once)")
+    ap.add_argument("--jobs", type=int, default=int(os.environ.get("CONFORMANCE_JOBS", "2")),
+                    help="client programs run at once against each broker (default 2, or $CONFORMANCE_JOBS)")
     args = ap.parse_args()
     brokers = [b for b in args.brokers.split(",") if b]
     if unknown := set(brokers) - set(BROKERS):
@@ -534,21 +586,36 @@ def main() -> int:
     only = set(c for c in args.clients.split(",") if c) or None
     if only and "kafka-transactions" in only:
         only.add("java")  # kafka-transactions lists and describes the Java client's transaction
+    wanted = (lambda c: not only or c in only)
     started = time.monotonic()
 
     CACHE.joinpath("conformance").mkdir(parents=True, exist_ok=True)
     libs = kafka_libs()
     java_classes = build_java(libs)
-    programs = {
-        "java": ["nice", "-n", "10", "java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx256M",
-                 f"-Dlog4j2.configurationFile={HERE / 'log4j2-tools.properties'}",
-                 "-cp", f"{libs}/*:{java_classes}", "Conformance"],
-        "franz-go": [str(build_franzgo())],
-        "kafka-python": [python_for_kafka_python(), str(HERE / "python" / "kafka_python_conformance.py")],
-        # librdkafka, through its Python binding (same virtualenv as kafka-python).
-        "confluent-kafka": [python_for_kafka_python(), str(HERE / "python" / "confluent_kafka_conformance.py")],
+    # Each program takes the broker's bootstrap address as its last argument (run_suite adds it);
+    # only the programs of the chosen clients are built. The slowest first, so that with --jobs
+    # the short ones fill in beside them.
+    builders: dict[str, Callable[[], list[str]]] = {
+        "java": lambda: java_cmd(libs, java_classes),
     }
-    # Each program takes the broker's bootstrap address as its last argument (run_suite adds it).
+    for release in java_releases():
+        # One client per older release: java-<major>.<minor> (a patch release replaces its line
+        # without renaming the client), with its own transactional id.
+        line = ".".join(release.split(".")[:2])
+        builders[f"java-{line}"] = (lambda r=release: java_cmd(
+            java_client_libs(r), build_java(libs, r), f"-Dconformance.txn.id=conformance-txn-{r}"))
+    builders.update({
+        "franz-go": lambda: [str(build_go("franzgo"))],
+        "sarama": lambda: [str(build_go("sarama"))],
+        "kafka-go": lambda: [str(build_go("kafkago"))],
+        "kafka-python": lambda: [python_for_kafka_python(), str(HERE / "python" / "kafka_python_conformance.py")],
+        "aiokafka": lambda: [python_for_kafka_python(), str(HERE / "python" / "aiokafka_conformance.py")],
+        # librdkafka, through its Python binding (same virtualenv as kafka-python).
+        "confluent-kafka": lambda: [python_for_kafka_python(), str(HERE / "python" / "confluent_kafka_conformance.py")],
+        "kafkajs": lambda: ["env", f"NODE_PATH={kafkajs_modules()}", "KAFKAJS_NO_PARTITIONER_WARNING=1",
+                            "nice", "-n", "10", "node", str(HERE / "kafkajs" / "conformance.js")],
+    })
+    programs = {c: build() for c, build in builders.items() if wanted(c)}
 
     workdir = Path(tempfile.mkdtemp(prefix="kaas-conformance."))
     logroot = Path(args.logs) if args.logs else Path(args.out).parent / "logs"
@@ -566,7 +633,9 @@ def main() -> int:
                 o.start()
             log(f"{BROKER_TITLE[b]} on {o.bootstrap}")
         with concurrent.futures.ThreadPoolExecutor(max_workers=1 if args.sequential else len(objs)) as pool:
-            futs = [pool.submit(run_suite, o, stem, programs, logroot, only) for o in objs.values()]
+            kafka_version = libs.parent.name.removeprefix("kafka-")
+            futs = [pool.submit(run_suite, o, stem, programs, logroot, only, args.jobs, kafka_version)
+                    for o in objs.values()]
             for f in futs:
                 results += f.result()
     finally:

@@ -4,12 +4,15 @@
 # what is missing into the cache. Quick when everything is there.
 #  - Debian packages: a JDK 17+ (javac) and Maven, if absent.
 #  - The pinned Apache Kafka jars (pom.xml) into $KAAS_CACHE/kafka-<version>/libs.
-#  - franz-go's Go modules (franzgo/go.mod) into the Go module cache.
+#  - The older Java client releases (java-clients.txt) into $KAAS_CACHE/kafka-clients-<version>.
+#  - The Go modules of franzgo/, sarama/ and kafkago/ (each its own go.mod) into the module cache.
+#  - KafkaJS (kafkajs/package-lock.json, npm ci) into $KAAS_CACHE/conformance/kafkajs-<hash>.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 missing=()
 command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing Debian packages: ${missing[*]}"
   sudo_cmd=""
@@ -17,6 +20,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
 fi
-command -v go >/dev/null || { echo "conformance: Go is not installed (franz-go needs it)" >&2; exit 1; }
+command -v go >/dev/null || { echo "conformance: Go is not installed (franz-go, sarama and kafka-go need it)" >&2; exit 1; }
 "$CONFORMANCE_DIR/bin/fetch-kafka.sh" >/dev/null
-(cd "$CONFORMANCE_DIR/franzgo" && nice -n 10 go mod download)
+grep -v '^#' "$CONFORMANCE_DIR/java-clients.txt" | while read -r v; do
+  [ -z "$v" ] || "$CONFORMANCE_DIR/bin/fetch-java-client.sh" "$v" >/dev/null
+done
+for m in franzgo sarama kafkago; do
+  (cd "$CONFORMANCE_DIR/$m" && nice -n 10 go mod download)
+done
+"$CONFORMANCE_DIR/bin/install-kafkajs.sh" >/dev/null

@@ -1,7 +1,8 @@
 // Command franzgo is the franz-go part of the kaas conformance suite: round trips against one
 // broker with franz-go's default client settings (idempotent, acks=all), printing one line per
-// scenario:
+// scenario, after the franz-go release it runs:
 //
+//	VERSION <tab> vX.Y.Z
 //	RESULT <tab> scenario <tab> PASS|FAIL <tab> reason
 //
 // Usage: franzgo BOOTSTRAP [scenario ...]   (BOOTSTRAP: host:port, comma-separated for several)
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +40,7 @@ func main() {
 	}
 	// Like the Kafka clients' bootstrap.servers: a comma-separated list (e.g. a cluster's brokers).
 	bootstrap = strings.Split(os.Args[1], ",")
+	fmt.Printf("VERSION\t%s\n", moduleVersion("github.com/twmb/franz-go"))
 	scenarios := []struct {
 		name string
 		fn   func(context.Context) error
@@ -65,6 +68,17 @@ func main() {
 			fmt.Printf("RESULT\t%s\tPASS\t\n", s.name)
 		}
 	}
+}
+
+func moduleVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				return d.Version
+			}
+		}
+	}
+	return "?"
 }
 
 func oneLine(err error) string {

@@ -59,8 +59,16 @@ public final class Conformance {
         void run() throws Exception;
     }
 
+    /**
+     * The transactional id of the transactions scenario, which kafka-transactions then lists and
+     * describes; another release of the client run beside this one passes its own.
+     */
+    static final String TXN_ID = System.getProperty("conformance.txn.id", "conformance-txn");
+
     public static void main(String[] args) throws Exception {
         bootstrap = args[0];
+        // The client release that runs (the suite compiles this file against several).
+        System.out.println("VERSION\t" + clientVersion());
         Map<String, Scenario> all = new java.util.LinkedHashMap<>();
         all.put("admin", Conformance::admin);
         all.put("produce idempotent", Conformance::produceIdempotent);
@@ -95,6 +103,15 @@ public final class Conformance {
             System.out.flush();
         }
         System.exit(0);
+    }
+
+    /** kafka-clients' own version file (what AppInfoParser reads; that class moved in 4.x). */
+    static String clientVersion() throws Exception {
+        Properties v = new Properties();
+        try (var in = KafkaProducer.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+            if (in != null) v.load(in);
+        }
+        return v.getProperty("version", "?");
     }
 
     /** One line naming the innermost cause, which is where Kafka puts the broker's error. */
@@ -144,6 +161,21 @@ public final class Conformance {
         p.remove("request.timeout.ms");
         p.putAll(extra);
         return new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer());
+    }
+
+    /**
+     * Closes a consumer within `timeout`: with CloseOptions where the client has it (4.1+,
+     * KIP-1092, which deprecates close(Duration)), else with close(Duration), so that this one
+     * file compiles against older releases too.
+     */
+    static void close(KafkaConsumer<String, String> c, Duration timeout) throws Exception {
+        try {
+            Class<?> options = Class.forName("org.apache.kafka.clients.consumer.CloseOptions");
+            Object o = options.getMethod("timeout", Duration.class).invoke(null, timeout);
+            KafkaConsumer.class.getMethod("close", options).invoke(c, o);
+        } catch (ClassNotFoundException e) {
+            KafkaConsumer.class.getMethod("close", Duration.class).invoke(c, timeout);
+        }
     }
 
     static void createTopic(String name, int partitions) throws Exception {
@@ -269,7 +301,7 @@ public final class Conformance {
             verify(got, RECORDS);
             c.commitSync();
         } finally {
-            c.close(org.apache.kafka.clients.consumer.CloseOptions.timeout(Duration.ofSeconds(5)));
+            close(c, Duration.ofSeconds(5));
         }
         try (Admin admin = adminClient()) {
             Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
@@ -284,7 +316,7 @@ public final class Conformance {
         String t = topic("transactions");
         createTopic(t, 1);
         Properties p = new Properties();
-        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, "conformance-txn");
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, TXN_ID);
         try (KafkaProducer<String, String> producer = producer(p)) {
             producer.initTransactions();
             producer.beginTransaction();

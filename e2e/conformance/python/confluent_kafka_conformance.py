@@ -1,8 +1,10 @@
 """The confluent-kafka (librdkafka) part of the kaas conformance suite.
 
 Round trips against one broker with confluent-kafka, the Python binding of librdkafka (the
-version pinned in scripts/install-deps.sh), printing one line per scenario:
+version pinned in scripts/install-deps.sh), printing its release and librdkafka's, then one line
+per scenario:
 
+    VERSION <tab> X.Y.Z (librdkafka X.Y.Z)
     RESULT <tab> scenario <tab> PASS|FAIL <tab> reason
 
 librdkafka's producer is not idempotent by default: the produce scenarios turn on
@@ -18,6 +20,7 @@ import threading
 import time
 import uuid
 
+import confluent_kafka
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, KafkaError,
                              KafkaException, Producer, TopicCollection, TopicPartition)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
@@ -257,6 +260,7 @@ def run(fn):
 def main():
     global BOOTSTRAP
     BOOTSTRAP = sys.argv[1]
+    print(f"VERSION\t{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})", flush=True)
     chosen = sys.argv[2:] or list(SCENARIOS)
     for name in chosen:
         reason = run(SCENARIOS[name])
