@@ -7,7 +7,8 @@
 #
 #   make images                      release binaries → OCI layouts in build/images/{kaas,kaas-operator}
 #   make images IMAGES_PUSH=host:5000/kaas   ... and push them to host:5000/kaas/kaas, .../kaas-operator
-#   make images-push IMAGES_PUSH=...  push the layouts already built
+#   make bundle images-bundle        the OLM bundle image of bundle/ → build/images/kaas-operator-bundle
+#   make images-push IMAGES_PUSH=...  push the layouts already built (the bundle's too, if built)
 #   make images-e2e                  the broker and operator pods run from images pulled from the
 #                                    harness registry (e2e/images), produce/consume through them
 #
@@ -28,7 +29,7 @@ IMAGES_REVISION ?= $(shell git rev-parse HEAD)$(shell git diff --quiet HEAD -- 2
 IMAGES_CREATED ?= $(shell git log -1 --format=%ct)
 IMAGEBUILD ?= $(KAAS_CACHE)/e2e-tools/imagebuild
 
-.PHONY: images images-tool images-push images-e2e
+.PHONY: images images-tool images-bundle images-push images-e2e
 
 images-tool:
 	@mkdir -p $(dir $(IMAGEBUILD))
@@ -45,10 +46,22 @@ images: images-tool
 		-created $(IMAGES_CREATED) -source $(IMAGES_SOURCE) -out $(IMAGES_DIR)/kaas-operator \
 		$(if $(IMAGES_PUSH),-push $(IMAGES_PUSH)/kaas-operator)
 
+# The bundle make bundle wrote (BUNDLE_DIR, operator.mk), as bundle/bundle.Dockerfile describes it
+# (FROM scratch, its labels, manifests/ and metadata/), checked against metadata/annotations.yaml.
+# No file-based catalog image: serving one needs opm, which is not built here.
+images-bundle: images-tool
+	@test -f $(BUNDLE_DIR)/bundle.Dockerfile || { echo "no $(BUNDLE_DIR)/bundle.Dockerfile: run make bundle first"; exit 2; }
+	$(IMAGEBUILD) bundle -dir $(BUNDLE_DIR) -repo $(IMAGES_REPOSITORY)/kaas-operator-bundle \
+		-version $(OPERATOR_VERSION) -revision $(IMAGES_REVISION) -created $(IMAGES_CREATED) \
+		-source $(IMAGES_SOURCE) -out $(IMAGES_DIR)/kaas-operator-bundle \
+		$(if $(IMAGES_PUSH),-push $(IMAGES_PUSH)/kaas-operator-bundle)
+
 images-push: images-tool
 	@test -n "$(IMAGES_PUSH)" || { echo "set IMAGES_PUSH=host[:port]/path"; exit 2; }
 	$(IMAGEBUILD) push -layout $(IMAGES_DIR)/kaas -to $(IMAGES_PUSH)/kaas
 	$(IMAGEBUILD) push -layout $(IMAGES_DIR)/kaas-operator -to $(IMAGES_PUSH)/kaas-operator
+	if [ -f $(IMAGES_DIR)/kaas-operator-bundle/index.json ]; then \
+		$(IMAGEBUILD) push -layout $(IMAGES_DIR)/kaas-operator-bundle -to $(IMAGES_PUSH)/kaas-operator-bundle; fi
 
 # Builds its images from the dev build's binaries itself (or takes KAAS_E2E_IMAGES_DIR, e.g.
 # build/images after `make images`).

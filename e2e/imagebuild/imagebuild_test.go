@@ -167,3 +167,50 @@ func checkLabels(t *testing.T, im Tagged) {
 		t.Errorf("%s: tag %s does not start with the version label", im.Name, im.Tag)
 	}
 }
+
+// The OLM bundle image holds what bundle.Dockerfile copies and its labels, which match
+// metadata/annotations.yaml; built from a small stand-in, and from the repository's bundle/ when
+// `make bundle` wrote one.
+func TestBundleImage(t *testing.T) {
+	standIn := t.TempDir()
+	files := map[string]string{
+		"bundle.Dockerfile": "FROM scratch\n\nLABEL operators.operatorframework.io.bundle.mediatype.v1=registry+v1\n" +
+			"LABEL operators.operatorframework.io.bundle.manifests.v1=manifests/\nLABEL operators.operatorframework.io.bundle.package.v1=kaas-operator\n\n" +
+			"COPY manifests /manifests/\nCOPY metadata /metadata/\n",
+		"manifests/kaas-operator.clusterserviceversion.yaml": "kind: ClusterServiceVersion\n",
+		"manifests/kaas.dev_kafkaclusters.yaml":              "kind: CustomResourceDefinition\n",
+		"metadata/annotations.yaml": "annotations:\n  operators.operatorframework.io.bundle.mediatype.v1: registry+v1\n" +
+			"  operators.operatorframework.io.bundle.manifests.v1: manifests/\n  operators.operatorframework.io.bundle.package.v1: kaas-operator\n",
+	}
+	for name, text := range files {
+		os.MkdirAll(filepath.Dir(filepath.Join(standIn, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(standIn, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dirs := []string{standIn}
+	if _, err := os.Stat("../../bundle/bundle.Dockerfile"); err == nil {
+		dirs = append(dirs, "../../bundle")
+	}
+	for _, dir := range dirs {
+		img, err := BuildBundle(dir, Spec{Version: "0.1.0", Revision: "abc", Title: "kaas-operator-bundle"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad, err := VerifyBundle(img); err != nil || len(bad) > 0 {
+			t.Fatalf("%s: %v %v", dir, err, bad)
+		}
+		fs, _ := ReadFiles(img)
+		if _, ok := fs.Data["/manifests/kaas-operator.clusterserviceversion.yaml"]; !ok {
+			t.Errorf("%s: no CSV at /manifests: %v", dir, fs.Headers)
+		}
+		// A label that disagrees with annotations.yaml is caught.
+		cf, _ := img.ConfigFile()
+		cf = cf.DeepCopy()
+		cf.Config.Labels["operators.operatorframework.io.bundle.package.v1"] = "other"
+		drifted, _ := mutate.ConfigFile(img, cf)
+		if bad, _ := VerifyBundle(drifted); len(bad) != 1 || !strings.Contains(bad[0], "bundle.package.v1") {
+			t.Errorf("%s: drift not caught: %v", dir, bad)
+		}
+	}
+}

@@ -4,6 +4,7 @@
 //
 //	imagebuild build  -dockerfile operator/broker.Dockerfile -binary target/release/kaas \
 //	                  -repo ghcr.io/kaas/kaas -version 0.1.0 -revision $(git rev-parse HEAD) -out build/images/kaas
+//	imagebuild bundle -dir bundle -repo ghcr.io/kaas/kaas-operator-bundle -version 0.1.0 -out build/images/kaas-operator-bundle
 //	imagebuild verify -dockerfile operator/broker.Dockerfile -layout build/images/kaas
 //	imagebuild push   -layout build/images/kaas -to registry.example:5000/kaas/kaas
 //	imagebuild serve  -listen 127.0.0.1:5000 -dir /tmp/registry
@@ -38,6 +39,8 @@ func main() {
 	switch os.Args[1] {
 	case "build":
 		err = build(os.Args[2:])
+	case "bundle":
+		err = bundle(os.Args[2:])
 	case "verify":
 		err = verify(os.Args[2:])
 	case "push":
@@ -53,7 +56,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagebuild build|verify|push|serve [flags] (imagebuild <cmd> -h)")
+	fmt.Fprintln(os.Stderr, "usage: imagebuild build|bundle|verify|push|serve [flags] (imagebuild <cmd> -h)")
 	os.Exit(2)
 }
 
@@ -107,6 +110,45 @@ func build(args []string) error {
 	}
 	for _, t := range tags {
 		fmt.Printf("%s:%s %s (%.1f MB compressed) → %s [%.1fs]\n", *repo, t, digest, float64(size)/1e6, *out, time.Since(start).Seconds())
+	}
+	if *pushTo != "" {
+		return pushLayout(*out, *pushTo)
+	}
+	return nil
+}
+
+// bundle builds the OLM bundle image of a directory `make bundle` wrote (its bundle.Dockerfile).
+func bundle(args []string) error {
+	fs := flag.NewFlagSet("bundle", flag.ExitOnError)
+	dir := fs.String("dir", "bundle", "the bundle directory (bundle.Dockerfile, manifests/, metadata/)")
+	repo := fs.String("repo", "", "image repository, e.g. ghcr.io/kaas/kaas-operator-bundle")
+	version := fs.String("version", "", "the operator's version")
+	revision := fs.String("revision", "", "the git revision")
+	source := fs.String("source", "", "org.opencontainers.image.source")
+	created := fs.Int64("created", 0, "creation time, Unix seconds")
+	out := fs.String("out", "", "OCI layout directory to (re)write")
+	pushTo := fs.String("push", "", "also push every tag to this repository")
+	_ = fs.Parse(args)
+	if *repo == "" || *version == "" || *out == "" {
+		return fmt.Errorf("-repo, -version and -out are required")
+	}
+	img, err := imagebuild.BuildBundle(*dir, imagebuild.Spec{Title: path.Base(*repo), Version: *version,
+		Revision: *revision, Source: *source, Created: time.Unix(*created, 0).UTC()})
+	if err != nil {
+		return err
+	}
+	if bad, err := imagebuild.VerifyBundle(img); err != nil {
+		return err
+	} else if len(bad) > 0 {
+		return fmt.Errorf("the bundle image is not what OLM reads:\n  %s", joinLines(bad))
+	}
+	tags := imagebuild.Tags(*version, *revision)
+	if err := imagebuild.WriteLayout(*out, img, *repo, tags); err != nil {
+		return err
+	}
+	digest, _ := img.Digest()
+	for _, t := range tags {
+		fmt.Printf("%s:%s %s → %s\n", *repo, t, digest, *out)
 	}
 	if *pushTo != "" {
 		return pushLayout(*out, *pushTo)
