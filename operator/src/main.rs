@@ -49,7 +49,7 @@ enum Command {
         #[arg(long, env = "KAAS_SWEEP_INTERVAL_SECS", default_value_t = 5)]
         sweep_interval_secs: u64,
         /// Where `/metrics` (reclamation state) is served.
-        #[arg(long, env = "KAAS_METRICS_LISTEN", default_value = "0.0.0.0:9096")]
+        #[arg(long, env = "KAAS_METRICS_LISTEN", default_value = "0.0.0.0:9096", value_parser = kaas_shared::listen_address::parse)]
         metrics_listen: std::net::SocketAddr,
     },
 }

@@ -189,7 +189,9 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         json!({"name": "KAAS_HEADLESS_SERVICE", "value": names.headless()}),
         json!({"name": "KAAS_DATA_DIR", "value": DATA_DIR}),
         // Bind the pod IP rather than 0.0.0.0: the same in a real pod, and required where pods
-        // share one network namespace (the e2e process kubelet).
+        // share one network namespace (the e2e process kubelet). An IPv6 pod IP comes out
+        // unbracketed (`fd00::5:9092`); the binaries read that as address and port
+        // (kaas_shared::listen_address).
         json!({"name": "KAAS_LISTEN", "value": format!("$(MY_POD_IP):{port}")}),
         json!({"name": "KAAS_ADVERTISE", "value": advertise}),
         json!({"name": "KAAS_HEARTBEAT_LISTEN", "value": format!("$(MY_POD_IP):{HEARTBEAT_PORT}")}),

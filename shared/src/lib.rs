@@ -14,6 +14,7 @@ pub mod epochs;
 pub mod fs;
 pub mod identity;
 pub mod layout;
+pub mod listen_address;
 pub mod names;
 pub mod producer_ids;
 pub mod reclaim;

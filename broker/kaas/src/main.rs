@@ -32,7 +32,7 @@ use tracing::info;
 #[command(name = "kaas", version)]
 struct Args {
     /// Address the Kafka listener binds (port 0 picks a free port).
-    #[arg(long, env = "KAAS_LISTEN", default_value = "127.0.0.1:9092")]
+    #[arg(long, env = "KAAS_LISTEN", default_value = "127.0.0.1:9092", value_parser = kaas_shared::listen_address::parse)]
     listen: SocketAddr,
     /// host:port clients are told to connect to [default: the listener's address].
     #[arg(long, env = "KAAS_ADVERTISE")]
@@ -94,7 +94,7 @@ struct Args {
     #[arg(long, env = "KAAS_HOUSEKEEPING_INTERVAL_MS", default_value_t = 30_000)]
     housekeeping_interval_ms: u64,
     /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, env = "KAAS_HTTP_LISTEN", default_value = "127.0.0.1:9095")]
+    #[arg(long, env = "KAAS_HTTP_LISTEN", default_value = "127.0.0.1:9095", value_parser = kaas_shared::listen_address::parse)]
     http_listen: SocketAddr,
     /// Cluster mode: this pod's name (`<statefulset>-<ordinal>`; the ordinal is the broker id).
     #[arg(long, env = "MY_POD_NAME")]
@@ -116,7 +116,7 @@ struct Args {
     #[arg(long, env = "KAAS_HEADLESS_SERVICE")]
     headless_service: Option<String>,
     /// Cluster mode: where the heartbeat gRPC server binds.
-    #[arg(long, env = "KAAS_HEARTBEAT_LISTEN", default_value = "0.0.0.0:9094")]
+    #[arg(long, env = "KAAS_HEARTBEAT_LISTEN", default_value = "0.0.0.0:9094", value_parser = kaas_shared::listen_address::parse)]
     heartbeat_listen: SocketAddr,
     /// Cluster mode: host:port peers dial for the heartbeat [default: the bound address].
     #[arg(long, env = "KAAS_HEARTBEAT_ADVERTISE")]
