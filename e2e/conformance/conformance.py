@@ -467,13 +467,18 @@ def run_suite(broker: Broker, stem: str, programs: dict[str, list[str]], logroot
 
     def one(client: str, cmd: list[str]) -> list[Result]:
         log(f"[{broker.name}] {client}")
+        start = time.monotonic()
         rs = run_program(client, [*cmd, broker.bootstrap], broker.name, logdir, timeout=300)
-        log(f"[{broker.name}] {client} done: {sum(r.ok for r in rs)}/{len(rs)} pass")
+        log(f"[{broker.name}] {client} done in {time.monotonic() - start:.0f} s: {sum(r.ok for r in rs)}/{len(rs)} pass")
         return rs
 
+    started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
         for rs in list(pool.map(lambda p: one(*p), chosen)):
             results += rs
+    if chosen:
+        log(f"[{broker.name}] {len(chosen)} client programs took {time.monotonic() - started:.0f} s ({jobs} at a time)")
+    started = time.monotonic()
     tools = Tools(broker.bootstrap, logdir)
     for client, scenario, fn in cli_scenarios(tools, stem):
         if only_clients and client not in only_clients:
@@ -487,6 +492,8 @@ def run_suite(broker: Broker, stem: str, programs: dict[str, list[str]], logroot
         r.seconds = time.monotonic() - start
         log(f"[{broker.name}] {client}: {scenario}: {'pass' if r.ok else 'FAIL ' + r.reason}")
         results.append(r)
+    if tools.count:
+        log(f"[{broker.name}] the CLI scenarios took {time.monotonic() - started:.0f} s")
     return results
 
 
