@@ -222,6 +222,42 @@ func TestOperator(t *testing.T) {
 		checkTopicFile(t, volume, "payments", 2, c.JSONPath(ns, "kafkatopic", "payments", ".metadata.uid"))
 	})
 
+	t.Run("status says what keeps brokers from starting", func(t *testing.T) {
+		c := c.For(t)
+		// A claim the operator creates with a StorageClass that does not exist stays Pending:
+		// the status and an event must say so, naming the class, not only "0/1 ready".
+		c.Apply(`
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: nostore, namespace: ` + ns + `}
+spec:
+  replicas: 1
+  version: 0.1.0
+  storage: {size: 1Gi, storageClassName: no-such-class}
+  listener: {advertise: PodIp}
+`)
+		defer c.Kubectl("-n", ns, "delete", "kafkacluster", "nostore", "--wait=false")
+		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "nostore", `.status.conditions[?(@.type=="Degraded")].reason`, "StorageNotBound")
+		msg := c.JSONPath(ns, "kafkacluster", "nostore", `.status.conditions[?(@.type=="Degraded")].message`)
+		if !strings.Contains(msg, `StorageClass "no-such-class" does not exist`) {
+			t.Fatalf("Degraded message %q does not name the missing StorageClass", msg)
+		}
+		if got := c.JSONPath(ns, "kafkacluster", "nostore", `.status.conditions[?(@.type=="Ready")].reason`); got != "StorageNotBound" {
+			t.Fatalf("Ready reason %q", got)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			out, _ := c.Kubectl("-n", ns, "get", "events", "--field-selector", "involvedObject.kind=KafkaCluster,involvedObject.name=nostore", "-o", "jsonpath={.items[*].reason}")
+			if strings.Contains(out, "StorageNotBound") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no StorageNotBound event on kafkacluster/nostore; events: %q", out)
+			}
+			time.Sleep(time.Second)
+		}
+	})
+
 	t.Run("unsupported broker version is refused", func(t *testing.T) {
 		c := c.For(t)
 		image := c.JSONPath(ns, "statefulset", "kc", ".spec.template.spec.containers[0].image")

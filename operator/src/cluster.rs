@@ -10,11 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kaas_shared::crd::conditions::{DEGRADED, PROGRESSING, READY};
 use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaClusterStatus};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -22,6 +26,7 @@ use serde_json::json;
 use tracing::warn;
 
 use crate::conditions::{Cond, merge};
+use crate::diagnosis;
 use crate::resources::{self, Names};
 use crate::{ERROR_REQUEUE, Error, FIELD_MANAGER, Result, validate, versions};
 
@@ -72,11 +77,13 @@ pub fn refusal(kc: &KafkaCluster) -> Option<Cond> {
     None
 }
 
-/// The three conditions from the StatefulSet's status.
+/// The three conditions from the StatefulSet's status and, while brokers are not ready, the
+/// diagnosed reason (`diagnosis::diagnose`).
 pub fn conditions(
     replicas: i32,
     sts: Option<&StatefulSetStatus>,
     sts_generation: Option<i64>,
+    problem: Option<Cond>,
 ) -> Vec<Cond> {
     let ready = sts.map_or(0, |s| s.ready_replicas.unwrap_or(0));
     let updated = sts.map_or(0, |s| s.updated_replicas.unwrap_or(0));
@@ -107,16 +114,95 @@ pub fn conditions(
     } else {
         (true, "Ready", format!("{ready}/{replicas} brokers ready"))
     };
-    vec![
-        Cond::new(READY, is_ready, reason, message.clone()),
-        Cond::new(
-            PROGRESSING,
-            !is_ready,
-            if is_ready { "Settled" } else { reason },
-            message,
-        ),
-        Cond::new(DEGRADED, false, "AsExpected", ""),
-    ]
+    match problem.filter(|_| !is_ready) {
+        Some(problem) => vec![
+            Cond::new(
+                READY,
+                false,
+                problem.reason,
+                format!("{message}: {}", problem.message),
+            ),
+            Cond::new(PROGRESSING, true, reason, message),
+            problem,
+        ],
+        None => vec![
+            Cond::new(READY, is_ready, reason, message.clone()),
+            Cond::new(
+                PROGRESSING,
+                !is_ready,
+                if is_ready { "Settled" } else { reason },
+                message,
+            ),
+            Cond::new(DEGRADED, false, "AsExpected", ""),
+        ],
+    }
+}
+
+/// Reads what explains brokers that are not ready: the shared claim (and its StorageClass while
+/// it is not bound) and the broker pods. A read that fails leaves that part unexplained.
+async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<Cond> {
+    let claim_name = resources::claim_name(kc, names);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &names.namespace);
+    let claim = claims.get_opt(&claim_name).await.ok()?;
+    let pending_class = claim
+        .as_ref()
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound"))
+        .and_then(|c| c.spec.as_ref()?.storage_class_name.clone());
+    let storage_class_exists = match pending_class {
+        Some(class) => Api::<StorageClass>::all(client.clone())
+            .get_opt(&class)
+            .await
+            .ok()
+            .map(|c| c.is_some()),
+        None => None,
+    };
+    let selector = resources::selector(names, "broker")
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods = Api::<Pod>::namespaced(client.clone(), &names.namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    diagnosis::diagnose(&diagnosis::Observed {
+        claim_name: &claim_name,
+        claim: claim.as_ref(),
+        storage_class_exists,
+        pods: &pods,
+    })
+}
+
+/// A Warning event on the KafkaCluster when a problem is first diagnosed or its reason changes
+/// (the condition carries it while it lasts; the event is the notification).
+async fn announce(client: &Client, kc: &KafkaCluster, previous: &[Condition], now: &[Condition]) {
+    let Some(degraded) = now.iter().find(|c| c.type_ == DEGRADED && c.status == "True") else {
+        return;
+    };
+    let same = previous.iter().any(|c| {
+        c.type_ == DEGRADED && c.status == "True" && c.reason == degraded.reason
+    });
+    if same {
+        return;
+    }
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("HOSTNAME").ok(),
+        },
+    );
+    let event = Event {
+        type_: EventType::Warning,
+        reason: degraded.reason.clone(),
+        note: Some(degraded.message.clone()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &kc.object_ref(&())).await {
+        warn!(error = %e, "cannot publish event");
+    }
 }
 
 async fn apply<K>(client: &Client, ns: &str, obj: &K) -> Result<K>
@@ -244,13 +330,27 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
             warn!(error = %e, "cannot read KafkaClusterAssignments; status shows no controller");
             None
         });
+    let ready = sts
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    let problem = if ready < kc.spec.replicas {
+        diagnose(client, &kc, &names).await
+    } else {
+        None
+    };
+    let degraded = problem.is_some();
     let wanted = conditions(
         kc.spec.replicas,
         sts.status.as_ref(),
         sts.metadata.generation,
+        problem,
     );
+    let conditions = merge(&previous.conditions, &wanted, generation, now);
+    announce(client, &kc, &previous.conditions, &conditions).await;
     let status = KafkaClusterStatus {
-        conditions: merge(&previous.conditions, &wanted, generation, now),
+        conditions,
         observed_generation: generation,
         ready_brokers: sts
             .status
@@ -268,8 +368,9 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
         patch_status(client, &kc, &names, status).await?;
     }
     // StatefulSet status changes wake us through the owned-object watch; the requeue is a
-    // backstop for the assignment mirror, which is not owned.
-    Ok(Action::requeue(Duration::from_secs(60)))
+    // backstop for the assignment mirror, which is not owned, and for what a diagnosis reads
+    // (claims and pods are not watched), so a fixed problem clears within seconds.
+    Ok(Action::requeue(Duration::from_secs(if degraded || ready < kc.spec.replicas { 10 } else { 60 })))
 }
 
 /// Requeues after an error.
@@ -297,25 +398,38 @@ mod tests {
 
     #[test]
     fn conditions_follow_the_statefulset() {
-        let c = conditions(3, None, None);
+        let c = conditions(3, None, None, None);
         assert_eq!((c[0].status, c[0].reason), (false, "Creating"));
-        let c = conditions(3, Some(&sts_status(3, 3, 1, 2)), Some(2));
+        let c = conditions(3, Some(&sts_status(3, 3, 1, 2)), Some(2), None);
         assert_eq!(
             (c[0].status, c[0].reason, c[1].status),
             (false, "RollingOut", true)
         );
-        let c = conditions(3, Some(&sts_status(3, 3, 3, 1)), Some(2));
+        let c = conditions(3, Some(&sts_status(3, 3, 3, 1)), Some(2), None);
         assert_eq!(
             c[0].reason, "RollingOut",
             "StatefulSet controller has not seen the new spec"
         );
-        let c = conditions(3, Some(&sts_status(3, 2, 3, 2)), Some(2));
+        let c = conditions(3, Some(&sts_status(3, 2, 3, 2)), Some(2), None);
         assert_eq!((c[0].status, c[0].reason), (false, "BrokersNotReady"));
-        let c = conditions(3, Some(&sts_status(3, 3, 3, 2)), Some(2));
+        let c = conditions(3, Some(&sts_status(3, 3, 3, 2)), Some(2), None);
         assert_eq!(
             (c[0].status, c[1].status, c[2].status),
             (true, false, false)
         );
+    }
+
+    #[test]
+    fn a_diagnosed_problem_is_the_reason_brokers_are_not_ready() {
+        let problem = || Some(Cond::new(DEGRADED, true, "StorageNotBound", "claim x is Pending"));
+        let c = conditions(3, Some(&sts_status(3, 0, 3, 2)), Some(2), problem());
+        assert_eq!((c[0].status, c[0].reason), (false, "StorageNotBound"));
+        assert_eq!(c[0].message, "0/3 brokers ready: claim x is Pending");
+        assert_eq!((c[1].status, c[1].reason), (true, "BrokersNotReady"));
+        assert_eq!((c[2].type_, c[2].status, c[2].reason), (DEGRADED, true, "StorageNotBound"));
+        // Ready brokers outrank a stale diagnosis.
+        let c = conditions(3, Some(&sts_status(3, 3, 3, 2)), Some(2), problem());
+        assert_eq!((c[0].status, c[2].status), (true, false));
     }
 
     fn cluster(version: &str) -> KafkaCluster {

@@ -22,6 +22,7 @@
 pub mod cluster;
 pub mod conditions;
 pub mod crdgen;
+pub mod diagnosis;
 pub mod metrics;
 pub mod rbac;
 pub mod resources;

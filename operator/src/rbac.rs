@@ -83,6 +83,8 @@ pub fn operator_rules() -> Vec<PolicyRule> {
             MANAGE,
         ),
         rule("", &["pods"], &["get", "list", "watch"]),
+        // To say whether a Pending claim's StorageClass exists (status diagnosis).
+        rule("storage.k8s.io", &["storageclasses"], &["get"]),
         rule("", &["events"], &["create", "patch"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule(
