@@ -39,6 +39,8 @@ pub struct Broker {
     pub listener_metrics: crate::connections::ListenerMetrics,
     /// `auto.create.topics.per.minute`: the budget of topics auto-creation may make.
     pub auto_creates: crate::rate_limit::RateLimiter,
+    /// Requests and bytes in and out, for `/metrics`.
+    pub metrics: crate::metrics::TrafficMetrics,
 }
 
 impl Broker {
@@ -70,7 +72,7 @@ impl Broker {
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
         let auto_creates = crate::rate_limit::RateLimiter::per_minute(config.auto_create_topics_per_minute);
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default() }))
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default(), metrics: Default::default() }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

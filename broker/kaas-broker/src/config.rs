@@ -104,6 +104,9 @@ pub struct BrokerConfig {
     pub groups: crate::groups::GroupConfig,
     /// What one Fetch may cost: `fetch.max.bytes`, its wait, its partitions, fetch sessions.
     pub fetch: crate::api::fetch::FetchConfig,
+    /// Export per-partition series (log offsets and sizes, group offsets and lag) on
+    /// `/metrics`; off for brokers with more partitions than a Prometheus should hold.
+    pub metrics_per_partition: bool,
 }
 
 impl BrokerConfig {
@@ -127,6 +130,7 @@ impl BrokerConfig {
             cluster: None,
             groups: crate::groups::GroupConfig::default(),
             fetch: crate::api::fetch::FetchConfig::default(),
+            metrics_per_partition: true,
         }
     }
 }

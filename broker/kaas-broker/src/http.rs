@@ -39,6 +39,7 @@ struct Gauges {
 struct Metrics {
     registry: Registry,
     gauges: Gauges,
+    state: crate::metrics::StateMetrics,
 }
 
 impl Metrics {
@@ -56,13 +57,16 @@ impl Metrics {
         registry.register("fetch_requests_in_flight", "Fetch requests being read or waiting for data (long polls)", gauges.fetch_requests_in_flight.clone());
         registry.register("fetch_sessions", "Incremental fetch sessions in the cache", gauges.fetch_sessions.clone());
         broker.listener_metrics.register(&mut registry);
+        broker.metrics.register(&mut registry);
+        let state = crate::metrics::StateMetrics::default();
+        state.register(&mut registry, broker.config.metrics_per_partition);
         if let Some(cluster) = &broker.cluster {
             let durations = &cluster.takeover_durations;
             registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions.clone());
             registry.register("group_shard_takeover_seconds", "Group shard take-over durations (log replay included)", durations.group_shards.clone());
             registry.register("transaction_shard_takeover_seconds", "Transaction shard take-over durations (log replay included)", durations.transaction_shards.clone());
         }
-        Metrics { registry, gauges }
+        Metrics { registry, gauges, state }
     }
 
     fn refresh(&self, broker: &Broker) {
@@ -73,6 +77,7 @@ impl Metrics {
         g.topics.set(broker.topics.list().len() as i64);
         g.fetch_requests_in_flight.set(broker.fetches.in_flight() as i64);
         g.fetch_sessions.set(broker.fetch_sessions.len() as i64);
+        self.state.refresh(broker);
         if let Some(cluster) = &broker.cluster {
             let a = cluster.view.current();
             g.assignment_version.set(a.assignment_version);

@@ -20,6 +20,7 @@ pub mod groups;
 pub mod http;
 pub mod interbroker;
 pub mod leadership;
+pub mod metrics;
 pub mod rate_limit;
 pub mod reload;
 pub mod router;

@@ -112,6 +112,7 @@ macro_rules! routes {
             ctx: RequestContext,
             mut body: Bytes,
         ) -> Result<Pending, DispatchError> {
+            let started = std::time::Instant::now();
             match ctx.api_key {
                 $( ApiKey::$key => {
                     let request = <$req>::decode(&mut body, ctx.version).map_err(|source| {
@@ -126,7 +127,7 @@ macro_rules! routes {
                         tracing::debug!(api = ?ctx.api_key, version = ctx.version, extra = body.len(), "ignoring bytes after the request body, as Kafka does");
                     }
                     let reply = $handler(broker, &ctx, request).await;
-                    finish(&ctx, reply)
+                    finish(&ctx, reply, &broker.metrics, started)
                 } )*
                 other => Err(DispatchError::NotRouted(other)),
             }
@@ -185,18 +186,27 @@ pub fn route(key: ApiKey) -> Option<Route> {
     ROUTES.iter().copied().find(|r| r.key == key)
 }
 
-fn finish<T>(ctx: &RequestContext, reply: Reply<T>) -> Result<Pending, DispatchError>
+/// Encodes a ready answer, or spawns the wait for a deferred one; either way the request's
+/// duration is recorded when its answer is ready.
+fn finish<T>(ctx: &RequestContext, reply: Reply<T>, metrics: &crate::metrics::TrafficMetrics, started: std::time::Instant) -> Result<Pending, DispatchError>
 where
     T: Encodable + Send + 'static,
 {
     match reply {
-        Reply::Now(body) => encode_response(ctx.api_key, ctx.version, ctx.header.correlation_id, &body)
-            .map(Pending::Ready),
-        Reply::Silent => Ok(Pending::Silent),
+        Reply::Now(body) => {
+            metrics.request_done(ctx.api_key, started);
+            encode_response(ctx.api_key, ctx.version, ctx.header.correlation_id, &body).map(Pending::Ready)
+        }
+        Reply::Silent => {
+            metrics.request_done(ctx.api_key, started);
+            Ok(Pending::Silent)
+        }
         Reply::Later(future) => {
             let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
+            let metrics = metrics.clone();
             Ok(Pending::Later(tokio::spawn(async move {
                 let body = future.await;
+                metrics.request_done(key, started);
                 match encode_response(key, version, correlation_id, &body) {
                     Ok(bytes) => Some(bytes),
                     Err(e) => {

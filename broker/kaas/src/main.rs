@@ -96,6 +96,11 @@ struct Args {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "KAAS_HTTP_LISTEN", default_value = "127.0.0.1:9095", value_parser = kaas_shared::listen_address::parse)]
     http_listen: SocketAddr,
+    /// Export per-partition series on /metrics (log offsets and sizes, consumer-group offsets
+    /// and lag); `false` keeps only per-topic and per-group sums, for brokers with many
+    /// partitions.
+    #[arg(long, env = "KAAS_METRICS_PER_PARTITION", default_value_t = true, action = ArgAction::Set)]
+    metrics_per_partition: bool,
     /// Cluster mode: this pod's name (`<statefulset>-<ordinal>`; the ordinal is the broker id).
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
@@ -222,6 +227,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         log_defaults,
         groups: args.groups.config(args.pod_name.is_some()),
         fetch: args.fetch.config(),
+        metrics_per_partition: args.metrics_per_partition,
         security: args.security.listener_security()?,
         ..BrokerConfig::local_in_memory()
     };
@@ -235,6 +241,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let transactions = tokio::spawn(broker.clone().transactions_loop(stop_rx.clone()));
     let mut cluster_tasks = kaas_broker::cluster::spawn(broker.clone(), stop_rx.clone()).await.context("starting the cluster runtime")?;
     let http = tokio::net::TcpListener::bind(args.http_listen).await.with_context(|| format!("binding {}", args.http_listen))?;
+    let http_bound = http.local_addr()?;
     let mut http_stop = stop_rx.clone();
     let http_task = tokio::spawn(async move {
         let app = kaas_broker::http::router(broker_for_http);
@@ -242,6 +249,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             let _ = http_stop.wait_for(|s| *s).await;
         }).await;
     });
+    println!("kaas probes and metrics on http://{http_bound} (/healthz, /readyz, /metrics)");
     // Tests and scripts wait for this line.
     println!("kaas listening on {bound} (advertised as {}:{}; storage: {}; security: {})", config.advertise_host, config.advertise_port, describe(&config.storage), config.security.protocol());
     let draining = broker.clone();

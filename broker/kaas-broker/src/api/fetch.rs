@@ -408,6 +408,9 @@ fn respond(broker: &Broker, answer: &Answer<'_>, targets: &[Target], found: Vec<
         if !included(broker, answer, target, &found) {
             continue;
         }
+        if let Some(topic) = &target.topic {
+            broker.metrics.sent(&topic.name, found.records.len());
+        }
         let partition = partition_data(target.key.partition, &found, answer.read_committed);
         let (name, id): (&str, Uuid) = match (&target.topic, &target.key.topic) {
             (Some(topic), _) => (&topic.name, topic.id),

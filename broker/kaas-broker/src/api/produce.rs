@@ -83,7 +83,12 @@ fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) ->
     let mut batch = records.to_vec();
     let options = AppendOptions { leader_epoch: led.epoch, now_ms: now };
     match partition.append(&mut batch, options) {
-        Ok(outcome) => Ok((partition, outcome)),
+        Ok(outcome) => {
+            if !outcome.duplicate {
+                broker.metrics.appended(topic, batch.len(), outcome.last_offset - outcome.base_offset + 1);
+            }
+            Ok((partition, outcome))
+        }
         Err(e) => {
             let e = crate::Error::from(e);
             debug!(topic, partition = index, error = %e, "append refused");

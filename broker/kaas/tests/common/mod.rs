@@ -29,6 +29,8 @@ pub struct Kaas {
     extra_args: Vec<String>,
     /// librdkafka settings every client of [`Kaas::config`] gets (security settings).
     pub client_settings: Vec<(String, String)>,
+    /// The probes and metrics listener (`host:port`), once the broker printed it.
+    http: std::sync::Arc<std::sync::Mutex<String>>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -47,6 +49,7 @@ impl Kaas {
             data_dir,
             extra_args: args.iter().map(|s| s.to_string()).collect(),
             client_settings: Vec::new(),
+            http: Default::default(),
             _tmp: Some(tmp),
         };
         kaas.spawn(None)?;
@@ -71,8 +74,12 @@ impl Kaas {
             .spawn()?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let (tx, rx) = mpsc::channel();
+        let http_seen = self.http.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.strip_prefix("kaas probes and metrics on http://") {
+                    *http_seen.lock().unwrap_or_else(|e| e.into_inner()) = rest.split_whitespace().next().unwrap_or_default().to_string();
+                }
                 if let Some(rest) = line.strip_prefix("kaas listening on ") {
                     let addr = rest.split_whitespace().next().unwrap_or_default().to_string();
                     let _ = tx.send(addr);
@@ -83,6 +90,22 @@ impl Kaas {
         self.bootstrap = addr;
         self.child = Some(child);
         Ok(())
+    }
+
+    /// `/metrics` as text.
+    pub fn metrics(&self) -> TestResult<String> {
+        use std::io::{Read, Write};
+        let address = self.http.lock().map_err(|_| "poisoned")?.clone();
+        let mut stream = std::net::TcpStream::connect(&address)?;
+        stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+        write!(stream, "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        let (head, body) = response.split_once("\r\n\r\n").ok_or("no HTTP body")?;
+        if !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("/metrics answered {head}").into());
+        }
+        Ok(body.to_string())
     }
 
     pub fn port(&self) -> u16 {

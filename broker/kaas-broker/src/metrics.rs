@@ -1,0 +1,201 @@
+//! What a Kafka operator watches first, on `/metrics` without a sidecar: requests and their
+//! durations per API, bytes and records in and out per topic (counted as requests pass), and,
+//! read at scrape time, each led partition's log and every coordinated consumer group's offsets
+//! and lag. Names and meanings are listed in docs/monitoring.md.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+use kafka_protocol::messages::ApiKey;
+use parking_lot::Mutex;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::broker::Broker;
+
+type ApiLabel = [(&'static str, String); 1];
+type TopicLabel = [(&'static str, String); 1];
+type PartitionLabel = [(&'static str, String); 2];
+type GroupTopicLabel = [(&'static str, String); 2];
+type GroupPartitionLabel = [(&'static str, String); 3];
+type GroupStateLabel = [(&'static str, &'static str); 2];
+
+fn request_histogram() -> Histogram {
+    // 0.5 ms to ~16 s: an fsync-bound produce lands in the low buckets, a long poll up to its
+    // max_wait_ms in the high ones (Kafka's request time also includes the wait).
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// Counters that requests update as they pass. Clones share them.
+#[derive(Debug, Clone)]
+pub struct TrafficMetrics {
+    requests: Family<ApiLabel, Counter>,
+    request_seconds: Family<ApiLabel, Histogram, fn() -> Histogram>,
+    bytes_in: Family<TopicLabel, Counter>,
+    messages_in: Family<TopicLabel, Counter>,
+    bytes_out: Family<TopicLabel, Counter>,
+    /// Topics with throughput series, so a deleted topic's series can be dropped.
+    topics_seen: std::sync::Arc<Mutex<HashSet<String>>>,
+}
+
+impl Default for TrafficMetrics {
+    fn default() -> TrafficMetrics {
+        TrafficMetrics {
+            requests: Family::default(),
+            request_seconds: Family::new_with_constructor(request_histogram as fn() -> Histogram),
+            bytes_in: Family::default(),
+            messages_in: Family::default(),
+            bytes_out: Family::default(),
+            topics_seen: Default::default(),
+        }
+    }
+}
+
+impl TrafficMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register("requests", "Kafka requests answered, by API", self.requests.clone());
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request's arrival to its response being ready (fsync and long-poll waits included), by API",
+            self.request_seconds.clone(),
+        );
+        registry.register("topic_bytes_in", "Record batch bytes appended, by topic (Kafka's BytesInPerSec)", self.bytes_in.clone());
+        registry.register("topic_messages_in", "Records appended, by topic (Kafka's MessagesInPerSec)", self.messages_in.clone());
+        registry.register("topic_bytes_out", "Record bytes sent to fetchers, by topic (Kafka's BytesOutPerSec)", self.bytes_out.clone());
+    }
+
+    /// One answered request of `api` that arrived at `started`.
+    pub fn request_done(&self, api: ApiKey, started: Instant) {
+        let label = [("api", format!("{api:?}"))];
+        self.requests.get_or_create(&label).inc();
+        self.request_seconds.get_or_create(&label).observe(started.elapsed().as_secs_f64());
+    }
+
+    /// A batch appended to `topic` (idempotent duplicates are not counted: nothing was written).
+    pub fn appended(&self, topic: &str, bytes: usize, records: i64) {
+        self.see(topic);
+        let label = [("topic", topic.to_string())];
+        self.bytes_in.get_or_create(&label).inc_by(bytes as u64);
+        self.messages_in.get_or_create(&label).inc_by(records.max(0) as u64);
+    }
+
+    /// Record bytes of `topic` put in a fetch response.
+    pub fn sent(&self, topic: &str, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        self.see(topic);
+        self.bytes_out.get_or_create(&[("topic", topic.to_string())]).inc_by(bytes as u64);
+    }
+
+    fn see(&self, topic: &str) {
+        let mut seen = self.topics_seen.lock();
+        if !seen.contains(topic) {
+            seen.insert(topic.to_string());
+        }
+    }
+
+    /// Drops the series of topics that no longer exist (bounded cardinality over topic churn).
+    pub(crate) fn forget_deleted(&self, live: &HashSet<String>) {
+        let mut seen = self.topics_seen.lock();
+        seen.retain(|topic| {
+            if live.contains(topic) {
+                return true;
+            }
+            let label = [("topic", topic.clone())];
+            self.bytes_in.remove(&label);
+            self.messages_in.remove(&label);
+            self.bytes_out.remove(&label);
+            false
+        });
+    }
+}
+
+/// Series read from the broker's state at each scrape; rebuilt every time, so deleted
+/// partitions and groups disappear.
+#[derive(Debug, Default)]
+pub struct StateMetrics {
+    log_size: Family<PartitionLabel, Gauge>,
+    log_start: Family<PartitionLabel, Gauge>,
+    log_end: Family<PartitionLabel, Gauge>,
+    high_watermark: Family<PartitionLabel, Gauge>,
+    committed: Family<GroupPartitionLabel, Gauge>,
+    lag: Family<GroupPartitionLabel, Gauge>,
+    lag_sum: Family<GroupTopicLabel, Gauge>,
+    groups: Family<GroupStateLabel, Gauge>,
+}
+
+impl StateMetrics {
+    pub fn register(&self, registry: &mut Registry, per_partition: bool) {
+        if per_partition {
+            registry.register("partition_log_size_bytes", "Bytes in a led partition's segments", self.log_size.clone());
+            registry.register("partition_log_start_offset", "A led partition's log start offset", self.log_start.clone());
+            registry.register("partition_log_end_offset", "A led partition's log end offset", self.log_end.clone());
+            registry.register("partition_high_watermark", "A led partition's high watermark (what consumers can read)", self.high_watermark.clone());
+            registry.register(
+                "consumer_group_committed_offset",
+                "A coordinated group's committed offset, by group, topic and partition",
+                self.committed.clone(),
+            );
+            registry.register(
+                "consumer_group_lag",
+                "High watermark minus committed offset, for partitions this broker also leads (else join consumer_group_committed_offset with the leader's partition_high_watermark)",
+                self.lag.clone(),
+            );
+        }
+        registry.register("consumer_group_lag_sum", "consumer_group_lag summed over a topic's partitions, by group and topic", self.lag_sum.clone());
+        registry.register("consumer_groups", "Groups this broker coordinates, by state and type (classic or consumer)", self.groups.clone());
+    }
+
+    pub fn refresh(&self, broker: &Broker) {
+        for family in [&self.log_size, &self.log_start, &self.log_end, &self.high_watermark] {
+            family.clear();
+        }
+        let mut high_watermarks: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let mut live = HashSet::new();
+        for topic in broker.topics.list() {
+            live.insert(topic.name.clone());
+            for (index, p) in topic.partitions().iter().enumerate() {
+                if !p.is_leader() {
+                    continue;
+                }
+                let label = [("topic", topic.name.clone()), ("partition", index.to_string())];
+                self.log_size.get_or_create(&label).set(i64::try_from(p.size_bytes()).unwrap_or(i64::MAX));
+                self.log_start.get_or_create(&label).set(p.log_start_offset());
+                self.log_end.get_or_create(&label).set(p.log_end_offset());
+                self.high_watermark.get_or_create(&label).set(p.high_watermark());
+                high_watermarks.insert((topic.name.clone(), index as i32), p.high_watermark());
+            }
+        }
+        broker.metrics.forget_deleted(&live);
+
+        for family in [&self.committed, &self.lag] {
+            family.clear();
+        }
+        self.lag_sum.clear();
+        self.groups.clear();
+        for group in broker.groups.list(&[], &[]) {
+            self.groups.get_or_create(&[("state", group.state), ("type", group.group_type)]).inc();
+            let Ok(offsets) = broker.groups.fetch_offsets(&group.group_id, None, None) else { continue };
+            for (topic, partitions) in offsets {
+                let mut sum = None;
+                for (partition, offset) in partitions {
+                    let Some(offset) = offset.filter(|o| o.offset >= 0) else { continue };
+                    let label = [("group", group.group_id.clone()), ("topic", topic.clone()), ("partition", partition.to_string())];
+                    self.committed.get_or_create(&label).set(offset.offset);
+                    if let Some(hw) = high_watermarks.get(&(topic.clone(), partition)) {
+                        let lag = (hw - offset.offset).max(0);
+                        self.lag.get_or_create(&label).set(lag);
+                        *sum.get_or_insert(0) += lag;
+                    }
+                }
+                if let Some(sum) = sum {
+                    self.lag_sum.get_or_create(&[("group", group.group_id.clone()), ("topic", topic)]).set(sum);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `/metrics` under a real client load (librdkafka): what was produced shows as bytes and
+//! records in, what was fetched as bytes out, every answered request in its API's counter and
+//! histogram, the led partition's offsets, and a consumer group's lag moves with its commits.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Kaas, TestResult};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+/// The value of one series: `name{labels...}` exactly, in the order given.
+fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let rendered: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    let prefix = if labels.is_empty() { format!("{name} ") } else { format!("{name}{{{}}} ", rendered.join(",")) };
+    text.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.trim().parse().ok())
+}
+
+fn commit(kaas: &Kaas, group: &str, topic: &str, offset: i64) -> TestResult {
+    let consumer: BaseConsumer = kaas.config().set("group.id", group).set("enable.auto.commit", "false").create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(offset))?;
+    consumer.commit(&tpl, CommitMode::Sync)?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn traffic_offsets_and_lag_follow_a_real_client() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("metered", 2, &[]).await?;
+    let producer = kaas.producer(&[("acks", "all"), ("linger.ms", "0")])?;
+    let value = vec![b'x'; 100];
+    for i in 0..100 {
+        let key = i.to_string();
+        producer
+            .send(FutureRecord::to("metered").partition(0).key(&key).payload(&value), Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+
+    let text = kaas.metrics()?;
+    let topic = [("topic", "metered")];
+    assert_eq!(series(&text, "kaas_topic_messages_in_total", &topic), Some(100.0));
+    let bytes_in = series(&text, "kaas_topic_bytes_in_total", &topic).ok_or("no bytes in")?;
+    assert!(bytes_in >= 100.0 * 100.0, "bytes in {bytes_in} < the payloads produced");
+    let produces = series(&text, "kaas_requests_total", &[("api", "Produce")]).ok_or("no Produce requests")?;
+    assert!(produces >= 1.0 && produces <= 100.0, "{produces} Produce requests for 100 records");
+    assert_eq!(series(&text, "kaas_request_duration_seconds_count", &[("api", "Produce")]), Some(produces), "one duration per request");
+    let p0 = [("topic", "metered"), ("partition", "0")];
+    assert_eq!(series(&text, "kaas_partition_high_watermark", &p0), Some(100.0));
+    assert_eq!(series(&text, "kaas_partition_log_end_offset", &p0), Some(100.0));
+    assert_eq!(series(&text, "kaas_partition_log_start_offset", &p0), Some(0.0));
+    assert!(series(&text, "kaas_partition_log_size_bytes", &p0).is_some_and(|b| b >= bytes_in), "log size below bytes in");
+    assert_eq!(series(&text, "kaas_partition_high_watermark", &[("topic", "metered"), ("partition", "1")]), Some(0.0));
+    assert_eq!(series(&text, "kaas_topic_bytes_out_total", &topic), None, "nothing fetched yet");
+
+    // Fetched records show as bytes out.
+    kaas.consume("metered", 0, Offset::Beginning, 100)?;
+    let text = kaas.metrics()?;
+    let bytes_out = series(&text, "kaas_topic_bytes_out_total", &topic).ok_or("no bytes out")?;
+    assert!(bytes_out >= 100.0 * 100.0, "bytes out {bytes_out}");
+
+    // A group that committed 40 of 100 lags 60; committing the end brings it to 0.
+    commit(&kaas, "lagging", "metered", 40)?;
+    let text = kaas.metrics()?;
+    let g0 = [("group", "lagging"), ("topic", "metered"), ("partition", "0")];
+    assert_eq!(series(&text, "kaas_consumer_group_committed_offset", &g0), Some(40.0));
+    assert_eq!(series(&text, "kaas_consumer_group_lag", &g0), Some(60.0));
+    assert_eq!(series(&text, "kaas_consumer_group_lag_sum", &[("group", "lagging"), ("topic", "metered")]), Some(60.0));
+    assert!(series(&text, "kaas_consumer_groups", &[("state", "Empty"), ("type", "classic")]).is_some_and(|n| n >= 1.0), "{text}");
+    commit(&kaas, "lagging", "metered", 100)?;
+    let text = kaas.metrics()?;
+    assert_eq!(series(&text, "kaas_consumer_group_lag", &g0), Some(0.0));
+
+    // A deleted topic's series go away.
+    let admin = kaas.admin()?;
+    for r in admin.delete_topics(&["metered"], &rdkafka::admin::AdminOptions::new()).await? {
+        r.map_err(|(t, e)| format!("deleting {t}: {e}"))?;
+    }
+    let text = kaas.metrics()?;
+    assert_eq!(series(&text, "kaas_topic_messages_in_total", &topic), None);
+    assert_eq!(series(&text, "kaas_partition_high_watermark", &p0), None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn per_partition_series_can_be_turned_off() -> TestResult {
+    let kaas = Kaas::start_with(&["--metrics-per-partition", "false"])?;
+    kaas.create_topic("quiet", 1, &[]).await?;
+    let producer = kaas.producer(&[])?;
+    producer.send(FutureRecord::to("quiet").partition(0).key("k").payload("v"), Duration::from_secs(30)).await.map_err(|(e, _)| e)?;
+    commit(&kaas, "few", "quiet", 0)?;
+    let text = kaas.metrics()?;
+    assert_eq!(series(&text, "kaas_partition_high_watermark", &[("topic", "quiet"), ("partition", "0")]), None);
+    assert_eq!(series(&text, "kaas_consumer_group_lag", &[("group", "few"), ("topic", "quiet"), ("partition", "0")]), None);
+    assert_eq!(series(&text, "kaas_consumer_group_lag_sum", &[("group", "few"), ("topic", "quiet")]), Some(1.0));
+    assert_eq!(series(&text, "kaas_topic_messages_in_total", &[("topic", "quiet")]), Some(1.0));
+    Ok(())
+}
