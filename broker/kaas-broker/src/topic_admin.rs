@@ -27,7 +27,8 @@ pub async fn create(broker: &Arc<Broker>, new: NewTopic, timeout: Duration) -> R
     catalog.create(&new).await?;
     let partitions = new.partitions;
     wait(catalog, timeout, &format!("topic {} to be created", new.name), || {
-        broker.topics.get(&new.name).filter(|t| t.partition_count() >= partitions).map(|t| t.id)
+        let topic = broker.topics.get(&new.name).filter(|t| t.partition_count() >= partitions)?;
+        placed(broker, &new.name, partitions).then_some(topic.id)
     })
     .await
 }
@@ -63,13 +64,15 @@ pub async fn delete(broker: &Arc<Broker>, name: &str, timeout: Duration) -> Resu
 /// Grows a topic to `total` partitions.
 pub async fn add_partitions(broker: &Arc<Broker>, name: &str, total: i32, validate_only: bool, timeout: Duration) -> Result<()> {
     let Some(catalog) = catalog(broker) else { return broker.topics.add_partitions(name, total, validate_only) };
+    followed(broker, name, timeout).await?;
     broker.topics.validate_growth(name, total)?;
     if validate_only {
         return Ok(());
     }
     catalog.set_partitions(name, total).await?;
     wait(catalog, timeout, &format!("topic {name} to grow to {total} partitions"), || {
-        broker.topics.get(name).filter(|t| t.partition_count() >= total).map(|_| ())
+        let grown = broker.topics.get(name).is_some_and(|t| t.partition_count() >= total);
+        (grown && placed(broker, name, total)).then_some(())
     })
     .await
 }
@@ -77,9 +80,7 @@ pub async fn add_partitions(broker: &Arc<Broker>, name: &str, total: i32, valida
 /// Replaces a topic's configs.
 pub async fn set_configs(broker: &Arc<Broker>, name: &str, configs: BTreeMap<String, String>, validate_only: bool) -> Result<()> {
     let Some(catalog) = catalog(broker) else { return broker.topics.set_configs(name, configs, validate_only) };
-    if broker.topics.get(name).is_none() {
-        return Err(Error::UnknownTopicOrPartition(name.to_string()));
-    }
+    followed(broker, name, DEFAULT_TIMEOUT).await?;
     topic_config::validate_all(&configs)?;
     if validate_only {
         return Ok(());
@@ -89,6 +90,30 @@ pub async fn set_configs(broker: &Arc<Broker>, name: &str, configs: BTreeMap<Str
         broker.topics.get(name).filter(|t| t.configs() == configs).map(|_| ())
     })
     .await
+}
+
+/// Whether the applied assignment names a leader for each of the topic's first `partitions`:
+/// as with Kafka, whose controller elects leaders before CreateTopics or CreatePartitions
+/// answers, a client may produce as soon as the call returns.
+fn placed(broker: &Broker, name: &str, partitions: i32) -> bool {
+    let Some(cluster) = &broker.cluster else { return true };
+    let assignment = cluster.view.current();
+    (0..partitions).all(|i| assignment.partition(name, i).is_some())
+}
+
+/// Waits until this broker serves a topic the catalog has: another broker may have answered its
+/// CreateTopics a moment before this one followed the volume, and a client that creates a topic
+/// and then grows or reconfigures it through another broker must not be told it does not exist.
+/// A topic the catalog does not have either (or any topic, without a catalog) is unknown at once.
+pub(crate) async fn followed(broker: &Broker, name: &str, timeout: Duration) -> Result<()> {
+    if broker.topics.get(name).is_some() {
+        return Ok(());
+    }
+    let Some(catalog) = catalog(broker) else { return Err(Error::UnknownTopicOrPartition(name.to_string())) };
+    if !catalog.live().is_some_and(|live| live.contains_key(name)) {
+        return Err(Error::UnknownTopicOrPartition(name.to_string()));
+    }
+    wait(catalog, timeout, &format!("topic {name} to be served here"), || broker.topics.get(name).map(|_| ())).await
 }
 
 fn catalog(broker: &Broker) -> Option<&Arc<dyn TopicCatalog>> {

@@ -201,8 +201,8 @@ func admin(ctx context.Context) error {
 	if resp, err := adm.CreateTopic(ctx, 2, 1, map[string]*string{"retention.ms": &ret}, t); err != nil || resp.Err != nil {
 		return fmt.Errorf("create topic: %w", errors.Join(err, resp.Err))
 	}
-	if _, err := adm.CreatePartitions(ctx, 2, t); err != nil {
-		return fmt.Errorf("create partitions: %w", err)
+	if resp, err := adm.CreatePartitions(ctx, 2, t); err != nil || resp[t].Err != nil {
+		return fmt.Errorf("create partitions: %w", errors.Join(err, resp[t].Err))
 	}
 	// Metadata may lag the controller for a moment (it does on Apache Kafka): poll for it.
 	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {

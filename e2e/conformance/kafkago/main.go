@@ -96,7 +96,30 @@ func createTopic(ctx context.Context, name string, partitions int, configs ...ka
 	if err != nil {
 		return err
 	}
-	return resp.Errors[name]
+	if err := resp.Errors[name]; err != nil {
+		return err
+	}
+	// Every broker learns a new topic's leaders a moment after the one that answered
+	// CreateTopics (on Apache Kafka too), and kafka-go's Writer gives up on a partition without
+	// a leader: wait until the metadata names one for each partition.
+	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
+		md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{name}})
+		if err == nil && len(md.Topics) == 1 && len(md.Topics[0].Partitions) == partitions && leadersKnown(md.Topics[0].Partitions) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no leader for every partition of %s after %s (%v)", name, wait, err)
+		}
+	}
+}
+
+func leadersKnown(partitions []kafka.Partition) bool {
+	for _, p := range partitions {
+		if p.Leader.ID < 0 || p.Leader.Host == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // byKey sends record k<i> to partition i % 3.
@@ -115,7 +138,7 @@ func produce(ctx context.Context, scenario string) (string, error) {
 		return "", fmt.Errorf("creating topic: %w", err)
 	}
 	w := &kafka.Writer{Addr: kafka.TCP(bootstrap...), Topic: t, Balancer: byKey{}, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: 10 * time.Millisecond, WriteTimeout: wait, ReadTimeout: wait, MaxAttempts: 3}
+		BatchTimeout: 10 * time.Millisecond, WriteTimeout: wait, ReadTimeout: wait, MaxAttempts: 10}
 	defer w.Close()
 	msgs := make([]kafka.Message, records)
 	for i := range msgs {

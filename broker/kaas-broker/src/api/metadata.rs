@@ -13,6 +13,9 @@ use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 use crate::topics::{NewTopic, Topic};
 
+/// How long Metadata waits for a topic the catalog has but this broker does not serve yet.
+const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: MetadataRequest) -> Reply<MetadataResponse> {
     let (brokers, controller) = brokers_and_controller(broker);
     let brokers = brokers
@@ -51,6 +54,17 @@ async fn lookup_by_name(broker: &Arc<Broker>, name: &str, auto_create: bool) -> 
     let missing = |error: ResponseError| {
         MetadataResponseTopic::default().with_name(Some(topic_name(name))).with_error_code(error.code())
     };
+    // A topic just created through another broker may reach this one a moment later: wait
+    // briefly rather than tell the client it does not exist (clients give up on that).
+    match crate::topic_admin::followed(broker, name, FOLLOW_WAIT).await {
+        Ok(()) => {
+            if let Some(topic) = broker.topics.get(name) {
+                return describe_topic(broker, &topic);
+            }
+        }
+        Err(crate::Error::Timeout(_)) => return missing(ResponseError::LeaderNotAvailable),
+        Err(_) => {}
+    }
     if !auto_create {
         return missing(ResponseError::UnknownTopicOrPartition);
     }
