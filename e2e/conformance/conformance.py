@@ -25,6 +25,7 @@ import argparse
 import concurrent.futures
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -79,7 +80,7 @@ def log(msg: str) -> None:
 class Tools:
     # The admin-client tools take --command-config: bound their API calls like the client
     # programs', so that a request kaas leaves unanswered fails in seconds, with the client's error.
-    ADMIN_TOOLS = ("topics", "configs", "consumer-groups", "transactions")
+    ADMIN_TOOLS = ("topics", "configs", "consumer-groups", "transactions", "log-dirs")
 
     def __init__(self, bootstrap: str, logdir: Path):
         self.bootstrap = bootstrap
@@ -208,6 +209,20 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
               "--delete-config", "max.message.bytes")
         described_until(lambda out: "max.message.bytes=" not in out, "deleted config still described")
 
+    def log_dirs_describe() -> None:
+        # Every broker is asked (DescribeCluster, then DescribeLogDirs); the partition's one copy
+        # is listed once, by the broker that holds it.
+        out = t.run("log-dirs", "--describe", "--topic-list", cfg_topic)
+        line = next((l for l in out.splitlines() if l.startswith("{")), "")
+        try:
+            brokers = json.loads(line)["brokers"]
+        except (ValueError, KeyError) as e:
+            raise Failed(f"no JSON answer ({e}): {shorten(out)}") from e
+        held = [b["broker"] for b in brokers for d in b["logDirs"] for p in d["partitions"]
+                if p["partition"] == f"{cfg_topic}-0"]
+        if len(held) != 1:
+            raise Failed(f"{cfg_topic}-0 listed by brokers {held}: {shorten(line)}")
+
     def configs_brokers() -> None:
         out = t.run("configs", "--describe", "--entity-type", "brokers", "--all")
         if "All configs for broker" not in out:
@@ -291,6 +306,7 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
         ("kafka-configs", "describe topic", configs_describe),
         ("kafka-configs", "alter/delete topic config", configs_alter),
         ("kafka-configs", "describe brokers", configs_brokers),
+        ("kafka-log-dirs", "describe", log_dirs_describe),
         ("kafka-console", "produce keys+headers", console_produce),
         ("kafka-console", "consume assign (--partition)", lambda: console_consume("--partition", "0", "--offset", "earliest")),
         ("kafka-console", "consume group (--group)", lambda: console_consume("--group", group, "--from-beginning")),

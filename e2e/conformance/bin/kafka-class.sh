@@ -22,6 +22,7 @@ case "$cls" in
   e2e-latency)       cls=org.apache.kafka.tools.EndToEndLatency ;;
   storage)           cls=kafka.tools.StorageTool ;;
   metadata-quorum)   cls=org.apache.kafka.tools.MetadataQuorumCommand ;;
+  log-dirs)          cls=org.apache.kafka.tools.LogDirsCommand ;;
 esac
 # Short-lived tools start faster with the C1 compiler only and the serial collector;
 # KAFKA_JVM_FAST="" (set but empty) turns that off, as the benchmarks do.
