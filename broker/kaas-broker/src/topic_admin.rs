@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use uuid::Uuid;
 
@@ -137,3 +139,6 @@ async fn wait<T>(catalog: &Arc<dyn TopicCatalog>, timeout: Duration, what: &str,
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
