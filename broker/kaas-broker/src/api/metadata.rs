@@ -13,7 +13,8 @@ use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 use crate::topics::{NewTopic, Topic};
 
-/// How long Metadata waits for a topic the catalog has but this broker does not serve yet.
+/// How long one Metadata request waits, in all, for topics the catalog has but this broker does
+/// not serve yet.
 const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: MetadataRequest) -> Reply<MetadataResponse> {
@@ -29,9 +30,10 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
     } else {
         let auto_create = broker.config.auto_create_topics && (ctx.version < 4 || request.allow_auto_topic_creation);
         let mut topics = Vec::new();
+        let follow_until = tokio::time::Instant::now() + FOLLOW_WAIT;
         for wanted in request.topics.unwrap_or_default() {
             topics.push(match wanted.name {
-                Some(name) => lookup_by_name(broker, &name, auto_create).await,
+                Some(name) => lookup_by_name(broker, &name, auto_create, follow_until).await,
                 None => lookup_by_id(broker, wanted.topic_id),
             });
         }
@@ -47,7 +49,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
     )
 }
 
-async fn lookup_by_name(broker: &Arc<Broker>, name: &str, auto_create: bool) -> MetadataResponseTopic {
+async fn lookup_by_name(broker: &Arc<Broker>, name: &str, auto_create: bool, follow_until: tokio::time::Instant) -> MetadataResponseTopic {
     if let Some(topic) = broker.topics.get(name) {
         return describe_topic(broker, &topic);
     }
@@ -56,7 +58,8 @@ async fn lookup_by_name(broker: &Arc<Broker>, name: &str, auto_create: bool) -> 
     };
     // A topic just created through another broker may reach this one a moment later: wait
     // briefly rather than tell the client it does not exist (clients give up on that).
-    match crate::topic_admin::followed(broker, name, FOLLOW_WAIT).await {
+    let follow_wait = follow_until.saturating_duration_since(tokio::time::Instant::now());
+    match crate::topic_admin::followed(broker, name, follow_wait).await {
         Ok(()) => {
             if let Some(topic) = broker.topics.get(name) {
                 return describe_topic(broker, &topic);
