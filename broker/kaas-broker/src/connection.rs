@@ -328,13 +328,13 @@ mod tests {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             let rt = match rt { Ok(rt) => rt, Err(e) => panic!("runtime: {e}") };
             let broker = broker();
-            let _ = rt.block_on(async {
+            rt.block_on(async {
                 // Deferred answers (durability waits) must not panic either; a long poll that a
                 // random max_wait keeps open is cut short.
-                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session()).await {
-                    if let Ok(joined) = tokio::time::timeout(std::time::Duration::from_millis(50), handle).await {
-                        assert!(joined.is_ok(), "a deferred handler panicked");
-                    }
+                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session()).await
+                    && let Ok(joined) = tokio::time::timeout(std::time::Duration::from_millis(50), handle).await
+                {
+                    assert!(joined.is_ok(), "a deferred handler panicked");
                 }
             });
         }

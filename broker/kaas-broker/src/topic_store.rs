@@ -102,11 +102,11 @@ impl TopicStore {
     /// of the same name left by an earlier incarnation is reclaimed first.
     pub fn create(&self, name: &str, id: Uuid, partitions: i32, configs: &BTreeMap<String, String>) -> Result<()> {
         let dir = self.layout.topic_dir(name);
-        if let Some(old) = identity::read(&*self.fs, &dir)? {
-            if old != id {
-                info!(topic = name, old = %old, "reclaiming the directory of an earlier incarnation");
-                self.rename_aside(name, old)?;
-            }
+        if let Some(old) = identity::read(&*self.fs, &dir)?
+            && old != id
+        {
+            info!(topic = name, old = %old, "reclaiming the directory of an earlier incarnation");
+            self.rename_aside(name, old)?;
         }
         identity::stamp(&*self.fs, &dir, id)?;
         self.write(name, id, partitions, configs)

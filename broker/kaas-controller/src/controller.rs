@@ -261,13 +261,13 @@ impl Controller {
             return;
         }
         self.hub.set_role(Role::Follower);
-        if let Ok(Some(current)) = self.lease.get().await {
-            if current.state.holder.as_deref() == Some(self.config.identity.as_str()) {
-                let released = LeaseState { holder: None, ..current.state };
-                let epoch = released.transitions;
-                if let Ok(true) = self.lease.put(released, Some(current.version)).await {
-                    info!(epoch, reason = "shutdown", "released the controller lease");
-                }
+        if let Ok(Some(current)) = self.lease.get().await
+            && current.state.holder.as_deref() == Some(self.config.identity.as_str())
+        {
+            let released = LeaseState { holder: None, ..current.state };
+            let epoch = released.transitions;
+            if let Ok(true) = self.lease.put(released, Some(current.version)).await {
+                info!(epoch, reason = "shutdown", "released the controller lease");
             }
         }
     }

@@ -229,7 +229,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fetch: args.fetch.config(),
         metrics_per_partition: args.metrics_per_partition,
         security: args.security.listener_security()?,
-        ..BrokerConfig::local_in_memory()
     };
     let broker = {
         let config = config.clone();

@@ -46,7 +46,7 @@ async fn traffic_offsets_and_lag_follow_a_real_client() -> TestResult {
     let bytes_in = series(&text, "kaas_topic_bytes_in_total", &topic).ok_or("no bytes in")?;
     assert!(bytes_in >= 100.0 * 100.0, "bytes in {bytes_in} < the payloads produced");
     let produces = series(&text, "kaas_requests_total", &[("api", "Produce")]).ok_or("no Produce requests")?;
-    assert!(produces >= 1.0 && produces <= 100.0, "{produces} Produce requests for 100 records");
+    assert!((1.0..=100.0).contains(&produces), "{produces} Produce requests for 100 records");
     assert_eq!(series(&text, "kaas_request_duration_seconds_count", &[("api", "Produce")]), Some(produces), "one duration per request");
     let p0 = [("topic", "metered"), ("partition", "0")];
     assert_eq!(series(&text, "kaas_partition_high_watermark", &p0), Some(100.0));

@@ -10,6 +10,9 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use rdkafka::topic_partition_list::Offset;
 
+/// A record's key and value, either of which may be null.
+type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keys_headers_nulls_and_large_values_round_trip() -> TestResult {
     let kaas = Kaas::start()?;
@@ -19,7 +22,7 @@ async fn keys_headers_nulls_and_large_values_round_trip() -> TestResult {
     let headers = OwnedHeaders::new()
         .insert(Header { key: "h1", value: Some("v1") })
         .insert(Header { key: "h2", value: None::<&[u8]> });
-    let sends: Vec<(Option<&[u8]>, Option<&[u8]>)> = vec![
+    let sends: Vec<KeyValue<'_>> = vec![
         (Some(b"k1"), Some(b"hello")),
         (None, Some(b"null key")),
         (Some(b"k3"), Some(b"")),

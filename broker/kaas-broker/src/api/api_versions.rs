@@ -25,9 +25,8 @@ pub fn advertised() -> Vec<ApiVersion> {
 
 pub async fn handle(_broker: &Arc<Broker>, ctx: &RequestContext, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
     let mut response = ApiVersionsResponse::default().with_api_keys(advertised());
-    if ctx.version >= 3 && !valid_software_field(&request.client_software_name) {
-        response = response.with_error_code(ResponseError::InvalidRequest.code());
-    } else if ctx.version >= 3 && !valid_software_field(&request.client_software_version) {
+    let software_valid = valid_software_field(&request.client_software_name) && valid_software_field(&request.client_software_version);
+    if ctx.version >= 3 && !software_valid {
         response = response.with_error_code(ResponseError::InvalidRequest.code());
     }
     Reply::Now(response)

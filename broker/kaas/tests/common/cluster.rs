@@ -128,10 +128,10 @@ impl Cluster {
     pub async fn wait_assignment(&self, timeout: Duration, cond: impl Fn(&Assignment) -> bool) -> TestResult<Assignment> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Some(a) = self.assignment() {
-                if cond(&a) {
-                    return Ok(a);
-                }
+            if let Some(a) = self.assignment()
+                && cond(&a)
+            {
+                return Ok(a);
             }
             if Instant::now() > deadline {
                 return Err(format!("assignment never satisfied the condition; last: {:?}", self.assignment()).into());
