@@ -58,8 +58,8 @@ impl Metrics {
         registry.register("fetch_sessions", "Incremental fetch sessions in the cache", gauges.fetch_sessions.clone());
         broker.listener_metrics.register(&mut registry);
         broker.metrics.register(&mut registry);
-        let state = crate::metrics::StateMetrics::default();
-        state.register(&mut registry, broker.config.metrics_per_partition);
+        let state = crate::metrics::StateMetrics::new(broker.config.metrics_per_partition);
+        state.register(&mut registry);
         if let Some(cluster) = &broker.cluster {
             let durations = &cluster.takeover_durations;
             registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions.clone());

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use kafka_protocol::messages::ApiKey;
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -38,7 +38,7 @@ pub struct TrafficMetrics {
     messages_in: Family<TopicLabel, Counter>,
     bytes_out: Family<TopicLabel, Counter>,
     /// Topics with throughput series, so a deleted topic's series can be dropped.
-    topics_seen: std::sync::Arc<Mutex<HashSet<String>>>,
+    topics_seen: std::sync::Arc<RwLock<HashSet<String>>>,
 }
 
 impl Default for TrafficMetrics {
@@ -91,16 +91,17 @@ impl TrafficMetrics {
         self.bytes_out.get_or_create(&[("topic", topic.to_string())]).inc_by(bytes as u64);
     }
 
+    /// On the produce and fetch paths: a shared read lock, the exclusive one only for a topic's
+    /// first series.
     fn see(&self, topic: &str) {
-        let mut seen = self.topics_seen.lock();
-        if !seen.contains(topic) {
-            seen.insert(topic.to_string());
+        if !self.topics_seen.read().contains(topic) {
+            self.topics_seen.write().insert(topic.to_string());
         }
     }
 
     /// Drops the series of topics that no longer exist (bounded cardinality over topic churn).
     pub(crate) fn forget_deleted(&self, live: &HashSet<String>) {
-        let mut seen = self.topics_seen.lock();
+        let mut seen = self.topics_seen.write();
         seen.retain(|topic| {
             if live.contains(topic) {
                 return true;
@@ -118,6 +119,8 @@ impl TrafficMetrics {
 /// partitions and groups disappear.
 #[derive(Debug, Default)]
 pub struct StateMetrics {
+    /// Whether the per-partition series are exported (and so computed).
+    per_partition: bool,
     log_size: Family<PartitionLabel, Gauge>,
     log_start: Family<PartitionLabel, Gauge>,
     log_end: Family<PartitionLabel, Gauge>,
@@ -129,8 +132,12 @@ pub struct StateMetrics {
 }
 
 impl StateMetrics {
-    pub fn register(&self, registry: &mut Registry, per_partition: bool) {
-        if per_partition {
+    pub fn new(per_partition: bool) -> StateMetrics {
+        StateMetrics { per_partition, ..StateMetrics::default() }
+    }
+
+    pub fn register(&self, registry: &mut Registry) {
+        if self.per_partition {
             registry.register("partition_log_size_bytes", "Bytes in a led partition's segments", self.log_size.clone());
             registry.register("partition_log_start_offset", "A led partition's log start offset", self.log_start.clone());
             registry.register("partition_log_end_offset", "A led partition's log end offset", self.log_end.clone());
@@ -154,7 +161,7 @@ impl StateMetrics {
         for family in [&self.log_size, &self.log_start, &self.log_end, &self.high_watermark] {
             family.clear();
         }
-        let mut high_watermarks: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let mut high_watermarks: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
         let mut live = HashSet::new();
         for topic in broker.topics.list() {
             live.insert(topic.name.clone());
@@ -162,12 +169,15 @@ impl StateMetrics {
                 if !p.is_leader() {
                     continue;
                 }
+                high_watermarks.entry(topic.name.clone()).or_default().insert(index as i32, p.high_watermark());
+                if !self.per_partition {
+                    continue;
+                }
                 let label = [("topic", topic.name.clone()), ("partition", index.to_string())];
                 self.log_size.get_or_create(&label).set(i64::try_from(p.size_bytes()).unwrap_or(i64::MAX));
                 self.log_start.get_or_create(&label).set(p.log_start_offset());
                 self.log_end.get_or_create(&label).set(p.log_end_offset());
                 self.high_watermark.get_or_create(&label).set(p.high_watermark());
-                high_watermarks.insert((topic.name.clone(), index as i32), p.high_watermark());
             }
         }
         broker.metrics.forget_deleted(&live);
@@ -181,15 +191,21 @@ impl StateMetrics {
             self.groups.get_or_create(&[("state", group.state), ("type", group.group_type)]).inc();
             let Ok(offsets) = broker.groups.fetch_offsets(&group.group_id, None, None) else { continue };
             for (topic, partitions) in offsets {
+                let led = high_watermarks.get(&topic);
                 let mut sum = None;
                 for (partition, offset) in partitions {
                     let Some(offset) = offset.filter(|o| o.offset >= 0) else { continue };
+                    let lag = led.and_then(|hws| hws.get(&partition)).map(|hw| (hw - offset.offset).max(0));
+                    if let Some(lag) = lag {
+                        *sum.get_or_insert(0) += lag;
+                    }
+                    if !self.per_partition {
+                        continue;
+                    }
                     let label = [("group", group.group_id.clone()), ("topic", topic.clone()), ("partition", partition.to_string())];
                     self.committed.get_or_create(&label).set(offset.offset);
-                    if let Some(hw) = high_watermarks.get(&(topic.clone(), partition)) {
-                        let lag = (hw - offset.offset).max(0);
+                    if let Some(lag) = lag {
                         self.lag.get_or_create(&label).set(lag);
-                        *sum.get_or_insert(0) += lag;
                     }
                 }
                 if let Some(sum) = sum {

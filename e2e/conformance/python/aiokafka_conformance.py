@@ -13,30 +13,19 @@ import asyncio
 import logging
 import sys
 import time
-import uuid
 
 import aiokafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-WAIT_S = 15  # every step is bounded, so a missing feature fails in seconds
-RECORDS = 200
-RUN = uuid.uuid4().hex[:8]
+from conformance_common import RECORDS, RUN, WAIT_S, Failed, check, result, topic_name, version
+
 BOOTSTRAP = ""
 
 
-class Failed(Exception):
-    pass
-
-
-def check(ok, what):
-    if not ok:
-        raise Failed(what)
-
-
 def topic(scenario):
-    return f"conf-aiokafka-{scenario.replace(' ', '-')}-{RUN}"
+    return topic_name("aiokafka", scenario)
 
 
 def admin_client():
@@ -229,14 +218,13 @@ async def main():
     global BOOTSTRAP
     logging.basicConfig(level=logging.CRITICAL, stream=sys.stderr)
     BOOTSTRAP = sys.argv[1]
-    print(f"VERSION\t{aiokafka.__version__}", flush=True)
+    version(aiokafka.__version__)
     for name in sys.argv[2:] or list(SCENARIOS):
         try:
             await asyncio.wait_for(SCENARIOS[name](), 4 * WAIT_S)
-            print(f"RESULT\t{name}\tPASS\t", flush=True)
+            result(name)
         except Exception as e:  # noqa: BLE001 - every failure is a result to report
-            reason = f"{type(e).__name__}: {e}".replace("\t", " ").replace("\n", " ")
-            print(f"RESULT\t{name}\tFAIL\t{reason}", flush=True)
+            result(name, e)
 
 
 if __name__ == "__main__":

@@ -18,30 +18,19 @@ import os
 import sys
 import threading
 import time
-import uuid
 
 import confluent_kafka
 from confluent_kafka import (OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, KafkaError,
                              KafkaException, Producer, TopicCollection, TopicPartition)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions, NewTopic, ResourceType
 
-WAIT_S = 15  # every step is bounded, so a missing feature fails in seconds
-RECORDS = 200
-RUN = uuid.uuid4().hex[:8]
+from conformance_common import RECORDS, RUN, WAIT_S, check, result, topic_name, version
+
 BOOTSTRAP = ""
 
 
-class Failed(Exception):
-    pass
-
-
-def check(ok, what):
-    if not ok:
-        raise Failed(what)
-
-
 def topic(scenario):
-    return f"conf-ckpy-{scenario.replace(' ', '-')}-{RUN}"
+    return topic_name("ckpy", scenario)
 
 
 def admin_client():
@@ -260,15 +249,10 @@ def run(fn):
 def main():
     global BOOTSTRAP
     BOOTSTRAP = sys.argv[1]
-    print(f"VERSION\t{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})", flush=True)
+    version(f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})")
     chosen = sys.argv[2:] or list(SCENARIOS)
     for name in chosen:
-        reason = run(SCENARIOS[name])
-        if reason is None:
-            print(f"RESULT\t{name}\tPASS\t", flush=True)
-        else:
-            reason = reason.replace("\t", " ").replace("\n", " ")
-            print(f"RESULT\t{name}\tFAIL\t{reason}", flush=True)
+        result(name, run(SCENARIOS[name]))
     # Like the Java program's System.exit: a client stuck in a timed-out scenario must not keep
     # the process alive (librdkafka's destructors wait for its threads).
     sys.stderr.flush()

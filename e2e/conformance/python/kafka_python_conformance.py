@@ -12,29 +12,18 @@ Usage: python kafka_python_conformance.py BOOTSTRAP [scenario ...]
 import logging
 import sys
 import time
-import uuid
 
 import kafka
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
 
-WAIT_S = 15  # every step is bounded, so a missing feature fails in seconds
-RECORDS = 200
-RUN = uuid.uuid4().hex[:8]
+from conformance_common import RECORDS, RUN, WAIT_S, check, result, topic_name, version
+
 BOOTSTRAP = ""
 
 
-class Failed(Exception):
-    pass
-
-
-def check(ok, what):
-    if not ok:
-        raise Failed(what)
-
-
 def topic(scenario):
-    return f"conf-kpy-{scenario.replace(' ', '-')}-{RUN}"
+    return topic_name("kpy", scenario)
 
 
 def admin_client():
@@ -200,15 +189,14 @@ def main():
     global BOOTSTRAP
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     BOOTSTRAP = sys.argv[1]
-    print(f"VERSION\t{kafka.__version__}", flush=True)
+    version(kafka.__version__)
     chosen = sys.argv[2:] or list(SCENARIOS)
     for name in chosen:
         try:
             SCENARIOS[name]()
-            print(f"RESULT\t{name}\tPASS\t", flush=True)
+            result(name)
         except Exception as e:  # noqa: BLE001 - every failure is a result to report
-            reason = f"{type(e).__name__}: {e}".replace("\t", " ").replace("\n", " ")
-            print(f"RESULT\t{name}\tFAIL\t{reason}", flush=True)
+            result(name, e)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ use crate::router::{Reply, RequestContext};
 const IN_MEMORY_LOG_DIR: &str = "(in memory)";
 
 pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: DescribeLogDirsRequest) -> Reply<DescribeLogDirsResponse> {
-    let wanted = |topic: &str, partition: i32| match &request.topics {
-        None => true,
-        Some(topics) => topics.iter().any(|t| t.topic.0.as_str() == topic && t.partitions.contains(&partition)),
-    };
+    let named: Option<std::collections::HashSet<(&str, i32)>> = request
+        .topics
+        .as_ref()
+        .map(|topics| topics.iter().flat_map(|t| t.partitions.iter().map(|p| (t.topic.0.as_str(), *p))).collect());
+    let wanted = |topic: &str, partition: i32| named.as_ref().is_none_or(|named| named.contains(&(topic, partition)));
     let mut topics = Vec::new();
     for topic in broker.topics.list() {
         let partitions: Vec<DescribeLogDirsPartition> = topic
