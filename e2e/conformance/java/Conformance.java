@@ -237,7 +237,20 @@ public final class Conformance {
         try (Admin admin = adminClient()) {
             check(!admin.describeCluster().nodes().get().isEmpty(), "describeCluster returned no nodes");
             admin.createTopics(List.of(new NewTopic(t, 2, (short) 1).configs(Map.of("retention.ms", "3600000")))).all().get();
-            TopicDescription d = admin.describeTopics(List.of(t)).allTopicNames().get().get(t);
+            // The broker answering describeTopics may learn of the topic a moment after the
+            // controller created it (Apache Kafka 4.4 was seen to answer UNKNOWN_TOPIC_OR_PARTITION
+            // right after createTopics): ask again until it knows, within WAIT.
+            TopicDescription d = null;
+            for (long until = System.nanoTime() + WAIT.toNanos(); d == null; ) {
+                try {
+                    d = admin.describeTopics(List.of(t)).allTopicNames().get().get(t);
+                } catch (java.util.concurrent.ExecutionException e) {
+                    if (!(e.getCause() instanceof org.apache.kafka.common.errors.UnknownTopicOrPartitionException) || System.nanoTime() > until) {
+                        throw e;
+                    }
+                    Thread.sleep(100);
+                }
+            }
             check(d.partitions().size() == 2, "describeTopics: " + d.partitions().size() + " partitions, expected 2");
             admin.createPartitions(Map.of(t, org.apache.kafka.clients.admin.NewPartitions.increaseTo(4))).all().get();
             // createPartitions completes when the controller has committed the change; the broker
