@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -28,7 +28,8 @@ use crate::api::api_versions;
 use crate::broker::Broker;
 use crate::connections::{Activity, Closure, ListenerMetrics, Slot};
 use crate::frame::{FrameError, HeaderPrefix, read_frame};
-use crate::router::{self, DispatchError, Pending, RequestContext};
+use crate::metrics::TrafficMetrics;
+use crate::router::{self, DispatchError, Pending, RequestContext, Response};
 use crate::sasl::Session;
 use parking_lot::Mutex;
 
@@ -104,7 +105,8 @@ where
     let mut reader = BufReader::with_capacity(64 * 1024, Touching { inner: read_half, activity: activity.clone() });
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
     let closed = CancellationToken::new();
-    let writer = tokio::spawn(write_responses(write_half, rx, peer, activity.clone(), slot.metrics().clone(), limits.max_idle));
+    let observers = Observers { listener: slot.metrics().clone(), traffic: broker.metrics.clone() };
+    let writer = tokio::spawn(write_responses(write_half, rx, peer, activity.clone(), observers, limits.max_idle));
     loop {
         let frame = match next_frame(&broker, &mut reader, &activity, &mut shutdown).await {
             Ok(frame) => frame,
@@ -209,7 +211,8 @@ pub async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAd
         if key == ApiKey::ApiVersions {
             // KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges, so the client can
             // retry with a version we speak.
-            return Ok(Pending::Ready(api_versions::unsupported_version_response(prefix.correlation_id)));
+            let bytes = api_versions::unsupported_version_response(prefix.correlation_id);
+            return Ok(Pending::Ready(Response::ready_now(key, bytes)));
         }
         return Err(ConnectionError::UnsupportedVersion {
             key,
@@ -238,26 +241,36 @@ enum WriteError {
     Io(#[from] io::Error),
 }
 
+/// What the writer reports to: connection closures, and each response's queue and send times.
+struct Observers {
+    listener: ListenerMetrics,
+    traffic: TrafficMetrics,
+}
+
 async fn write_responses<W: AsyncWrite + Send + Unpin>(
     write_half: W,
     mut rx: mpsc::Receiver<Pending>,
     peer: SocketAddr,
     activity: Arc<Activity>,
-    metrics: ListenerMetrics,
+    observers: Observers,
     stall: Duration,
 ) {
     let mut out = BufWriter::with_capacity(64 * 1024, write_half);
     while let Some(pending) = rx.recv().await {
-        let bytes = match pending {
-            Pending::Ready(bytes) => Some(bytes),
+        let response = match pending {
+            Pending::Ready(response) => Some(response),
             Pending::Later(handle) => handle.await.ok().flatten(),
             Pending::Silent => None,
         };
-        let written = write_one(&mut out, bytes.as_deref(), rx.is_empty(), stall).await;
+        let taken_at = Instant::now();
+        let written = write_one(&mut out, response.as_ref().map(|r| &r.bytes[..]), rx.is_empty(), stall).await;
         activity.request_finished();
+        if let (Ok(()), Some(response)) = (&written, &response) {
+            observers.traffic.response_written(response.api, response.ready_at, taken_at);
+        }
         if let Err(e) = written {
             if matches!(e, WriteError::Stalled(_)) {
-                metrics.count_closed(Closure::ResponseStalled);
+                observers.listener.count_closed(Closure::ResponseStalled);
                 info!(%peer, error = %e, "closing connection: responses not read");
             } else {
                 debug!(%peer, error = %e, "client went away");

@@ -8,12 +8,14 @@
 pub mod api;
 pub mod broker;
 pub mod catalog;
+pub mod client_software;
 pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod connections;
 pub mod coordinator;
 pub mod error;
+pub mod error_codes;
 pub mod fetch_session;
 pub mod frame;
 pub mod groups;

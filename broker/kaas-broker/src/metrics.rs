@@ -15,8 +15,12 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::broker::Broker;
+use crate::client_software::ClientSoftwareMetrics;
+use crate::error_codes::{ErrorCodes, error_name};
 
 type ApiLabel = [(&'static str, String); 1];
+type ApiErrorLabel = [(&'static str, String); 2];
+type ApiPhaseLabel = [(&'static str, String); 2];
 type TopicLabel = [(&'static str, String); 1];
 type PartitionLabel = [(&'static str, String); 2];
 type GroupTopicLabel = [(&'static str, String); 2];
@@ -29,11 +33,47 @@ fn request_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+fn phase_histogram() -> Histogram {
+    // 50 µs to ~13 s: a phase can be much shorter than a whole request (a Metadata answer's
+    // local time, a small response's send).
+    Histogram::new(exponential_buckets(0.00005, 2.0, 19))
+}
+
+/// Where a request's time goes, as Kafka's RequestMetrics splits it. There is no request
+/// queue phase: each connection's task dispatches its requests itself, in order, as it reads
+/// them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Decode and handler, up to an answer or a deferred one (Kafka's LocalTimeMs).
+    Local,
+    /// A deferred answer's wait: fsync, long poll, a coordinator's write (Kafka's RemoteTimeMs).
+    Wait,
+    /// Ready, behind earlier answers of the same connection (Kafka's ResponseQueueTimeMs).
+    ResponseQueue,
+    /// Writing the answer to the socket (Kafka's ResponseSendTimeMs).
+    Send,
+}
+
+impl Phase {
+    fn label(self) -> &'static str {
+        match self {
+            Phase::Local => "local",
+            Phase::Wait => "wait",
+            Phase::ResponseQueue => "response_queue",
+            Phase::Send => "send",
+        }
+    }
+}
+
 /// Counters that requests update as they pass. Clones share them.
 #[derive(Debug, Clone)]
 pub struct TrafficMetrics {
     requests: Family<ApiLabel, Counter>,
     request_seconds: Family<ApiLabel, Histogram, fn() -> Histogram>,
+    phase_seconds: Family<ApiPhaseLabel, Histogram, fn() -> Histogram>,
+    request_errors: Family<ApiErrorLabel, Counter>,
+    /// Open connections by client software name and version.
+    pub client_software: ClientSoftwareMetrics,
     bytes_in: Family<TopicLabel, Counter>,
     messages_in: Family<TopicLabel, Counter>,
     bytes_out: Family<TopicLabel, Counter>,
@@ -46,6 +86,9 @@ impl Default for TrafficMetrics {
         TrafficMetrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(request_histogram as fn() -> Histogram),
+            phase_seconds: Family::new_with_constructor(phase_histogram as fn() -> Histogram),
+            request_errors: Family::default(),
+            client_software: ClientSoftwareMetrics::default(),
             bytes_in: Family::default(),
             messages_in: Family::default(),
             bytes_out: Family::default(),
@@ -62,16 +105,60 @@ impl TrafficMetrics {
             "Time from a request's arrival to its response being ready (fsync and long-poll waits included), by API",
             self.request_seconds.clone(),
         );
+        registry.register(
+            "request_phase_seconds",
+            "Time a request spent in each phase (local, wait, response_queue, send), by API",
+            self.phase_seconds.clone(),
+        );
+        registry.register(
+            "request_errors",
+            "Error codes in responses (one per failed partition, topic or group, as Kafka's ErrorsPerSec), by API and error",
+            self.request_errors.clone(),
+        );
+        self.client_software.register(registry);
         registry.register("topic_bytes_in", "Record batch bytes appended, by topic (Kafka's BytesInPerSec)", self.bytes_in.clone());
         registry.register("topic_messages_in", "Records appended, by topic (Kafka's MessagesInPerSec)", self.messages_in.clone());
         registry.register("topic_bytes_out", "Record bytes sent to fetchers, by topic (Kafka's BytesOutPerSec)", self.bytes_out.clone());
     }
 
-    /// One answered request of `api` that arrived at `started`.
-    pub fn request_done(&self, api: ApiKey, started: Instant) {
-        let label = [("api", format!("{api:?}"))];
+    /// A request of `api` dispatched at `started` whose answer `body` is ready now;
+    /// `deferred_at` is when its handler handed the rest to a deferred wait, if it did.
+    pub fn answered(&self, api: ApiKey, started: Instant, deferred_at: Option<Instant>, body: &impl ErrorCodes) {
+        let name = format!("{api:?}");
+        self.count_request(&name, started, deferred_at);
+        body.error_codes(&mut |code| {
+            if code != 0 {
+                self.request_errors.get_or_create(&[("api", name.clone()), ("error", error_name(code))]).inc();
+            }
+        });
+    }
+
+    /// A request answered with nothing (produce with acks=0).
+    pub fn answered_silently(&self, api: ApiKey, started: Instant) {
+        self.count_request(&format!("{api:?}"), started, None);
+    }
+
+    fn count_request(&self, api: &str, started: Instant, deferred_at: Option<Instant>) {
+        let now = Instant::now();
+        let label = [("api", api.to_string())];
         self.requests.get_or_create(&label).inc();
-        self.request_seconds.get_or_create(&label).observe(started.elapsed().as_secs_f64());
+        self.request_seconds.get_or_create(&label).observe(now.duration_since(started).as_secs_f64());
+        let local_end = deferred_at.unwrap_or(now);
+        self.observe_phase(api, Phase::Local, local_end.duration_since(started));
+        if let Some(deferred_at) = deferred_at {
+            self.observe_phase(api, Phase::Wait, now.duration_since(deferred_at));
+        }
+    }
+
+    /// A response the connection's writer took at `taken_at` and finished writing now.
+    pub fn response_written(&self, api: ApiKey, ready_at: Instant, taken_at: Instant) {
+        let api = format!("{api:?}");
+        self.observe_phase(&api, Phase::ResponseQueue, taken_at.saturating_duration_since(ready_at));
+        self.observe_phase(&api, Phase::Send, taken_at.elapsed());
+    }
+
+    fn observe_phase(&self, api: &str, phase: Phase, took: std::time::Duration) {
+        self.phase_seconds.get_or_create(&[("api", api.to_string()), ("phase", phase.label().to_string())]).observe(took.as_secs_f64());
     }
 
     /// A batch appended to `topic` (idempotent duplicates are not counted: nothing was written).

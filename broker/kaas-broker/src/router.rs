@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kaas_storage::buffers;
@@ -13,6 +14,8 @@ use tokio::task::JoinHandle;
 
 use crate::api;
 use crate::broker::Broker;
+use crate::error_codes::ErrorCodes;
+use crate::metrics::TrafficMetrics;
 
 /// A future that produces a response later (durability wait, long poll).
 pub type Deferred<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -40,9 +43,24 @@ impl<T> std::fmt::Debug for Reply<T> {
 /// An encoded response on its way to the connection's writer, in request order.
 #[derive(Debug)]
 pub enum Pending {
-    Ready(Bytes),
-    Later(JoinHandle<Option<Bytes>>),
+    Ready(Response),
+    Later(JoinHandle<Option<Response>>),
     Silent,
+}
+
+/// An encoded response and when it became ready, so the writer can tell how long it waited
+/// behind earlier answers of its connection and how long sending it took.
+#[derive(Debug)]
+pub struct Response {
+    pub bytes: Bytes,
+    pub api: ApiKey,
+    pub ready_at: Instant,
+}
+
+impl Response {
+    pub fn ready_now(api: ApiKey, bytes: Bytes) -> Response {
+        Response { bytes, api, ready_at: Instant::now() }
+    }
 }
 
 /// What a handler knows about the request besides its body.
@@ -112,7 +130,7 @@ macro_rules! routes {
             ctx: RequestContext,
             mut body: Bytes,
         ) -> Result<Pending, DispatchError> {
-            let started = std::time::Instant::now();
+            let started = Instant::now();
             match ctx.api_key {
                 $( ApiKey::$key => {
                     let request = <$req>::decode(&mut body, ctx.version).map_err(|source| {
@@ -187,28 +205,30 @@ pub fn route(key: ApiKey) -> Option<Route> {
 }
 
 /// Encodes a ready answer, or spawns the wait for a deferred one; either way the request's
-/// duration is recorded when its answer is ready.
-fn finish<T>(ctx: &RequestContext, reply: Reply<T>, metrics: &crate::metrics::TrafficMetrics, started: std::time::Instant) -> Result<Pending, DispatchError>
+/// duration and error codes are recorded when its answer is ready.
+fn finish<T>(ctx: &RequestContext, reply: Reply<T>, metrics: &TrafficMetrics, started: Instant) -> Result<Pending, DispatchError>
 where
-    T: Encodable + Send + 'static,
+    T: Encodable + ErrorCodes + Send + 'static,
 {
+    let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
     match reply {
         Reply::Now(body) => {
-            metrics.request_done(ctx.api_key, started);
-            encode_response(ctx.api_key, ctx.version, ctx.header.correlation_id, &body).map(Pending::Ready)
+            metrics.answered(key, started, None, &body);
+            let bytes = encode_response(key, version, correlation_id, &body)?;
+            Ok(Pending::Ready(Response::ready_now(key, bytes)))
         }
         Reply::Silent => {
-            metrics.request_done(ctx.api_key, started);
+            metrics.answered_silently(key, started);
             Ok(Pending::Silent)
         }
         Reply::Later(future) => {
-            let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
             let metrics = metrics.clone();
+            let deferred_at = Instant::now();
             Ok(Pending::Later(tokio::spawn(async move {
                 let body = future.await;
-                metrics.request_done(key, started);
+                metrics.answered(key, started, Some(deferred_at), &body);
                 match encode_response(key, version, correlation_id, &body) {
-                    Ok(bytes) => Some(bytes),
+                    Ok(bytes) => Some(Response::ready_now(key, bytes)),
                     Err(e) => {
                         tracing::error!(error = %e, "dropping a response that cannot be encoded");
                         None

@@ -74,11 +74,13 @@ pub enum SaslError {
     AuthenticationFailed(String),
 }
 
-/// One connection's authentication.
+/// One connection's authentication, and the client software it named.
 #[derive(Debug)]
 pub struct Session {
     settings: Option<SaslSettings>,
     state: State,
+    /// The client software the connection named in ApiVersions, counted while it is open.
+    client: Option<crate::client_software::ClientTag>,
 }
 
 #[derive(Debug)]
@@ -103,7 +105,12 @@ pub struct Authenticated {
 impl Session {
     pub fn new(settings: Option<SaslSettings>) -> Session {
         let state = if settings.is_some() { State::AwaitingHandshake { previous: None } } else { State::Open };
-        Session { settings, state }
+        Session { settings, state, client: None }
+    }
+
+    /// The client named itself (ApiVersions v3+); a second naming replaces the first.
+    pub fn set_client(&mut self, tag: crate::client_software::ClientTag) {
+        self.client = Some(tag);
     }
 
     /// Whether `key` may be served now.

@@ -99,3 +99,60 @@ async fn per_partition_series_can_be_turned_off() -> TestResult {
     assert_eq!(series(&text, "kaas_topic_messages_in_total", &[("topic", "quiet")]), Some(1.0));
     Ok(())
 }
+
+/// The series' value once `ready` holds, polling the scrape (a connection's close reaches the
+/// broker a moment after the client drops it).
+fn scrape_until(kaas: &Kaas, what: &str, ready: impl Fn(&str) -> bool) -> Result<String, String> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let text = kaas.metrics().map_err(|e| e.to_string())?;
+        if ready(&text) {
+            return Ok(text);
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!("{what} never held; last scrape:\n{text}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn phases_errors_and_client_software_follow_a_real_client() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("phased", 1, &[]).await?;
+    let software = [("software", "kaas-metrics-test"), ("version", "1.2.3")];
+    let producer = kaas.producer(&[("acks", "all"), ("client.software.name", "kaas-metrics-test"), ("client.software.version", "1.2.3")])?;
+    for i in 0..10 {
+        let key = i.to_string();
+        producer.send(FutureRecord::to("phased").partition(0).key(&key).payload("v"), Duration::from_secs(30)).await.map_err(|(e, _)| e)?;
+    }
+    let text = kaas.metrics()?;
+    let connected = series(&text, "kaas_connections_by_client", &software).ok_or("the producer's connections are not counted")?;
+    assert!(connected >= 1.0, "{connected} connections of kaas-metrics-test");
+
+    // Every Produce went through the local phase once; an acks=all answer waits for its fsync
+    // and is then sent.
+    let produces = series(&text, "kaas_requests_total", &[("api", "Produce")]).ok_or("no Produce requests")?;
+    let phase = |text: &str, p: &str| series(text, "kaas_request_phase_seconds_count", &[("api", "Produce"), ("phase", p)]);
+    assert_eq!(phase(&text, "local"), Some(produces), "one local phase per Produce");
+    let waited = phase(&text, "wait").ok_or("no Produce waited for its fsync")?;
+    assert!((1.0..=produces).contains(&waited), "{waited} waits for {produces} produces");
+    let sent = phase(&text, "send").ok_or("no Produce answer sent")?;
+    assert!((1.0..=produces).contains(&sent), "{sent} sends for {produces} produces");
+    assert_eq!(phase(&text, "response_queue"), Some(sent), "every sent answer was queued first");
+
+    // Errors are counted by API and Kafka's error name, once per failed topic.
+    let admin = kaas.admin()?;
+    for r in admin.delete_topics(&["never-created"], &rdkafka::admin::AdminOptions::new()).await? {
+        assert!(r.is_err(), "deleting a missing topic succeeded");
+    }
+    let text = kaas.metrics()?;
+    let unknown = [("api", "DeleteTopics"), ("error", "UNKNOWN_TOPIC_OR_PARTITION")];
+    assert_eq!(series(&text, "kaas_request_errors_total", &unknown), Some(1.0));
+    assert_eq!(series(&text, "kaas_request_errors_total", &[("api", "Produce"), ("error", "NONE")]), None, "NONE is not an error");
+
+    // The producer's connections are no longer counted once it is gone.
+    drop(producer);
+    scrape_until(&kaas, "kaas-metrics-test connections closed", |text| series(text, "kaas_connections_by_client", &software) == Some(0.0))?;
+    Ok(())
+}

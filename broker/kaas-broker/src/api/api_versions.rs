@@ -23,11 +23,16 @@ pub fn advertised() -> Vec<ApiVersion> {
         .collect()
 }
 
-pub async fn handle(_broker: &Arc<Broker>, ctx: &RequestContext, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
     let mut response = ApiVersionsResponse::default().with_api_keys(advertised());
     let software_valid = valid_software_field(&request.client_software_name) && valid_software_field(&request.client_software_version);
-    if ctx.version >= 3 && !software_valid {
-        response = response.with_error_code(ResponseError::InvalidRequest.code());
+    if ctx.version >= 3 {
+        if software_valid {
+            let tag = broker.metrics.client_software.connected(&request.client_software_name, &request.client_software_version);
+            ctx.session.lock().set_client(tag);
+        } else {
+            response = response.with_error_code(ResponseError::InvalidRequest.code());
+        }
     }
     Reply::Now(response)
 }
