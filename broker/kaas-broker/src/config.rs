@@ -107,6 +107,9 @@ pub struct BrokerConfig {
     /// Export per-partition series (log offsets and sizes, group offsets and lag) on
     /// `/metrics`; off for brokers with more partitions than a Prometheus should hold.
     pub metrics_per_partition: bool,
+    /// Requests whose own time (not a wait the client asked for) passes this are logged at
+    /// WARN with their client, API and slow phase; `None` turns the log off.
+    pub slow_request: Option<std::time::Duration>,
 }
 
 impl BrokerConfig {
@@ -131,6 +134,7 @@ impl BrokerConfig {
             groups: crate::groups::GroupConfig::default(),
             fetch: crate::api::fetch::FetchConfig::default(),
             metrics_per_partition: true,
+            slow_request: None,
         }
     }
 }

@@ -29,6 +29,7 @@ pub mod router;
 pub mod sasl;
 pub mod server;
 pub mod shard_owner;
+pub mod slow_requests;
 pub mod takeover_driver;
 pub mod topic_admin;
 pub mod topic_config;

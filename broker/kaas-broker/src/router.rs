@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use crate::api;
 use crate::broker::Broker;
 use crate::error_codes::ErrorCodes;
-use crate::metrics::TrafficMetrics;
+use crate::slow_requests::SlowRequestLog;
 
 /// A future that produces a response later (durability wait, long poll).
 pub type Deferred<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -145,7 +145,7 @@ macro_rules! routes {
                         tracing::debug!(api = ?ctx.api_key, version = ctx.version, extra = body.len(), "ignoring bytes after the request body, as Kafka does");
                     }
                     let reply = $handler(broker, &ctx, request).await;
-                    finish(&ctx, reply, &broker.metrics, started)
+                    finish(&ctx, reply, broker, started)
                 } )*
                 other => Err(DispatchError::NotRouted(other)),
             }
@@ -206,19 +206,27 @@ pub fn route(key: ApiKey) -> Option<Route> {
 
 /// Encodes a ready answer, or spawns the wait for a deferred one; either way the request's
 /// duration and error codes are recorded when its answer is ready.
-fn finish<T>(ctx: &RequestContext, reply: Reply<T>, metrics: &TrafficMetrics, started: Instant) -> Result<Pending, DispatchError>
+fn finish<T>(ctx: &RequestContext, reply: Reply<T>, broker: &Broker, started: Instant) -> Result<Pending, DispatchError>
 where
     T: Encodable + ErrorCodes + Send + 'static,
 {
     let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
+    let metrics = &broker.metrics;
+    let slow_log = SlowRequestLog::for_request(broker.config.slow_request, ctx);
     match reply {
         Reply::Now(body) => {
             metrics.answered(key, started, None, &body);
+            if let Some(log) = &slow_log {
+                let _ = log.answered(started, None);
+            }
             let bytes = encode_response(key, version, correlation_id, &body)?;
             Ok(Pending::Ready(Response::ready_now(key, bytes)))
         }
         Reply::Silent => {
             metrics.answered_silently(key, started);
+            if let Some(log) = &slow_log {
+                let _ = log.answered(started, None);
+            }
             Ok(Pending::Silent)
         }
         Reply::Later(future) => {
@@ -227,6 +235,9 @@ where
             Ok(Pending::Later(tokio::spawn(async move {
                 let body = future.await;
                 metrics.answered(key, started, Some(deferred_at), &body);
+                if let Some(log) = &slow_log {
+                    let _ = log.answered(started, Some(deferred_at));
+                }
                 match encode_response(key, version, correlation_id, &body) {
                     Ok(bytes) => Some(Response::ready_now(key, bytes)),
                     Err(e) => {

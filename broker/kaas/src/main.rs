@@ -101,6 +101,11 @@ struct Args {
     /// partitions.
     #[arg(long, env = "KAAS_METRICS_PER_PARTITION", default_value_t = true, action = ArgAction::Set)]
     metrics_per_partition: bool,
+    /// Log a request at WARN (client, API, phase) when its own time — decode, handler, fsync
+    /// wait, not a fetch's long poll or a rebalance's wait — passes this many milliseconds;
+    /// 0 turns the log off.
+    #[arg(long, env = "KAAS_SLOW_REQUEST_MS", default_value_t = 2000)]
+    slow_request_ms: u64,
     /// Cluster mode: this pod's name (`<statefulset>-<ordinal>`; the ordinal is the broker id).
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
@@ -228,6 +233,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         groups: args.groups.config(args.pod_name.is_some()),
         fetch: args.fetch.config(),
         metrics_per_partition: args.metrics_per_partition,
+        slow_request: (args.slow_request_ms > 0).then(|| std::time::Duration::from_millis(args.slow_request_ms)),
         security: args.security.listener_security()?,
     };
     let broker = {
