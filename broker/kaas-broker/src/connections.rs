@@ -41,6 +41,8 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    pub const ALL: [Refusal; 2] = [Refusal::PerIpLimit, Refusal::MaxConnections];
+
     /// The `reason` label of `kaas_connections_refused_total`.
     pub fn label(self) -> &'static str {
         match self {
@@ -66,6 +68,8 @@ pub enum Closure {
 }
 
 impl Closure {
+    pub const ALL: [Closure; 5] = [Closure::Idle, Closure::RequestReadTimeout, Closure::ResponseStalled, Closure::Evicted, Closure::TlsHandshake];
+
     /// The `reason` label of `kaas_connections_closed_total`.
     pub fn label(self) -> &'static str {
         match self {
@@ -90,6 +94,14 @@ pub struct ListenerMetrics {
 
 impl ListenerMetrics {
     pub fn register(&self, registry: &mut Registry) {
+        // Every reason starts at 0, so its series exists (and rate() works) before it first
+        // happens.
+        for reason in Refusal::ALL {
+            self.refused.get_or_create(&[("reason", reason.label())]);
+        }
+        for reason in Closure::ALL {
+            self.closed.get_or_create(&[("reason", reason.label())]);
+        }
         registry.register("connections_refused", "Connections closed as soon as they were accepted, by reason (per_ip_limit, max_connections)", self.refused.clone());
         registry.register("connections_closed", "Connections the broker closed, by reason (idle, request_read_timeout, response_stalled, evicted)", self.closed.clone());
         registry.register("connections_open", "Open connections on the Kafka listener", self.open.clone());

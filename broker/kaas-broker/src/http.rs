@@ -60,12 +60,12 @@ impl Metrics {
         broker.metrics.register(&mut registry);
         let state = crate::metrics::StateMetrics::new(broker.config.metrics_per_partition);
         state.register(&mut registry);
-        if let Some(cluster) = &broker.cluster {
-            let durations = &cluster.takeover_durations;
-            registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions.clone());
-            registry.register("group_shard_takeover_seconds", "Group shard take-over durations (log replay included)", durations.group_shards.clone());
-            registry.register("transaction_shard_takeover_seconds", "Transaction shard take-over durations (log replay included)", durations.transaction_shards.clone());
-        }
+        // NB: registered in local mode too (empty there), so every name exists in both modes
+        // and a dashboard or alert never refers to a series one mode lacks.
+        let durations = broker.cluster.as_ref().map(|c| c.takeover_durations.clone()).unwrap_or_default();
+        registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions);
+        registry.register("group_shard_takeover_seconds", "Group shard take-over durations (log replay included)", durations.group_shards);
+        registry.register("transaction_shard_takeover_seconds", "Transaction shard take-over durations (log replay included)", durations.transaction_shards);
         Metrics { registry, gauges, state }
     }
 
@@ -134,3 +134,4 @@ async fn metrics(State((broker, metrics)): State<AppState>) -> Response {
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
+

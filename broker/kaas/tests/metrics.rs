@@ -156,3 +156,68 @@ async fn phases_errors_and_client_software_follow_a_real_client() -> TestResult 
     scrape_until(&kaas, "kaas-metrics-test connections closed", |text| series(text, "kaas_connections_by_client", &software) == Some(0.0))?;
     Ok(())
 }
+
+/// The names of the series a scrape carries samples for.
+fn sampled_names(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .filter_map(|line| line.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every `kaas_…` name a PromQL expression mentions.
+fn names_in_query(expr: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = expr;
+    while let Some(at) = rest.find("kaas_") {
+        let tail = &rest[at..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        found.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    found
+}
+
+/// The Grafana dashboards in monitoring/grafana query only series a broker under a real load
+/// (produce, fetch, a committing group, a failed request, a named client) has samples for.
+#[tokio::test]
+async fn every_dashboard_query_names_a_series_the_broker_exports() -> TestResult {
+    let kaas = Kaas::start()?;
+    kaas.create_topic("dashboards", 1, &[]).await?;
+    let producer = kaas.producer(&[("acks", "all")])?;
+    for i in 0..5 {
+        let key = i.to_string();
+        producer.send(FutureRecord::to("dashboards").partition(0).key(&key).payload("v"), Duration::from_secs(30)).await.map_err(|(e, _)| e)?;
+    }
+    kaas.consume("dashboards", 0, Offset::Beginning, 5)?;
+    commit(&kaas, "watchers", "dashboards", 2)?;
+    let admin = kaas.admin()?;
+    for r in admin.delete_topics(&["not-there"], &rdkafka::admin::AdminOptions::new()).await? {
+        assert!(r.is_err(), "deleting a missing topic succeeded");
+    }
+    let exported = sampled_names(&kaas.metrics()?);
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../monitoring/grafana");
+    let (mut dashboards, mut queries) = (0, 0);
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        dashboards += 1;
+        let panels = dashboard["panels"].as_array().ok_or_else(|| format!("{}: no panels", path.display()))?;
+        for panel in panels {
+            let targets = panel["targets"].as_array().ok_or_else(|| format!("{}: {} has no targets", path.display(), panel["title"]))?;
+            for target in targets {
+                let expr = target["expr"].as_str().ok_or_else(|| format!("{}: a target without expr", path.display()))?;
+                let names = names_in_query(expr);
+                assert!(!names.is_empty(), "{}: {expr} names no kaas series", path.display());
+                for name in names {
+                    assert!(exported.contains(&name), "{}: {name} has no samples (query {expr}); exported: {exported:?}", path.display());
+                }
+                queries += 1;
+            }
+        }
+    }
+    assert!(dashboards >= 5 && queries >= 20, "{dashboards} dashboards, {queries} queries");
+    Ok(())
+}
