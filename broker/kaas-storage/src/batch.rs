@@ -15,6 +15,7 @@ mod records;
 mod validation_tests;
 
 pub use compression::Codec;
+pub(crate) use compression::{compress, decompress};
 pub(crate) use records::TimestampWindow;
 
 use crate::error::RecordError;
@@ -164,6 +165,8 @@ pub(crate) struct Limits {
     pub(crate) max_uncompressed_bytes: usize,
     /// CreateTime topics: the timestamps accepted now; `None` for LogAppendTime topics.
     pub(crate) timestamps: Option<TimestampWindow>,
+    /// A compacted topic: every record must carry a key (Kafka's `LogValidator.validateKey`).
+    pub(crate) require_keys: bool,
 }
 
 #[cfg(test)]
@@ -174,6 +177,7 @@ impl Limits {
             max_message_bytes: 1 << 20,
             max_uncompressed_bytes: 1 << 20,
             timestamps: None,
+            require_keys: false,
         }
     }
 }
@@ -280,11 +284,11 @@ fn walk_records(header: &BatchHeader, batch: &[u8], limits: &Limits) -> Result<i
     let window = limits.timestamps.as_ref();
     let (count, base) = (header.record_count, header.base_timestamp);
     match Codec::of(header.attributes)? {
-        Codec::None => records::walk(payload, count, base, window),
+        Codec::None => records::walk(payload, count, base, window, limits.require_keys),
         codec => {
             let inflating =
                 compression::Inflating::new(codec, payload, limits.max_uncompressed_bytes)?;
-            records::walk(inflating, count, base, window)
+            records::walk(inflating, count, base, window, limits.require_keys)
         }
     }
 }

@@ -15,8 +15,27 @@ pub enum TimestampType {
 }
 
 /// Log configuration (Kafka topic configs of the same names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LogConfig {
+    /// `cleanup.policy` contains `delete`: segments past retention.ms / retention.bytes are
+    /// deleted. A `compact`-only topic keeps its segments whatever their age or size.
+    pub cleanup_delete: bool,
+    /// `cleanup.policy` contains `compact`: the log cleaner keeps the latest record per key.
+    pub cleanup_compact: bool,
+    /// `min.cleanable.dirty.ratio`: clean once the uncleaned share of the log reaches this.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a record stays uncompacted at least this long.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a record is compacted at most this long after it was written,
+    /// whatever the dirty ratio (it also caps segment.ms on compacted topics, so the active
+    /// segment rolls and becomes cleanable).
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: how long a tombstone (and an empty transaction's marker) stays
+    /// after the clean that first saw it.
+    pub delete_retention_ms: i64,
+    /// `log.cleaner.dedupe.buffer.size` (a broker config in Kafka): the memory of the cleaner's
+    /// offset map. A dirty section with more keys is cleaned in prefixes that fit.
+    pub cleaner_dedupe_buffer_bytes: usize,
     /// `segment.bytes`: roll when the active segment would exceed this.
     pub segment_bytes: u64,
     /// `segment.ms`: roll when the active segment's first append is this old.
@@ -50,6 +69,13 @@ const MAX_SEGMENT_BYTES: u64 = i32::MAX as u64;
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
+            cleanup_delete: true,
+            cleanup_compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 3600 * 1000,
+            cleaner_dedupe_buffer_bytes: 128 << 20,
             segment_bytes: 1 << 30,
             segment_ms: 7 * 24 * 3600 * 1000,
             retention_ms: 7 * 24 * 3600 * 1000,
@@ -69,7 +95,7 @@ impl Default for LogConfig {
 
 impl LogConfig {
     /// Applies Kafka topic configs over `self`. Names this engine does not use (for example
-    /// `cleanup.policy`) are ignored; a bad value for a name it uses is an error.
+    /// `compression.type`) are ignored; a bad value for a name it uses is an error.
     pub fn with_topic_configs(mut self, configs: &BTreeMap<String, String>) -> Result<Self> {
         for (key, value) in configs {
             let bad = || Error::InvalidConfig {
@@ -85,6 +111,21 @@ impl LogConfig {
                         .ok_or_else(bad)?
                 }
                 "segment.ms" => self.segment_ms = int()?.max(1),
+                "cleanup.policy" => {
+                    let words: Vec<&str> = value.split(',').map(str::trim).filter(|w| !w.is_empty()).collect();
+                    if words.iter().any(|w| !matches!(*w, "delete" | "compact")) {
+                        return Err(bad());
+                    }
+                    self.cleanup_delete = words.contains(&"delete");
+                    self.cleanup_compact = words.contains(&"compact");
+                }
+                "min.cleanable.dirty.ratio" => {
+                    self.min_cleanable_dirty_ratio =
+                        value.trim().parse::<f64>().ok().filter(|r| (0.0..=1.0).contains(r)).ok_or_else(bad)?
+                }
+                "min.compaction.lag.ms" => self.min_compaction_lag_ms = int()?.max(0),
+                "max.compaction.lag.ms" => self.max_compaction_lag_ms = int()?.max(1),
+                "delete.retention.ms" => self.delete_retention_ms = int()?.max(0),
                 "retention.ms" => self.retention_ms = int()?,
                 "retention.bytes" => self.retention_bytes = int()?,
                 "max.message.bytes" => {
@@ -111,6 +152,12 @@ impl LogConfig {
     pub(crate) fn effective_segment_bytes(&self) -> u64 {
         self.segment_bytes.clamp(1, MAX_SEGMENT_BYTES)
     }
+
+    /// segment.ms, capped by max.compaction.lag.ms on compacted topics as in Kafka: the active
+    /// segment is never cleaned, so it must roll for its records to meet the lag.
+    pub(crate) fn effective_segment_ms(&self) -> i64 {
+        if self.cleanup_compact { self.segment_ms.min(self.max_compaction_lag_ms) } else { self.segment_ms }
+    }
 }
 
 #[cfg(test)]
@@ -126,11 +173,17 @@ mod tests {
                 "message.timestamp.type".to_owned(),
                 "LogAppendTime".to_owned(),
             ),
-            ("cleanup.policy".to_owned(), "delete".to_owned()),
+            ("cleanup.policy".to_owned(), "compact,delete".to_owned()),
+            ("min.cleanable.dirty.ratio".to_owned(), "0.25".to_owned()),
         ]);
         let c = LogConfig::default().with_topic_configs(&configs).unwrap();
         assert_eq!(c.retention_ms, -1);
+        assert!(c.cleanup_compact && c.cleanup_delete);
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.25);
         assert_eq!(c.timestamp_type, TimestampType::LogAppendTime);
+        let compact = BTreeMap::from([("cleanup.policy".to_owned(), "compact".to_owned())]);
+        let c = LogConfig::default().with_topic_configs(&compact).unwrap();
+        assert!(c.cleanup_compact && !c.cleanup_delete);
         let bad = BTreeMap::from([("segment.bytes".to_owned(), "lots".to_owned())]);
         assert!(matches!(
             LogConfig::default().with_topic_configs(&bad),

@@ -105,7 +105,7 @@ pub(crate) fn marker_of(header: &BatchHeader, batch: &[u8]) -> Option<(MarkerKin
     Some((kind, i32::from_be_bytes(value.try_into().ok()?)))
 }
 
-fn put_varint(out: &mut Vec<u8>, v: i64) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     loop {
         let byte = (z & 0x7f) as u8;

@@ -163,6 +163,13 @@ pub enum RecordError {
     /// Only the engine writes transaction markers.
     #[error("clients may not append control batches")]
     ControlBatch,
+    /// A record without a key in a compacted topic: the cleaner keeps records by key, so
+    /// Kafka refuses it at produce time.
+    #[error("record {index} has no key; a compacted topic cannot accept a record without a key")]
+    MissingKey {
+        /// The record's index in its batch.
+        index: i32,
+    },
     /// A transactional batch without a producer id: no coordinator could ever end it.
     #[error("transactional batch without a producer id")]
     TransactionalWithoutProducer,

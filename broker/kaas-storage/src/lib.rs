@@ -11,6 +11,7 @@
 
 mod batch;
 pub mod buffers;
+mod cleaner;
 mod config;
 mod control;
 mod engine;
@@ -33,7 +34,11 @@ pub use control::{Marker, MarkerKind};
 pub use engine::Engine;
 pub use error::{Error, RecordError, RecordField, Result};
 pub use manifest::Manifest;
-pub use partition::{AppendOptions, AppendOutcome, Partition, ReadBound, ReadOutcome, TakeoverReport};
+#[cfg(any(test, feature = "testing"))]
+pub use partition::CleanHook;
+pub use partition::{
+    AppendOptions, AppendOutcome, CleanReport, CleanStep, CleanerStats, Partition, ReadBound, ReadOutcome, TakeoverReport,
+};
 pub use producer_state::ProducerSummary;
 pub use txn_index::AbortedTxn;
 

@@ -3,6 +3,7 @@
 //! retention); this file holds the shared state and the role transitions.
 
 mod append;
+mod compaction;
 mod durability;
 mod listing;
 mod read;
@@ -23,6 +24,9 @@ use crate::segment::Segment;
 use crate::{Error, Result, manifest, producer_snapshot};
 
 pub use append::{AppendOptions, AppendOutcome};
+#[cfg(any(test, feature = "testing"))]
+pub use compaction::CleanHook;
+pub use compaction::{CleanReport, CleanStep, CleanerStats};
 pub use read::{ReadBound, ReadOutcome};
 pub use takeover::TakeoverReport;
 
@@ -55,6 +59,9 @@ struct Shared {
     /// The high watermark, published to long-polling fetches and durability waiters. Also
     /// re-sent unchanged to wake waiters on poison and role changes.
     hwm: watch::Sender<i64>,
+    /// Held by the cleaner pass running on this partition (one at a time).
+    cleaning: Mutex<()>,
+    faults: compaction::Faults,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +93,7 @@ struct State {
     sync_in_flight: bool,
     /// Highest offset a durability waiter needs.
     sync_wanted: i64,
+    cleaner: compaction::CleanerState,
 }
 
 impl Partition {
@@ -123,6 +131,7 @@ impl Partition {
             generation: 0,
             sync_in_flight: false,
             sync_wanted: -1,
+            cleaner: compaction::CleanerState::default(),
         };
         let (hwm, _) = watch::channel(last);
         let shared = Shared {
@@ -132,6 +141,8 @@ impl Partition {
             config: RwLock::new(config),
             state: Mutex::new(state),
             hwm,
+            cleaning: Mutex::new(()),
+            faults: compaction::Faults::default(),
         };
         Ok(Partition {
             shared: Arc::new(shared),

@@ -196,34 +196,7 @@ pub fn reseal(batch: &mut [u8]) {
 
 /// Compresses `raw` as a producer would for `codec` (snappy in snappy-java's framing).
 pub fn compress(codec: Codec, raw: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    match codec {
-        Codec::None => raw.to_vec(),
-        Codec::Gzip => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-            e.write_all(raw).expect("gzip");
-            e.finish().expect("gzip")
-        }
-        Codec::Snappy => {
-            let mut out = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
-            for block in raw.chunks(32 * 1024) {
-                let compressed = snap::raw::Encoder::new()
-                    .compress_vec(block)
-                    .expect("snappy");
-                out.extend_from_slice(&(compressed.len() as u32).to_be_bytes());
-                out.extend_from_slice(&compressed);
-            }
-            out
-        }
-        Codec::Lz4 => {
-            let mut e = lz4::EncoderBuilder::new().build(Vec::new()).expect("lz4");
-            e.write_all(raw).expect("lz4");
-            let (out, result) = e.finish();
-            result.expect("lz4");
-            out
-        }
-        Codec::Zstd => zstd::encode_all(raw, 3).expect("zstd"),
-    }
+    crate::batch::compress(codec, raw).expect("compress")
 }
 
 /// Decodes every record of a run of uncompressed v2 batches (as returned by a read).

@@ -7,6 +7,7 @@ mod scenarios {
     pub(crate) mod support;
 
     mod append;
+    mod compaction;
     mod durability;
     mod golden;
     mod idempotence;

@@ -281,3 +281,47 @@ impl Read for SnappyBlocks<'_> {
         Ok(n)
     }
 }
+
+/// Compresses `raw` records with `codec` as a producer would (snappy in snappy-java's
+/// framing, which every client reads): the cleaner re-compresses a rewritten batch with the
+/// codec it was produced with, as Kafka's cleaner does.
+pub(crate) fn compress(codec: Codec, raw: &[u8]) -> io::Result<Vec<u8>> {
+    use std::io::Write;
+    Ok(match codec {
+        Codec::None => raw.to_vec(),
+        Codec::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(raw)?;
+            e.finish()?
+        }
+        Codec::Snappy => {
+            let mut out = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01".to_vec();
+            for block in raw.chunks(32 * 1024) {
+                let compressed = snap::raw::Encoder::new().compress_vec(block).map_err(io::Error::other)?;
+                let len = u32::try_from(compressed.len()).map_err(io::Error::other)?;
+                out.extend_from_slice(&len.to_be_bytes());
+                out.extend_from_slice(&compressed);
+            }
+            out
+        }
+        Codec::Lz4 => {
+            let mut e = lz4::EncoderBuilder::new().build(Vec::new())?;
+            e.write_all(raw)?;
+            let (out, result) = e.finish();
+            result?;
+            out
+        }
+        Codec::Zstd => zstd::encode_all(raw, 3)?,
+    })
+}
+
+/// Inflates a whole stored batch's records (at most `max` bytes), for the cleaner, which
+/// filters them one by one.
+pub(crate) fn decompress(codec: Codec, payload: &[u8], max: usize) -> Result<Vec<u8>, RecordError> {
+    let mut inflating = Inflating::new(codec, payload, max)?;
+    let mut out = Vec::new();
+    while inflating.fill()? {
+        out.extend_from_slice(&inflating.buf[..inflating.end]);
+    }
+    Ok(out)
+}

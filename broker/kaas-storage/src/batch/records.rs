@@ -90,6 +90,7 @@ pub(super) fn walk<S: Source>(
     count: i32,
     base_timestamp: i64,
     window: Option<&TimestampWindow>,
+    require_keys: bool,
 ) -> Result<i64> {
     let mut walker = Walker {
         source,
@@ -99,7 +100,10 @@ pub(super) fn walk<S: Source>(
     let mut max_timestamp = NO_TIMESTAMP;
     for index in 0..count {
         walker.index = index;
-        let delta = walker.record()?;
+        let (delta, has_key) = walker.record()?;
+        if require_keys && !has_key {
+            return Err(RecordError::MissingKey { index }.into());
+        }
         let timestamp = base_timestamp
             .checked_add(delta)
             .ok_or(RecordError::OutOfRange {
@@ -126,8 +130,8 @@ struct Walker<S> {
 }
 
 impl<S: Source> Walker<S> {
-    /// One record; returns its timestamp delta.
-    fn record(&mut self) -> Result<i64, RecordError> {
+    /// One record; returns its timestamp delta and whether it has a key.
+    fn record(&mut self) -> Result<(i64, bool), RecordError> {
         // The length prefix is outside the record it measures.
         self.left = u64::MAX;
         let length = self.varint(RecordField::Length)?;
@@ -146,7 +150,7 @@ impl<S: Source> Walker<S> {
                 found: offset_delta,
             });
         }
-        self.bytes(RecordField::KeyLength, RecordField::Key, true)?;
+        let has_key = self.bytes(RecordField::KeyLength, RecordField::Key, true)?;
         self.bytes(RecordField::ValueLength, RecordField::Value, true)?;
         let headers = self.varint(RecordField::HeaderCount)?;
         // Each header takes at least two bytes of the record, so `left` bounds this loop.
@@ -165,20 +169,21 @@ impl<S: Source> Walker<S> {
                 used: length.unsigned_abs() - self.left,
             });
         }
-        Ok(timestamp_delta)
+        Ok((timestamp_delta, has_key))
     }
 
     /// A length-prefixed byte string: -1 is null where `nullable`, anything else negative is
-    /// refused (Kafka reads any negative length as null; no client writes one).
+    /// refused (Kafka reads any negative length as null; no client writes one). Returns
+    /// whether it is present (not null).
     fn bytes(
         &mut self,
         length_field: RecordField,
         field: RecordField,
         nullable: bool,
-    ) -> Result<(), RecordError> {
+    ) -> Result<bool, RecordError> {
         let length = self.varint(length_field)?;
         if nullable && length == -1 {
-            return Ok(());
+            return Ok(false);
         }
         let length = self.non_negative(length_field, length)?;
         if length > self.left {
@@ -191,7 +196,7 @@ impl<S: Source> Walker<S> {
             return Err(self.truncated(field));
         }
         self.left -= length;
-        Ok(())
+        Ok(true)
     }
 
     fn byte(&mut self, field: RecordField) -> Result<u8, RecordError> {

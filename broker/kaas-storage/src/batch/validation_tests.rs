@@ -12,6 +12,7 @@ fn limits() -> Limits {
         max_message_bytes: 1 << 20,
         max_uncompressed_bytes: 1 << 20,
         timestamps: Some(TimestampWindow::around(NOW, i64::MAX, 3_600_000)),
+        require_keys: false,
     }
 }
 

@@ -160,6 +160,7 @@ fn limits(config: &LogConfig, now: i64) -> batch::Limits {
         max_message_bytes: config.max_message_bytes,
         max_uncompressed_bytes: config.max_uncompressed_batch_bytes,
         timestamps,
+        require_keys: config.cleanup_compact,
     }
 }
 
@@ -217,7 +218,7 @@ impl State {
         let too_big = active.size + bytes > config.effective_segment_bytes();
         let too_old = active
             .first_append_ms
-            .is_some_and(|t| now.saturating_sub(t) >= config.segment_ms);
+            .is_some_and(|t| now.saturating_sub(t) >= config.effective_segment_ms());
         // Relative offsets in the sparse index are 32-bit.
         let too_many = self.log_end_offset + records - active.base_offset > i64::from(i32::MAX);
         if too_big || too_old || too_many {

@@ -61,7 +61,7 @@ impl Partition {
         let stale_active = st.segments.last().is_some_and(|a| {
             a.size > 0
                 && a.first_append_ms
-                    .is_some_and(|t| now_ms.saturating_sub(t) >= config.segment_ms)
+                    .is_some_and(|t| now_ms.saturating_sub(t) >= config.effective_segment_ms())
         });
         if stale_active && st.high_watermark == st.log_end_offset {
             st.roll(&self.shared)?;
@@ -70,7 +70,9 @@ impl Partition {
         self.delete_segments_while(&mut st, |st, _| {
             st.segments[1].base_offset <= st.log_start_offset
         })?;
-        if config.retention_ms >= 0 {
+        // cleanup.policy=compact alone keeps every segment whatever its age or size: the
+        // cleaner, not retention, bounds such a log (Kafka's LogConfig.delete).
+        if config.cleanup_delete && config.retention_ms >= 0 {
             let cutoff = now_ms.saturating_sub(config.retention_ms);
             let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
             self.delete_segments_while(&mut st, |st, _| {
@@ -80,7 +82,7 @@ impl Partition {
                         .is_none_or(|(ts, _)| ts < cutoff)
             })?;
         }
-        if config.retention_bytes >= 0 {
+        if config.cleanup_delete && config.retention_bytes >= 0 {
             let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
             let limit = config.retention_bytes as u64;
             self.delete_segments_while(&mut st, |st, _| {

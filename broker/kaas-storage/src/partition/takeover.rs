@@ -141,6 +141,7 @@ impl Partition {
         st.log_start_offset = manifest_start.max(first_base).min(log_end);
         st.leader_epoch = epoch;
         st.role = Role::Leader;
+        st.cleaner.forget_progress();
         st.restore_producers(&self.shared)?;
         st.roll_for_epoch(&self.shared, epoch)?;
         // A deposed leader's DeleteRecords may have renamed its manifest over our claim while
