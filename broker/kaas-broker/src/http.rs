@@ -58,6 +58,10 @@ impl Metrics {
         registry.register("fetch_sessions", "Incremental fetch sessions in the cache", gauges.fetch_sessions.clone());
         broker.listener_metrics.register(&mut registry);
         broker.metrics.register(&mut registry);
+        let outcomes = &broker.txns.outcomes;
+        registry.register("transactions_committed", "Transactions this broker's coordinator committed (the decision durable)", outcomes.committed.clone());
+        registry.register("transactions_aborted", "Transactions this broker's coordinator aborted, by the producer or on timeout", outcomes.aborted.clone());
+        registry.register("transactions_timed_out", "Transactions aborted because they passed transaction.timeout.ms", outcomes.timed_out.clone());
         let state = crate::metrics::StateMetrics::new(broker.config.metrics_per_partition);
         state.register(&mut registry);
         // NB: registered in local mode too (empty there), so every name exists in both modes

@@ -26,6 +26,7 @@ type PartitionLabel = [(&'static str, String); 2];
 type GroupTopicLabel = [(&'static str, String); 2];
 type GroupPartitionLabel = [(&'static str, String); 3];
 type GroupStateLabel = [(&'static str, &'static str); 2];
+type StateLabel = [(&'static str, &'static str); 1];
 
 fn request_histogram() -> Histogram {
     // 0.5 ms to ~16 s: an fsync-bound produce lands in the low buckets, a long poll up to its
@@ -216,6 +217,7 @@ pub struct StateMetrics {
     lag: Family<GroupPartitionLabel, Gauge>,
     lag_sum: Family<GroupTopicLabel, Gauge>,
     groups: Family<GroupStateLabel, Gauge>,
+    transactions: Family<StateLabel, Gauge>,
 }
 
 impl StateMetrics {
@@ -242,6 +244,7 @@ impl StateMetrics {
         }
         registry.register("consumer_group_lag_sum", "consumer_group_lag summed over a topic's partitions, by group and topic", self.lag_sum.clone());
         registry.register("consumer_groups", "Groups this broker coordinates, by state and type (classic or consumer)", self.groups.clone());
+        registry.register("transactions", "Transactional ids this broker coordinates, by state (Ongoing, PrepareCommit, CompleteAbort, ...)", self.transactions.clone());
     }
 
     pub fn refresh(&self, broker: &Broker) {
@@ -271,6 +274,10 @@ impl StateMetrics {
 
         for family in [&self.committed, &self.lag] {
             family.clear();
+        }
+        self.transactions.clear();
+        for (_, txn) in broker.txns.list() {
+            self.transactions.get_or_create(&[("state", txn.state.name())]).inc();
         }
         self.lag_sum.clear();
         self.groups.clear();

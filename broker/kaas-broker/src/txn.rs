@@ -130,6 +130,17 @@ pub struct TxnCoordinator {
     shards: Vec<TxnShard>,
     /// Transactional ids with a completion driver running.
     in_flight: Mutex<HashSet<String>>,
+    /// Outcomes decided here, for `/metrics`.
+    pub outcomes: TxnOutcomes,
+}
+
+/// How the transactions this broker coordinated ended. Clones share the counters.
+#[derive(Debug, Clone, Default)]
+pub struct TxnOutcomes {
+    pub committed: prometheus_client::metrics::counter::Counter,
+    pub aborted: prometheus_client::metrics::counter::Counter,
+    /// Aborted by the coordinator after transaction.timeout.ms (also counted in `aborted`).
+    pub timed_out: prometheus_client::metrics::counter::Counter,
 }
 
 impl TxnCoordinator {
@@ -146,6 +157,7 @@ impl TxnCoordinator {
         Ok(TxnCoordinator {
             shards,
             in_flight: Mutex::new(HashSet::new()),
+            outcomes: TxnOutcomes::default(),
         })
     }
 
@@ -373,6 +385,7 @@ impl TxnCoordinator {
             (shard, seq, next, epoch)
         };
         Self::durable(shard, seq).await?;
+        if commit { &self.outcomes.committed } else { &self.outcomes.aborted }.inc();
         Ok(Some(completion(id, &meta, epoch)))
     }
 
@@ -452,11 +465,17 @@ impl TxnCoordinator {
                 out.extend(decided.map(|(id, m)| completion(id, m, epoch)));
                 last_seq
             };
-            if let Some(seq) = last_seq
-                && let Err(e) = Self::durable(shard, seq).await
-            {
-                warn!(dir = %shard.log.dir().display(), error = %e, "aborts of timed-out transactions are not durable; not writing their markers");
-                out.retain(|c| !expired.contains(&c.transactional_id));
+            if let Some(seq) = last_seq {
+                match Self::durable(shard, seq).await {
+                    Ok(()) => {
+                        self.outcomes.aborted.inc_by(expired.len() as u64);
+                        self.outcomes.timed_out.inc_by(expired.len() as u64);
+                    }
+                    Err(e) => {
+                        warn!(dir = %shard.log.dir().display(), error = %e, "aborts of timed-out transactions are not durable; not writing their markers");
+                        out.retain(|c| !expired.contains(&c.transactional_id));
+                    }
+                }
             }
         }
         out

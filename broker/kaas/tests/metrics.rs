@@ -221,3 +221,44 @@ async fn every_dashboard_query_names_a_series_the_broker_exports() -> TestResult
     assert!(dashboards >= 5 && queries >= 20, "{dashboards} dashboards, {queries} queries");
     Ok(())
 }
+
+/// A transactional producer's commits and aborts, and a transaction left open past its
+/// timeout, show in the coordinator's counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_outcomes_are_counted() -> TestResult {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let kaas = Kaas::start()?;
+    kaas.create_topic("txn-metered", 1, &[]).await?;
+    let txn_producer = |id: &str| -> TestResult<BaseProducer> {
+        let p: BaseProducer = kaas.config().set("transactional.id", id).set("transaction.timeout.ms", "2000").create()?;
+        p.init_transactions(Duration::from_secs(30))?;
+        Ok(p)
+    };
+    let send = |p: &BaseProducer| -> TestResult {
+        p.send(BaseRecord::<(), str>::to("txn-metered").partition(0).payload("v")).map_err(|(e, _)| e)?;
+        p.flush(Duration::from_secs(30))?;
+        Ok(())
+    };
+    let p = txn_producer("counted")?;
+    p.begin_transaction()?;
+    send(&p)?;
+    p.commit_transaction(Duration::from_secs(30))?;
+    p.begin_transaction()?;
+    send(&p)?;
+    p.abort_transaction(Duration::from_secs(30))?;
+    let text = kaas.metrics()?;
+    assert_eq!(series(&text, "kaas_transactions_committed_total", &[]), Some(1.0));
+    assert_eq!(series(&text, "kaas_transactions_aborted_total", &[]), Some(1.0));
+    assert_eq!(series(&text, "kaas_transactions_timed_out_total", &[]), Some(0.0));
+    assert_eq!(series(&text, "kaas_transactions", &[("state", "CompleteAbort")]), Some(1.0), "{text}");
+
+    // Left Ongoing past transaction.timeout.ms: the coordinator aborts it.
+    let open = txn_producer("forgotten")?;
+    open.begin_transaction()?;
+    send(&open)?;
+    assert_eq!(series(&kaas.metrics()?, "kaas_transactions", &[("state", "Ongoing")]), Some(1.0));
+    let text = scrape_until(&kaas, "the forgotten transaction timed out", |text| series(text, "kaas_transactions_timed_out_total", &[]) == Some(1.0))?;
+    assert_eq!(series(&text, "kaas_transactions_aborted_total", &[]), Some(2.0));
+    assert_eq!(series(&text, "kaas_transactions_committed_total", &[]), Some(1.0));
+    Ok(())
+}
