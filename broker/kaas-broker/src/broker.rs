@@ -98,6 +98,26 @@ impl Broker {
         }
     }
 
+    /// Runs the log cleaner over the compacted partitions this broker leads, one round every
+    /// `log.cleaner.backoff.ms`, until `stop` fires (a round in progress finishes its current
+    /// partition first).
+    pub async fn cleaner_loop(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let settings = self.config.log_cleaner;
+        if !settings.enable {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(settings.backoff) => {}
+                _ = stop.changed() => return,
+            }
+            let broker = self.clone();
+            let stopping = stop.clone();
+            // Cleaning reads and rewrites segment files: off the executor.
+            let _ = tokio::task::spawn_blocking(move || broker.topics.clean(now_ms, || *stopping.borrow())).await;
+        }
+    }
+
     /// Relinquishes every partition, group and transaction shard: manifests, producer state
     /// and shard snapshots persisted, handles closed.
     pub fn close(&self) {

@@ -98,6 +98,8 @@ pub struct BrokerConfig {
     pub housekeeping_interval_ms: u64,
     /// Defaults for topic configs that a topic does not set (`log.*` broker settings).
     pub log_defaults: kaas_storage::LogConfig,
+    /// The log cleaner's schedule (its dedupe buffer is in `log_defaults`).
+    pub log_cleaner: LogCleanerSettings,
     /// Cluster mode; `None` is local mode (a lease shim leads every partition).
     pub cluster: Option<ClusterSettings>,
     /// The group coordinator's settings (`group.*`, `offsets.*`).
@@ -110,6 +112,20 @@ pub struct BrokerConfig {
     /// Requests whose own time (not a wait the client asked for) passes this are logged at
     /// WARN with their client, API and slow phase; `None` turns the log off.
     pub slow_request: Option<std::time::Duration>,
+}
+
+/// `log.cleaner.enable` and `log.cleaner.backoff.ms`: whether compacted topics are cleaned,
+/// and how long the cleaner rests between rounds over the partitions this broker leads.
+#[derive(Debug, Clone, Copy)]
+pub struct LogCleanerSettings {
+    pub enable: bool,
+    pub backoff: Duration,
+}
+
+impl Default for LogCleanerSettings {
+    fn default() -> Self {
+        LogCleanerSettings { enable: true, backoff: Duration::from_millis(15_000) }
+    }
 }
 
 impl BrokerConfig {
@@ -130,6 +146,7 @@ impl BrokerConfig {
             security: ListenerSecurity::default(),
             housekeeping_interval_ms: 30_000,
             log_defaults: kaas_storage::LogConfig::default(),
+            log_cleaner: LogCleanerSettings::default(),
             cluster: None,
             groups: crate::groups::GroupConfig::default(),
             fetch: crate::api::fetch::FetchConfig::default(),

@@ -295,6 +295,25 @@ impl TopicRegistry {
         }
     }
 
+    /// One log-cleaner round: a pass on every compacted partition this broker leads, until
+    /// `stopping` says the broker is shutting down. A failed pass is retried next round (the
+    /// swap is re-drivable, see `kaas_storage`'s compaction).
+    pub fn clean(&self, now_ms: impl Fn() -> i64, stopping: impl Fn() -> bool) {
+        for topic in self.list() {
+            for (index, partition) in topic.partitions().iter().enumerate() {
+                if stopping() {
+                    return;
+                }
+                if !partition.is_leader() || !partition.config().cleanup_compact {
+                    continue;
+                }
+                if let Err(e) = partition.clean(now_ms()) {
+                    warn!(topic = %topic.name, partition = index, error = %e, "log cleaning failed; retrying next round");
+                }
+            }
+        }
+    }
+
     fn open_partition(&self, topic: &str, id: Uuid, index: i32, configs: &BTreeMap<String, String>) -> Result<Arc<Partition>> {
         let config = topic_config::log_config(configs, &self.log_defaults);
         let partition = self.engine.open_partition(topic, id, index, config)?;

@@ -90,6 +90,17 @@ struct Args {
     /// Default retention of topics that do not set retention.ms (log.retention.ms; -1 keeps forever).
     #[arg(long, env = "KAAS_LOG_RETENTION_MS")]
     log_retention_ms: Option<i64>,
+    /// Whether compacted topics are cleaned (log.cleaner.enable).
+    #[arg(long, env = "KAAS_LOG_CLEANER_ENABLE", default_value_t = true, action = ArgAction::Set)]
+    log_cleaner_enable: bool,
+    /// How long the log cleaner rests between rounds over the compacted partitions this broker
+    /// leads, in milliseconds (log.cleaner.backoff.ms).
+    #[arg(long, env = "KAAS_LOG_CLEANER_BACKOFF_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(1..))]
+    log_cleaner_backoff_ms: u64,
+    /// Memory of one partition's cleaner offset map, in bytes (log.cleaner.dedupe.buffer.size);
+    /// a dirty section with more keys is cleaned in prefixes that fit.
+    #[arg(long, env = "KAAS_LOG_CLEANER_DEDUPE_BUFFER_SIZE", default_value_t = 128 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
+    log_cleaner_dedupe_buffer_size: u64,
     /// How often retention and time-based segment rolls run, in milliseconds.
     #[arg(long, env = "KAAS_HOUSEKEEPING_INTERVAL_MS", default_value_t = 30_000)]
     housekeeping_interval_ms: u64,
@@ -203,6 +214,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(ms) = args.log_retention_ms {
         log_defaults.retention_ms = ms;
     }
+    log_defaults.cleaner_dedupe_buffer_bytes = usize::try_from(args.log_cleaner_dedupe_buffer_size).unwrap_or(usize::MAX);
     let storage = if args.in_memory { StorageMode::InMemory } else { StorageMode::Disk(args.data_dir.clone()) };
     let cluster = match &args.pod_name {
         None => None,
@@ -230,6 +242,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         housekeeping_interval_ms: args.housekeeping_interval_ms,
         log_defaults,
+        log_cleaner: kaas_broker::config::LogCleanerSettings {
+            enable: args.log_cleaner_enable,
+            backoff: std::time::Duration::from_millis(args.log_cleaner_backoff_ms),
+        },
         groups: args.groups.config(args.pod_name.is_some()),
         fetch: args.fetch.config(),
         metrics_per_partition: args.metrics_per_partition,
@@ -243,6 +259,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let broker_for_http = broker.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let housekeeping = tokio::spawn(broker.clone().housekeeping_loop(stop_rx.clone()));
+    let cleaner = tokio::spawn(broker.clone().cleaner_loop(stop_rx.clone()));
     let transactions = tokio::spawn(broker.clone().transactions_loop(stop_rx.clone()));
     let mut cluster_tasks = kaas_broker::cluster::spawn(broker.clone(), stop_rx.clone()).await.context("starting the cluster runtime")?;
     let http = tokio::net::TcpListener::bind(args.http_listen).await.with_context(|| format!("binding {}", args.http_listen))?;
@@ -268,6 +285,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await;
     let _ = stop_tx.send(true);
     let _ = housekeeping.await;
+    let _ = cleaner.await;
     let _ = transactions.await;
     while cluster_tasks.join_next().await.is_some() {}
     let _ = http_task.await;
