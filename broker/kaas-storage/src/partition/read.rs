@@ -323,7 +323,9 @@ impl Partition {
 }
 
 fn find_timestamp(window: &Window, log_start: i64, target: i64) -> Result<Option<(i64, i64)>> {
-    let Some((pos, header)) = window.find(log_start, |h| h.max_timestamp >= target)? else {
+    // NB: a batch the cleaner emptied (kept only for its producer's sequence) keeps its
+    // maxTimestamp but has no record to point at.
+    let Some((pos, header)) = window.find(log_start, |h| h.max_timestamp >= target && h.record_count > 0)? else {
         return Ok(None);
     };
     let batch = window.read_at(pos, header.size)?;
