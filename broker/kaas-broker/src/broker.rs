@@ -46,8 +46,13 @@ pub struct Broker {
 impl Broker {
     /// Opens storage and every topic on it; in local mode takes every partition over.
     pub fn open(config: BrokerConfig) -> Result<Arc<Broker>> {
+        let metrics = crate::metrics::TrafficMetrics::default();
         let engine = match &config.storage {
-            StorageMode::Disk(root) => Engine::on_disk(root)?,
+            // Every sync on the volume is timed for /metrics (fsync latency, bytes per commit).
+            StorageMode::Disk(root) => {
+                let fs = crate::timed_fs::TimedFs::wrap(Arc::new(kaas_shared::fs::RealFs), root, metrics.syncs.clone());
+                Engine::with_fs(fs, root)?
+            }
             StorageMode::InMemory => Engine::in_memory(),
         };
         let lease = LocalLease::new(config.node_id);
@@ -72,7 +77,7 @@ impl Broker {
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
         let auto_creates = crate::rate_limit::RateLimiter::per_minute(config.auto_create_topics_per_minute);
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default(), metrics: Default::default() }))
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default(), metrics }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

@@ -34,6 +34,7 @@ pub mod takeover_driver;
 pub mod topic_admin;
 pub mod topic_config;
 pub mod topic_store;
+pub mod timed_fs;
 pub mod tls;
 pub mod topics;
 pub mod txn;

@@ -16,6 +16,7 @@ use prometheus_client::registry::Registry;
 
 use crate::broker::Broker;
 use crate::client_software::ClientSoftwareMetrics;
+use crate::timed_fs::SyncMetrics;
 use crate::error_codes::{ErrorCodes, error_name};
 
 type ApiLabel = [(&'static str, String); 1];
@@ -75,6 +76,8 @@ pub struct TrafficMetrics {
     request_errors: Family<ApiErrorLabel, Counter>,
     /// Open connections by client software name and version.
     pub client_software: ClientSoftwareMetrics,
+    /// Syncs on the volume (the broker's filesystem is wrapped with these).
+    pub syncs: SyncMetrics,
     bytes_in: Family<TopicLabel, Counter>,
     messages_in: Family<TopicLabel, Counter>,
     bytes_out: Family<TopicLabel, Counter>,
@@ -90,6 +93,7 @@ impl Default for TrafficMetrics {
             phase_seconds: Family::new_with_constructor(phase_histogram as fn() -> Histogram),
             request_errors: Family::default(),
             client_software: ClientSoftwareMetrics::default(),
+            syncs: SyncMetrics::default(),
             bytes_in: Family::default(),
             messages_in: Family::default(),
             bytes_out: Family::default(),
@@ -117,6 +121,7 @@ impl TrafficMetrics {
             self.request_errors.clone(),
         );
         self.client_software.register(registry);
+        self.syncs.register(registry);
         registry.register("topic_bytes_in", "Record batch bytes appended, by topic (Kafka's BytesInPerSec)", self.bytes_in.clone());
         registry.register("topic_messages_in", "Records appended, by topic (Kafka's MessagesInPerSec)", self.messages_in.clone());
         registry.register("topic_bytes_out", "Record bytes sent to fetchers, by topic (Kafka's BytesOutPerSec)", self.bytes_out.clone());

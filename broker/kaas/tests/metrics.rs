@@ -141,6 +141,14 @@ async fn phases_errors_and_client_software_follow_a_real_client() -> TestResult 
     assert!((1.0..=produces).contains(&sent), "{sent} sends for {produces} produces");
     assert_eq!(phase(&text, "response_queue"), Some(sent), "every sent answer was queued first");
 
+    // Each acknowledged produce waited for a segment fdatasync (one may cover several), and
+    // the syncs made exactly the appended bytes durable.
+    let segment_syncs = [("file", "segment"), ("call", "fdatasync")];
+    let syncs = series(&text, "kaas_fsync_seconds_count", &segment_syncs).ok_or("no segment fdatasync observed")?;
+    assert!((1.0..=produces).contains(&syncs), "{syncs} segment syncs for {produces} acks=all produces");
+    let bytes_in = series(&text, "kaas_topic_bytes_in_total", &[("topic", "phased")]).ok_or("no bytes in")?;
+    assert_eq!(series(&text, "kaas_fsync_bytes_sum", &segment_syncs), Some(bytes_in), "synced bytes differ from appended bytes");
+
     // Errors are counted by API and Kafka's error name, once per failed topic.
     let admin = kaas.admin()?;
     for r in admin.delete_topics(&["never-created"], &rdkafka::admin::AdminOptions::new()).await? {
