@@ -108,8 +108,9 @@ fn hash(key: &[u8]) -> u128 {
 pub(crate) struct TxnTracker {
     /// Aborted transactions not yet reached, by first offset.
     aborted: VecDeque<AbortedTxn>,
-    /// Producer → whether a batch of its current aborted transaction was seen in this pass.
-    ongoing_aborted: HashMap<i64, bool>,
+    /// Producer → (its current aborted transaction's marker offset, whether a batch of that
+    /// transaction was seen in this pass).
+    ongoing_aborted: HashMap<i64, (i64, bool)>,
     /// Producers whose current committed transaction had a batch in this pass.
     ongoing_committed: HashSet<i64>,
 }
@@ -123,7 +124,7 @@ impl TxnTracker {
     fn consume_aborted_up_to(&mut self, offset: i64) {
         while self.aborted.front().is_some_and(|a| a.first_offset <= offset) {
             if let Some(a) = self.aborted.pop_front() {
-                self.ongoing_aborted.entry(a.producer_id).or_insert(false);
+                self.ongoing_aborted.entry(a.producer_id).or_insert((a.last_offset, false));
             }
         }
     }
@@ -134,8 +135,14 @@ impl TxnTracker {
         if !header.is_transactional() {
             return false;
         }
+        // NB: bounded by the abort marker's offset: once a pass has removed the marker, the
+        // aborted-transaction index still names the transaction, and the producer's later
+        // (committed) transactions must not be taken for it.
+        if self.ongoing_aborted.get(&header.producer_id).is_some_and(|(marker, _)| header.base_offset > *marker) {
+            self.ongoing_aborted.remove(&header.producer_id);
+        }
         match self.ongoing_aborted.get_mut(&header.producer_id) {
-            Some(seen) => {
+            Some((_, seen)) => {
                 *seen = true;
                 true
             }
@@ -155,7 +162,7 @@ impl TxnTracker {
         }
         let pid = header.producer_id;
         match control::marker_of(header, batch) {
-            Some((MarkerKind::Abort, _)) => !self.ongoing_aborted.remove(&pid).unwrap_or(false),
+            Some((MarkerKind::Abort, _)) => !self.ongoing_aborted.remove(&pid).is_some_and(|(_, seen)| seen),
             Some((MarkerKind::Commit, _)) => !self.ongoing_committed.remove(&pid),
             None => false,
         }

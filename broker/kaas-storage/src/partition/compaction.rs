@@ -442,7 +442,9 @@ fn discard(fs: &dyn kaas_shared::fs::Fs, temp: &Path) {
 
 /// Maps the dirty section `[first_dirty, first_uncleanable)` until the map is full.
 fn build_map(plan: &Plan, map: &mut OffsetMap) -> Result<()> {
-    let mut txns = TxnTracker::new(plan.aborted.clone());
+    // The aborted transactions the dirty section overlaps (Kafka's collectAbortedTransactions).
+    let aborted = plan.aborted.iter().filter(|a| a.last_offset >= plan.first_dirty).copied().collect();
+    let mut txns = TxnTracker::new(aborted);
     for source in plan.sources.iter().filter(|s| s.next_base > plan.first_dirty) {
         let more = for_each_batch(source, |header, bytes| {
             if header.last_offset() >= plan.first_uncleanable {

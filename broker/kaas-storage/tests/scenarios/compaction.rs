@@ -183,6 +183,11 @@ fn aborted_records_go_committed_stay_markers_last(v: &Volume) {
     p.clean(NOW + 10 + 1_000).unwrap().expect("due");
     assert!(base_at(abort) > abort, "the abort marker is gone");
     assert_eq!(base_at(commit), commit);
+    // The aborted transaction is still indexed, its marker is not: the producer's later,
+    // committed transaction is not taken for it.
+    fill(v, &p, 10);
+    p.clean(NOW + 2_000).unwrap().expect("due");
+    assert!(read_all(&p).iter().filter_map(value).any(|x| x == "later"), "a later committed transaction of producer 9 stays");
 }
 scenario!(aborted_records_go_committed_stay_markers_last);
 
