@@ -23,9 +23,9 @@ pub(crate) const DELETE_HORIZON_BIT: i16 = 0x40;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 const COMPRESSION_MASK: i16 = 0x07;
 
-/// Bytes one offset-map entry is charged against the dedupe buffer: a 16-byte key hash and an
-/// 8-byte offset, plus the hash table's own overhead, so the flag bounds real memory.
-const ENTRY_BYTES: usize = 32;
+/// Bytes of one bucket of the map's hash table (hashbrown): a 16-byte key hash, an 8-byte
+/// offset and a control byte.
+const BUCKET_BYTES: usize = 25;
 /// Kafka's `log.cleaner.io.buffer.load.factor`.
 const LOAD_FACTOR: f64 = 0.9;
 
@@ -40,8 +40,13 @@ pub(crate) struct OffsetMap {
 }
 
 impl OffsetMap {
+    /// A map whose table never outgrows `dedupe_buffer_bytes`: the table doubles its buckets
+    /// as it fills to 7/8, so the entries allowed are those of the largest power-of-two table
+    /// that fits, times Kafka's load factor.
     pub(crate) fn new(dedupe_buffer_bytes: usize) -> Self {
-        let capacity = ((dedupe_buffer_bytes / ENTRY_BYTES) as f64 * LOAD_FACTOR) as usize;
+        let fitting = dedupe_buffer_bytes / BUCKET_BYTES;
+        let buckets = if fitting == 0 { 0 } else { 1usize << (usize::BITS - 1 - fitting.leading_zeros()) };
+        let capacity = ((buckets / 8 * 7) as f64 * LOAD_FACTOR) as usize;
         OffsetMap { entries: HashMap::new(), capacity: capacity.max(1), latest_offset: -1 }
     }
 
@@ -429,14 +434,17 @@ mod tests {
 
     #[test]
     fn a_full_map_stops_before_the_batch_that_does_not_fit() {
-        let mut map = OffsetMap::new(ENTRY_BYTES * 4);
-        let one = BatchBuilder::new().record(Some(b"a"), Some(b"1")).record(Some(b"b"), Some(b"1")).build();
-        let two = BatchBuilder::new().base_offset(2).record(Some(b"c"), Some(b"1")).record(Some(b"d"), Some(b"1")).build();
+        let mut map = OffsetMap::new(BUCKET_BYTES * 8 + 3);
+        assert_eq!(map.capacity, 6, "a table of 8 buckets holds 7 entries, 90 % of which is 6.3");
+        let four = |base: i64, keys: [&[u8]; 4]| {
+            keys.iter().fold(BatchBuilder::new().base_offset(base), |b, k| b.record(Some(k), Some(b"1"))).build()
+        };
+        let (one, two) = (four(0, [b"a", b"b", b"c", b"d"]), four(4, [b"e", b"f", b"g", b"h"]));
         let mut txns = TxnTracker::default();
         let h1 = parse_header(&one).unwrap();
-        assert!(map.map_batch(&h1, &one, 0, &mut txns).unwrap(), "room for three entries");
+        assert!(map.map_batch(&h1, &one, 0, &mut txns).unwrap(), "four of six");
         let h2 = parse_header(&two).unwrap();
-        assert!(!map.map_batch(&h2, &two, 0, &mut txns).unwrap());
-        assert_eq!((map.len(), map.latest_offset), (2, 1));
+        assert!(!map.map_batch(&h2, &two, 0, &mut txns).unwrap(), "eight do not fit");
+        assert_eq!((map.len(), map.latest_offset), (4, 3), "the clean stops after the first batch");
     }
 }

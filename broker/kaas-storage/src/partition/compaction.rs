@@ -410,9 +410,12 @@ impl Partition {
         // Q2: ascending unlinks; after each the log is a complete clean of a longer prefix of
         // the group, and an interrupted run is re-driven by the next pass.
         for _ in 1..group.len() {
-            let mut old = st.segments.remove(at + 1);
+            // Out of the list only once its files are gone: a failed unlink leaves a segment
+            // the next pass cleans again, never a file this process no longer knows of.
+            let old = &mut st.segments[at + 1];
             old.close();
             old.unlink(fs, dir)?;
+            st.segments.remove(at + 1);
             self.shared.faults.crash_at(CleanStep::Unlinked)?;
         }
         st.segments[at] = cleaned;

@@ -95,6 +95,34 @@ fn latest_value_per_key_survives_at_its_offset(v: &Volume) {
 }
 scenario!(latest_value_per_key_survives_at_its_offset);
 
+fn a_small_dedupe_buffer_cleans_the_prefix_that_fits(v: &Volume) {
+    // A table of 8 buckets: six keys per pass.
+    let p = v.leader(1, LogConfig { cleaner_dedupe_buffer_bytes: 25 * 8, ..compacted() });
+    for round in 0..3 {
+        for k in 0..12 {
+            append(&p, 1, kv(&format!("k{k}"), &format!("r{round}")));
+        }
+    }
+    let before = read_all(&p);
+    let active = active_base(v);
+    let first = p.clean(NOW).unwrap().expect("due");
+    assert!(first.clean_up_to <= 6, "only the prefix whose keys fit is mapped: {first:?}");
+    let mut passes = 1;
+    while p.clean(NOW).unwrap().is_some() {
+        passes += 1;
+        assert!(passes < 20, "passes go on until the dirty section is clean");
+    }
+    assert!(passes > 2);
+    let after = read_all(&p);
+    assert_eq!(latest(&after), latest(&before));
+    let closed_keys: Vec<_> = after.iter().filter(|r| r.offset < active).map(key).collect();
+    let mut unique = closed_keys.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(closed_keys.len(), unique.len(), "one record per key below the active segment");
+}
+scenario!(a_small_dedupe_buffer_cleans_the_prefix_that_fits);
+
 fn tombstones_stay_for_delete_retention_after_their_first_clean(v: &Volume) {
     let p = v.leader(1, compacted());
     append(&p, 1, kv("a", "1"));
