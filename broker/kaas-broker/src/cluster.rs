@@ -11,6 +11,8 @@ use kaas_controller::heartbeat_server::HeartbeatHub;
 use kaas_controller::topics::VolumeTopics;
 use kaas_shared::brokers::{self, BrokerRegistration};
 use kaas_shared::{assignment, names};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
@@ -31,6 +33,24 @@ pub struct Cluster {
     pub hub: Arc<HeartbeatHub>,
     pub incarnation: Uuid,
     pub takeover_durations: takeover_driver::TakeoverDurations,
+    pub runtime_metrics: RuntimeMetrics,
+}
+
+/// The cluster runtime's own series (the heartbeat's and the controller's live with them).
+#[derive(Debug, Clone)]
+pub struct RuntimeMetrics {
+    /// A follow round that applied a newer assignment: reading it, applying it, and the
+    /// take-overs and relinquishes it asked of this broker.
+    pub assignment_apply_seconds: Histogram,
+    /// Times this broker fenced itself (no acknowledged heartbeat within the fence timeout).
+    pub fencing_events: Counter,
+}
+
+impl Default for RuntimeMetrics {
+    fn default() -> RuntimeMetrics {
+        // 1 ms .. ~65 s, as take-overs.
+        RuntimeMetrics { assignment_apply_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 17)), fencing_events: Counter::default() }
+    }
 }
 
 impl Cluster {
@@ -54,7 +74,7 @@ impl Cluster {
         });
         let controller = Controller::new(config, fs, layout, settings.lease.clone(), topics, hub.clone());
         let view = AssignmentView::new(broker_id, controller.lease_view(), HeartbeatStatus::new(), settings.fence_timeout);
-        Cluster { settings, view, controller, hub, incarnation: Uuid::new_v4(), takeover_durations: Default::default() }
+        Cluster { settings, view, controller, hub, incarnation: Uuid::new_v4(), takeover_durations: Default::default(), runtime_metrics: Default::default() }
     }
 }
 
@@ -159,7 +179,21 @@ async fn resolve_controller(
 /// event also wakes the controller role (a topic created or deleted changes the placement).
 async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     let Some(cluster) = broker.cluster.as_ref() else { return };
+    // NB: a broker that never had a beat acknowledged is fenced from its start; that is not a
+    // fencing event. One that had (this task restarted after a pause) and is fenced now is.
+    let mut was_fenced = cluster.view.heartbeat.since_last_ack().is_none();
     loop {
+        let fenced = cluster.view.write_fenced();
+        if fenced != was_fenced {
+            let since_ack = cluster.view.heartbeat.since_last_ack();
+            if fenced {
+                cluster.runtime_metrics.fencing_events.inc();
+                warn!(broker = broker.config.node_id, ?since_ack, fence_timeout = ?cluster.settings.fence_timeout, reason = "no heartbeat acknowledged within the fence timeout", "fenced: refusing writes");
+            } else {
+                info!(broker = broker.config.node_id, "unfenced: the controller acknowledges heartbeats again");
+            }
+        }
+        was_fenced = fenced;
         let round = broker.clone();
         let outcome = tokio::task::spawn_blocking(move || follow_round(&round)).await;
         if let Ok(Err(e)) = outcome {
@@ -182,6 +216,8 @@ async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<bool>
 
 fn follow_round(broker: &Broker) -> Result<()> {
     let Some(cluster) = broker.cluster.as_ref() else { return Ok(()) };
+    let started = Instant::now();
+    let mut applied = false;
     let refreshed = match cluster.settings.catalog.as_ref().map(|c| c.live()) {
         None => broker.topics.refresh_from_volume(None),
         Some(Some(live)) => broker.topics.refresh_from_volume(Some(&live)),
@@ -195,7 +231,10 @@ fn follow_round(broker: &Broker) -> Result<()> {
     if let Some(candidate) = assignment::read(&**broker.engine.fs(), broker.engine.layout())? {
         let (epoch, version) = (candidate.controller_epoch, candidate.assignment_version);
         match cluster.view.apply_if_new(candidate) {
-            Ok(_) => info!(controller_epoch = epoch, version, "applied assignment"),
+            Ok(_) => {
+                applied = true;
+                info!(controller_epoch = epoch, version, "applied assignment");
+            }
             Err(Rejected::NotNewer) => {}
             Err(e @ Rejected::StaleController { .. }) => warn!(controller_epoch = epoch, version, reason = %e, "refused assignment"),
         }
@@ -205,6 +244,9 @@ fn follow_round(broker: &Broker) -> Result<()> {
     let (me, durations) = (broker.config.node_id, &cluster.takeover_durations);
     takeover_driver::reconcile_shards(&*broker.groups, &current.consumer_groups, &current, me, &durations.group_shards);
     takeover_driver::reconcile_shards(&broker.txns, &current.transactions, &current, me, &durations.transaction_shards);
+    if applied {
+        cluster.runtime_metrics.assignment_apply_seconds.observe(started.elapsed().as_secs_f64());
+    }
     Ok(())
 }
 

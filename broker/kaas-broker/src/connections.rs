@@ -97,10 +97,10 @@ impl ListenerMetrics {
         // Every reason starts at 0, so its series exists (and rate() works) before it first
         // happens.
         for reason in Refusal::ALL {
-            self.refused.get_or_create(&[("reason", reason.label())]);
+            let _ = self.refused.get_or_create(&[("reason", reason.label())]);
         }
         for reason in Closure::ALL {
-            self.closed.get_or_create(&[("reason", reason.label())]);
+            let _ = self.closed.get_or_create(&[("reason", reason.label())]);
         }
         registry.register("connections_refused", "Connections closed as soon as they were accepted, by reason (per_ip_limit, max_connections)", self.refused.clone());
         registry.register("connections_closed", "Connections the broker closed, by reason (idle, request_read_timeout, response_stalled, evicted)", self.closed.clone());

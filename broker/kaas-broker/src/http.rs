@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::broker::Broker;
@@ -33,6 +34,7 @@ struct Gauges {
     draining: Gauge,
     fetch_requests_in_flight: Gauge,
     fetch_sessions: Gauge,
+    alive_brokers: Gauge,
 }
 
 #[derive(Debug)]
@@ -70,6 +72,16 @@ impl Metrics {
         registry.register("partition_takeover_seconds", "Partition take-over durations (recovery scan included)", durations.partitions);
         registry.register("group_shard_takeover_seconds", "Group shard take-over durations (log replay included)", durations.group_shards);
         registry.register("transaction_shard_takeover_seconds", "Transaction shard take-over durations (log replay included)", durations.transaction_shards);
+        let runtime = broker.cluster.as_ref().map(|c| c.runtime_metrics.clone()).unwrap_or_default();
+        registry.register("assignment_apply_seconds", "Follow rounds that applied a newer assignment: reading it and the take-overs and relinquishes it asked for", runtime.assignment_apply_seconds);
+        registry.register("fencing_events", "Times this broker fenced itself: no heartbeat acknowledged within the fence timeout", runtime.fencing_events);
+        let (round_trip, recompute) = match &broker.cluster {
+            Some(c) => (c.view.heartbeat.round_trip.clone(), c.controller.recompute_seconds.clone()),
+            None => (kaas_controller::heartbeat_client::HeartbeatStatus::new().round_trip.clone(), Histogram::new(std::iter::empty())),
+        };
+        registry.register("heartbeat_round_trip_seconds", "A heartbeat beat to the controller's acknowledgement", round_trip);
+        registry.register("controller_recompute_seconds", "The controller's placement recomputes (read, balance, write when changed), on the broker holding the Lease", recompute);
+        registry.register("alive_brokers", "Brokers whose heartbeats the controller receives (reported by the controller; 0 elsewhere)", gauges.alive_brokers.clone());
         Metrics { registry, gauges, state }
     }
 
@@ -89,6 +101,8 @@ impl Metrics {
             g.is_controller.set(i64::from(matches!(cluster.hub.role(), kaas_controller::heartbeat_server::Role::Controller { .. })));
             g.fenced.set(i64::from(cluster.view.write_fenced()));
             g.draining.set(i64::from(cluster.view.draining()));
+            let controller = matches!(cluster.hub.role(), kaas_controller::heartbeat_server::Role::Controller { .. });
+            g.alive_brokers.set(if controller { cluster.hub.alive(cluster.settings.session_timeout).len() as i64 } else { 0 });
         }
     }
 }
@@ -128,6 +142,15 @@ async fn readyz(State((broker, _)): State<AppState>) -> Response {
         let why = format!("not ready: assignment applied={applied} fenced={fenced} draining={}\n", cluster.view.draining());
         (StatusCode::SERVICE_UNAVAILABLE, why).into_response()
     }
+}
+
+/// One scrape of `broker`'s series, as `/metrics` would answer (in-process tests).
+pub fn render_metrics(broker: &Broker) -> Result<String, std::fmt::Error> {
+    let metrics = Metrics::new(broker);
+    metrics.refresh(broker);
+    let mut text = String::new();
+    encode(&mut text, &metrics.registry)?;
+    Ok(text)
 }
 
 async fn metrics(State((broker, metrics)): State<AppState>) -> Response {

@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
 use kaas_shared::assignment::{self, Assignment, BrokerEndpoint};
 use kaas_shared::brokers;
 use kaas_shared::fs::FsRef;
@@ -59,6 +61,8 @@ pub struct Controller {
     view: watch::Sender<LeaseView>,
     /// Wakes the loop for an immediate recompute (topic created or deleted).
     pub recompute: Notify,
+    /// How long each recompute took (read, balance, write), for `/metrics`.
+    pub recompute_seconds: Histogram,
 }
 
 impl Controller {
@@ -70,7 +74,7 @@ impl Controller {
         topics: Arc<dyn TopicSource>,
         hub: Arc<HeartbeatHub>,
     ) -> Arc<Controller> {
-        Arc::new(Controller { config, fs, layout, lease, topics, hub, view: watch::Sender::new(LeaseView::default()), recompute: Notify::new() })
+        Arc::new(Controller { config, fs, layout, lease, topics, hub, view: watch::Sender::new(LeaseView::default()), recompute: Notify::new(), recompute_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)) })
     }
 
     /// The Lease as last seen; brokers fence stale assignments against its epoch.
@@ -114,9 +118,11 @@ impl Controller {
                     let first = won_at.is_none();
                     let won = *won_at.get_or_insert_with(Instant::now);
                     if first || last_recompute.elapsed() >= self.config.recompute_interval || self.membership_changed() {
+                        let started = Instant::now();
                         if let Err(e) = self.recompute(epoch, won.elapsed() < self.config.session_timeout) {
                             warn!(epoch, error = %e, "recompute failed; retrying");
                         }
+                        self.recompute_seconds.observe(started.elapsed().as_secs_f64());
                         last_recompute = Instant::now();
                     }
                 }

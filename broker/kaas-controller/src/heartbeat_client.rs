@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
@@ -28,13 +29,38 @@ pub trait BeatSource: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub struct HeartbeatStatus {
     last_ack: Mutex<Option<Instant>>,
+    /// The last beat sent: its sequence number and when.
+    last_beat: Mutex<Option<(u64, Instant)>>,
     /// Woken on every ASSIGNMENT_CHANGED push.
     pub assignment_changed: Notify,
+    /// Beat to acknowledgement, for `/metrics`.
+    pub round_trip: Histogram,
 }
 
 impl HeartbeatStatus {
     pub fn new() -> Arc<HeartbeatStatus> {
-        Arc::new(HeartbeatStatus { last_ack: Mutex::new(None), assignment_changed: Notify::new() })
+        Arc::new(HeartbeatStatus {
+            last_ack: Mutex::new(None),
+            last_beat: Mutex::new(None),
+            assignment_changed: Notify::new(),
+            // 100 µs to ~3 s.
+            round_trip: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
+        })
+    }
+
+    fn sent(&self, seq: u64) {
+        *self.last_beat.lock() = Some((seq, Instant::now()));
+    }
+
+    /// The controller acknowledged beat `seq`: the broker is not fenced, and if it is the last
+    /// beat sent its round trip is observed.
+    fn acknowledged(&self, seq: u64) {
+        self.acknowledged_now();
+        if let Some((sent, at)) = *self.last_beat.lock()
+            && sent == seq
+        {
+            self.round_trip.observe(at.elapsed().as_secs_f64());
+        }
     }
 
     /// Whether the controller has not acknowledged a beat for longer than `fence_timeout`.
@@ -123,6 +149,7 @@ async fn beat_session(
                     seq: *seq,
                     assignment_version: source.assignment_version(),
                 };
+                status.sent(*seq);
                 if tx.send(beat).await.is_err() {
                     return Ok(());
                 }
@@ -130,7 +157,7 @@ async fn beat_session(
             message = inbound.message() => match message? {
                 None => return Ok(()),
                 Some(m) => match m.kind {
-                    Some(controller_message::Kind::Ack(_)) => status.acknowledged_now(),
+                    Some(controller_message::Kind::Ack(ack)) => status.acknowledged(ack.seq),
                     Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
                     None => {}
                 },

@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::TestResult;
 use common::cluster::Cluster;
 use common::wire::Wire;
+use kaas_broker::http::render_metrics;
 use kaas_shared::assignment::Assignment;
 use common::workload::{assert_no_loss, create_topic, produce, producer, read_all};
 use rdkafka::admin::{AdminClient, AdminOptions};
@@ -176,6 +177,7 @@ async fn a_paused_zombie_leader_is_fenced_and_its_late_writes_are_never_served()
     cluster.wait_led(SETTLE, &placed).await?;
     let producer = producer(&cluster)?;
     let mut acked = vec![produce(&producer, "zombie", 3, "before", 300).await?];
+    runtime_series_move(&cluster, placed.controller_id).await?;
 
     // Pause (SIGSTOP) a leader that is not the controller.
     let (key, pa) = placed.partitions.iter().find(|(_, p)| p.leader != placed.controller_id).ok_or("no candidate")?;
@@ -209,6 +211,17 @@ async fn a_paused_zombie_leader_is_fenced_and_its_late_writes_are_never_served()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     acked.push(produce(&producer, "zombie", 3, "later", 300).await?);
+    // The pause shows as one fencing event on the zombie, none on the others.
+    let zombie_node = cluster.nodes.get(&zombie_id).ok_or("the zombie is gone")?;
+    let fencings = |text: &str| metric(text, "kaas_fencing_events_total");
+    let deadline = std::time::Instant::now() + SETTLE;
+    while fencings(&render_metrics(&zombie_node.broker)?) != Some(1.0) {
+        assert!(std::time::Instant::now() < deadline, "the zombie's fencing was not counted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for node in cluster.nodes.values().filter(|n| n.id != zombie_id) {
+        assert_eq!(fencings(&render_metrics(&node.broker)?), Some(0.0), "broker {} was never fenced", node.id);
+    }
     let log = read_all(&cluster, "zombie", 3)?;
     assert!(log.values().flatten().all(|(_, v)| v != "ZOMBIE WRITE"), "a zombie write was served");
     assert_no_loss(&acked, &log);
@@ -478,5 +491,36 @@ async fn offsets_sent_to_a_transaction_reach_a_group_coordinated_on_another_brok
     assert_eq!(read.iter().filter(|v| v.starts_with("x-")).count(), 6);
     assert_eq!(read.iter().filter(|v| v.starts_with("s-")).count(), 3);
     assert!(read.iter().all(|v| v.starts_with("x-") || v.starts_with("s-")), "{read:?}");
+    Ok(())
+}
+
+/// An unlabelled series' value in a scrape.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Every broker has heartbeat round trips and applied assignments observed; the controller
+/// sees all three brokers alive and has timed its recomputes.
+async fn runtime_series_move(cluster: &Cluster, controller: i32) -> TestResult {
+    for node in cluster.nodes.values() {
+        let deadline = std::time::Instant::now() + SETTLE;
+        let text = loop {
+            let text = render_metrics(&node.broker)?;
+            if metric(&text, "kaas_heartbeat_round_trip_seconds_count").is_some_and(|n| n >= 1.0) {
+                break text;
+            }
+            assert!(std::time::Instant::now() < deadline, "broker {} observed no heartbeat round trip", node.id);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(metric(&text, "kaas_assignment_apply_seconds_count").is_some_and(|n| n >= 1.0), "broker {} applied no assignment", node.id);
+        let (alive, recomputes) = (metric(&text, "kaas_alive_brokers"), metric(&text, "kaas_controller_recompute_seconds_count"));
+        if node.id == controller {
+            assert_eq!(alive, Some(3.0), "the controller's alive set");
+            assert!(recomputes.is_some_and(|n| n >= 1.0), "the controller timed no recompute");
+        } else {
+            assert_eq!(alive, Some(0.0), "broker {} is not the controller", node.id);
+            assert_eq!(recomputes, Some(0.0), "broker {} recomputed without the Lease", node.id);
+        }
+    }
     Ok(())
 }
