@@ -74,7 +74,47 @@ func TestOperator(t *testing.T) {
 		}
 	})
 
-	t.Run("a restarted operator adopts without restarting brokers", func(t *testing.T) {
+	t.Run("probes, metrics and the metrics Service", func(t *testing.T) {
+		c := c.For(t)
+		managersReady(c)
+		holder, _ := leaseHolder(c)
+		pods := managerPods(c)
+		for _, pod := range pods {
+			addr := c.PodAddr(operatorNS, pod, 9096)
+			for _, path := range []string{"/healthz", "/readyz"} {
+				if code, body := httpGet(addr, path); code != http.StatusOK {
+					t.Errorf("%s %s: %d %s", pod, path, code, body)
+				}
+			}
+			leads := "0"
+			if pod == holder {
+				leads = "1"
+			}
+			c.Eventually(time.Minute, pod+" leader gauge "+leads, func() (bool, error) {
+				_, text := httpGet(addr, "/metrics")
+				return strings.Contains(text, "kaas_operator_leader "+leads+"\n"), fmt.Errorf("metrics: %s", text)
+			})
+			_, text := httpGet(addr, "/metrics")
+			reconciled := strings.Contains(text, `kaas_operator_reconciles_total{controller="kafkacluster"}`)
+			if reconciled != (pod == holder) {
+				t.Errorf("%s (holder %s) reconciled=%v:\n%s", pod, holder, reconciled, text)
+			}
+			if pod == holder && !strings.Contains(text, `kaas_operator_reconcile_duration_seconds_count{controller="kafkacluster"}`) {
+				t.Errorf("no reconcile durations:\n%s", text)
+			}
+		}
+		// The Service selects both replicas (each scraped; the gauge tells the holder).
+		c.Eventually(time.Minute, "two endpoints behind kaas-operator-metrics", func() (bool, error) {
+			out, err := c.Kubectl("-n", operatorNS, "get", "endpointslices", "-l", "kubernetes.io/service-name=kaas-operator-metrics", "-o", "jsonpath={.items[*].endpoints[*].addresses[0]}")
+			return err == nil && len(strings.Fields(out)) == 2, fmt.Errorf("endpoints %q: %v", out, err)
+		})
+		// The volume agent's Lease is held, and owned by its cluster (garbage-collected with it).
+		if got := c.JSONPath(ns, "lease", "kc-volume-agent", ".metadata.ownerReferences[0].kind"); got != "KafkaCluster" {
+			t.Errorf("agent lease owner %q", got)
+		}
+	})
+
+	t.Run("leader election: the standby takes over from a killed holder and adopts without restarting brokers", func(t *testing.T) {
 		c := c.For(t)
 		uids := func() string {
 			out, _ := c.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=broker", "-o", "jsonpath={.items[*].metadata.uid}")
@@ -84,20 +124,40 @@ func TestOperator(t *testing.T) {
 		if strings.Count(before, " ") != 2 {
 			t.Fatalf("broker pods: %q", before)
 		}
-		old := strings.TrimSpace(c.MustKubectl("-n", "kaas-system", "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", "jsonpath={.items[0].metadata.name}"))
-		c.MustKubectl("-n", "kaas-system", "delete", "pod", old, "--wait=true", "--timeout=60s")
-		c.Eventually(time.Minute, "a new operator pod ready", func() (bool, error) {
-			out, err := c.Kubectl("-n", "kaas-system", "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}`)
-			return err == nil && strings.TrimSpace(out) == "True", fmt.Errorf("ready: %q", out)
+		managersReady(c)
+		holder, transitions := leaseHolder(c)
+		var standby string
+		for _, pod := range managerPods(c) {
+			if pod != holder {
+				standby = pod
+			}
+		}
+		c.Signal(operatorNS, holder, "", syscall.SIGKILL)
+		// A change only a leader reconciles: the volume agent's Deployment is gone.
+		c.MustKubectl("-n", ns, "delete", "deployment", "kc-volume-agent", "--wait=false")
+		c.Eventually(time.Minute, "the standby holds the lease", func() (bool, error) {
+			now, n := leaseHolder(c)
+			return now == standby && n != transitions, fmt.Errorf("holder %q, transitions %s (was %s)", now, n, transitions)
 		})
-		// Its first reconcile of every cluster happens at start; give it time to act.
-		time.Sleep(10 * time.Second)
+		c.Eventually(time.Minute, "the new leader recreated the volume agent", func() (bool, error) {
+			out, err := c.Kubectl("-n", ns, "get", "deployment", "kc-volume-agent", "-o", "jsonpath={.status.readyReplicas}")
+			return err == nil && strings.TrimSpace(out) == "1", fmt.Errorf("ready agents %q: %v", out, err)
+		})
+		c.Eventually(time.Minute, "the new leader reconciled kc", func() (bool, error) {
+			_, text := httpGet(c.PodAddr(operatorNS, standby, 9096), "/metrics")
+			return strings.Contains(text, "kaas_operator_leader 1\n") && strings.Contains(text, `kaas_operator_reconciles_total{controller="kafkacluster"}`), fmt.Errorf("metrics: %s", text)
+		})
 		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
 		if after := uids(); after != before {
 			t.Errorf("brokers restarted: pods %q → %q", before, after)
 		}
 		if got := c.JSONPath(ns, "statefulset", "kc", ".metadata.generation"); got != generation {
 			t.Errorf("StatefulSet rewritten: generation %s → %s", generation, got)
+		}
+		// The killed replica restarts as the standby.
+		managersReady(c)
+		if now, _ := leaseHolder(c); now != standby {
+			t.Errorf("the restarted replica took the lease back: %s", now)
 		}
 	})
 
@@ -106,6 +166,7 @@ func TestOperator(t *testing.T) {
 		c := c.For(t)
 		c.Apply(kaastest.Topic("orders", 3, ", config: {retention.ms: \"1000\"}"))
 		c.WaitJSONPath(2*time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Reconciled")].status`, "True")
 		firstUID = c.JSONPath(ns, "kafkatopic", "orders", ".metadata.uid")
 		if got := c.JSONPath(ns, "kafkatopic", "orders", ".status.topicId"); got != firstUID {
 			t.Fatalf("topicId %q, uid %q", got, firstUID)
@@ -136,6 +197,25 @@ func TestOperator(t *testing.T) {
 			out, err := c.KubectlStdin(tc.manifest, "apply", "-f", "-")
 			if err == nil || !strings.Contains(out, tc.says) {
 				t.Errorf("want rejection saying %q, got err=%v: %s", tc.says, err, out)
+			}
+		}
+		// Dangerous changes to live objects are refused by the CRD's CEL rules, with a message.
+		// A topic of no running cluster: nothing reconciles it while the test changes it.
+		c.Apply("apiVersion: kaas.dev/v1alpha1\nkind: KafkaTopic\nmetadata: {name: renamed, namespace: " + ns + "}\nspec: {clusterRef: nocluster, partitions: 1, topicName: Renamed_T}\n")
+		defer c.Kubectl("-n", ns, "delete", "kafkatopic", "renamed", "--wait=false")
+		for _, tc := range []struct {
+			kind, name, typ, patch, says string
+		}{
+			{"kafkacluster", "kc", "merge", `{"spec":{"storage":{"existingClaim":"other"}}}`, "storage is immutable"},
+			{"kafkacluster", "kc", "merge", `{"spec":{"storage":{"existingClaim":null,"size":"1Gi"}}}`, "storage is immutable"},
+			{"kafkacluster", "kc", "merge", `{"spec":{"version":"latest"}}`, "spec.version in body should match"},
+			{"kafkatopic", "orders", "merge", `{"spec":{"topicName":"orders"}}`, "topicName cannot be added or removed after creation"},
+			{"kafkatopic", "renamed", "json", `[{"op":"remove","path":"/spec/topicName"}]`, "topicName cannot be added or removed after creation"},
+			{"kafkatopic", "renamed", "merge", `{"spec":{"topicName":"Other"}}`, "topicName is immutable"},
+		} {
+			out, err := c.Kubectl("-n", ns, "patch", tc.kind, tc.name, "--type="+tc.typ, "-p", tc.patch)
+			if err == nil || !strings.Contains(out, tc.says) {
+				t.Errorf("patch %s/%s %s: want refusal saying %q, got err=%v: %s", tc.kind, tc.name, tc.patch, tc.says, err, out)
 			}
 		}
 		// Config values are checked with Kafka's rules by the operator, into status.
@@ -204,7 +284,7 @@ func TestOperator(t *testing.T) {
 
 	t.Run("operator restarted mid-reconcile converges", func(t *testing.T) {
 		c := c.For(t)
-		pod := strings.TrimSpace(c.MustKubectl("-n", "kaas-system", "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", "jsonpath={.items[0].metadata.name}"))
+		pod, _ := leaseHolder(c)
 		agent := strings.TrimSpace(c.MustKubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=volume-agent", "-o", "jsonpath={.items[0].metadata.name}"))
 		// Change the spec and a topic, and kill both while they work on it.
 		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"replicas":2,"config":{"log.retention.ms":"700000"}}}`)
@@ -220,6 +300,49 @@ func TestOperator(t *testing.T) {
 		}
 		c.WaitJSONPath(2*time.Minute, ns, "kafkatopic", "payments", `.status.conditions[?(@.type=="Ready")].status`, "True")
 		checkTopicFile(t, volume, "payments", 2, c.JSONPath(ns, "kafkatopic", "payments", ".metadata.uid"))
+	})
+
+	t.Run("kubectl scale scales the cluster, and a scale-down drains", func(t *testing.T) {
+		c := c.For(t)
+		const drained = "draining: asking the controller to move partitions away"
+		drains := strings.Count(c.PodLogs(ns, "kc-2", "kaas"), drained)
+		c.MustKubectl("-n", ns, "scale", "kafkacluster/kc", "--replicas=3")
+		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "kc", ".status.readyBrokers", "3")
+		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", ".status.replicas", "3")
+		out := c.MustKubectl("-n", ns, "get", "kafkacluster", "kc", "--subresource=scale", "-o", "jsonpath={.spec.replicas} {.status.replicas} {.status.selector}")
+		if !strings.HasPrefix(out, "3 3 ") || !strings.Contains(out, "app.kubernetes.io/component=broker") {
+			t.Errorf("scale subresource: %q", out)
+		}
+		c.MustKubectl("-n", ns, "scale", "kafkacluster/kc", "--replicas=2")
+		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "kc", ".status.replicas", "2")
+		c.Eventually(time.Minute, "kc-2 drained on scale-down", func() (bool, error) {
+			n := strings.Count(c.PodLogs(ns, "kc-2", "kaas"), drained)
+			return n > drains, fmt.Errorf("%d drains (before: %d)", n, drains)
+		})
+		events, _ := c.Kubectl("-n", ns, "get", "events", "--field-selector", "involvedObject.kind=KafkaCluster,involvedObject.name=kc", "-o", "jsonpath={.items[*].reason}")
+		for _, reason := range []string{"ScalingUp", "ScalingDown", "Ready"} {
+			if !strings.Contains(events, reason) {
+				t.Errorf("no %s event on kafkacluster/kc: %q", reason, events)
+			}
+		}
+		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+	})
+
+	t.Run("a reconcile error reaches status and an event", func(t *testing.T) {
+		c := c.For(t)
+		// A name that makes the headless Service's name longer than 63 characters: the API
+		// server refuses it, every time.
+		name := "a-cluster-whose-name-is-too-long-for-its-service-names-x"
+		c.Apply("apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: shared}}\n")
+		defer c.Kubectl("-n", ns, "delete", "kafkacluster", name, "--wait=false")
+		c.WaitJSONPath(time.Minute, ns, "kafkacluster", name, `.status.conditions[?(@.type=="Reconciled")].reason`, "KubernetesError")
+		if msg := c.JSONPath(ns, "kafkacluster", name, `.status.conditions[?(@.type=="Reconciled")].message`); !strings.Contains(msg, "63") {
+			t.Errorf("Reconciled message %q", msg)
+		}
+		c.Eventually(time.Minute, "a ReconcileFailed event", func() (bool, error) {
+			out, _ := c.Kubectl("-n", ns, "get", "events", "--field-selector", "involvedObject.kind=KafkaCluster,involvedObject.name="+name, "-o", "jsonpath={.items[*].reason}")
+			return strings.Contains(out, "ReconcileFailed"), fmt.Errorf("events %q", out)
+		})
 	})
 
 	t.Run("status says what keeps brokers from starting", func(t *testing.T) {
@@ -267,6 +390,41 @@ spec:
 			t.Fatalf("an unsupported version was rolled out: %s", got)
 		}
 	})
+}
+
+const operatorNS = "kaas-system"
+
+// managerPods are the operator's pods, by name.
+func managerPods(c *harness.Cluster) []string {
+	return strings.Fields(c.MustKubectl("-n", operatorNS, "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", "jsonpath={.items[*].metadata.name}"))
+}
+
+// managersReady waits until both operator replicas pass their readiness probe.
+func managersReady(c *harness.Cluster) {
+	c.Eventually(2*time.Minute, "two ready operator replicas", func() (bool, error) {
+		out, err := c.Kubectl("-n", operatorNS, "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}`)
+		return err == nil && strings.TrimSpace(out) == "True True", fmt.Errorf("ready: %q", out)
+	})
+}
+
+// leaseHolder is the pod holding the manager's Lease (its identity is "<pod>_<random>") and
+// the Lease's transitions.
+func leaseHolder(c *harness.Cluster) (string, string) {
+	holder := c.JSONPath(operatorNS, "lease", "kaas-operator", ".spec.holderIdentity")
+	pod, _, _ := strings.Cut(holder, "_")
+	return pod, c.JSONPath(operatorNS, "lease", "kaas-operator", ".spec.leaseTransitions")
+}
+
+// httpGet returns a GET's status code and body (0 and the error when it fails).
+func httpGet(addr, path string) (int, string) {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }
 
 type topicFile struct {

@@ -18,17 +18,18 @@ use kaas_shared::crd::conditions::{DEGRADED, PROGRESSING, READY};
 use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaClusterStatus};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Recorder;
 use kube::{Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tracing::warn;
 
-use crate::conditions::{Cond, merge};
-use crate::diagnosis;
+use crate::backoff::Backoff;
+use crate::conditions::{Cond, RECONCILED, failed, merge};
+use crate::metrics::ReconcileMetrics;
 use crate::resources::{self, Names};
-use crate::{ERROR_REQUEUE, Error, FIELD_MANAGER, Result, validate, versions};
+use crate::{Error, FIELD_MANAGER, Result, diagnosis, events, validate, versions};
 
 /// What the manager's reconcilers share.
 #[derive(Clone)]
@@ -37,6 +38,25 @@ pub struct Context {
     pub client: Client,
     /// Image of the volume agents (this operator's own image).
     pub agent_image: String,
+    /// Events on KafkaClusters.
+    pub recorder: Recorder,
+    /// Reconcile counts and durations.
+    pub metrics: ReconcileMetrics,
+    /// Retry delays of failing clusters.
+    pub backoff: Arc<Backoff>,
+}
+
+impl Context {
+    /// A context reporting events as the operator.
+    pub fn new(client: Client, agent_image: String, metrics: ReconcileMetrics) -> Context {
+        Context {
+            recorder: events::recorder(&client, FIELD_MANAGER),
+            client,
+            agent_image,
+            metrics,
+            backoff: Arc::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -46,6 +66,9 @@ impl std::fmt::Debug for Context {
             .finish_non_exhaustive()
     }
 }
+
+/// The metric label of this controller.
+const CONTROLLER: &str = "kafkacluster";
 
 /// Why the spec cannot be rolled out, if it cannot.
 pub fn refusal(kc: &KafkaCluster) -> Option<Cond> {
@@ -156,11 +179,7 @@ async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<C
             .map(|c| c.is_some()),
         None => None,
     };
-    let selector = resources::selector(names, "broker")
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let selector = resources::selector_string(names, "broker");
     let pods = Api::<Pod>::namespaced(client.clone(), &names.namespace)
         .list(&ListParams::default().labels(&selector))
         .await
@@ -174,34 +193,91 @@ async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<C
     })
 }
 
-/// A Warning event on the KafkaCluster when a problem is first diagnosed or its reason changes
-/// (the condition carries it while it lasts; the event is the notification).
-async fn announce(client: &Client, kc: &KafkaCluster, previous: &[Condition], now: &[Condition]) {
-    let Some(degraded) = now.iter().find(|c| c.type_ == DEGRADED && c.status == "True") else {
-        return;
+/// A Warning event on the KafkaCluster when a problem is first diagnosed or its reason changes,
+/// and a Normal one when it becomes ready (the conditions carry the state while it lasts; the
+/// event is the notification).
+async fn announce(ctx: &Context, kc: &KafkaCluster, previous: &[Condition], now: &[Condition]) {
+    let holds = |conds: &[Condition], type_: &str, reason: Option<&str>| {
+        conds
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True" && reason.is_none_or(|r| c.reason == r))
     };
-    let same = previous.iter().any(|c| {
-        c.type_ == DEGRADED && c.status == "True" && c.reason == degraded.reason
-    });
-    if same {
-        return;
+    let reference = kc.object_ref(&());
+    if let Some(degraded) = now
+        .iter()
+        .find(|c| c.type_ == DEGRADED && c.status == "True")
+        && !holds(previous, DEGRADED, Some(&degraded.reason))
+    {
+        events::publish(
+            &ctx.recorder,
+            &reference,
+            true,
+            &degraded.reason,
+            degraded.message.clone(),
+            "Reconcile",
+        )
+        .await;
     }
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: std::env::var("HOSTNAME").ok(),
-        },
-    );
-    let event = Event {
-        type_: EventType::Warning,
-        reason: degraded.reason.clone(),
-        note: Some(degraded.message.clone()),
-        action: "Reconcile".into(),
-        secondary: None,
+    if let Some(ready) = now.iter().find(|c| c.type_ == READY && c.status == "True")
+        && !holds(previous, READY, None)
+    {
+        events::publish(
+            &ctx.recorder,
+            &reference,
+            false,
+            "Ready",
+            ready.message.clone(),
+            "Reconcile",
+        )
+        .await;
+    }
+}
+
+/// What applying the StatefulSet is about to change, as an event: the first creation, a scale
+/// (a scale-down drains the removed brokers first), a rolling restart.
+pub fn rollout_decision(
+    live: Option<&StatefulSet>,
+    replicas: i32,
+    hash: Option<&str>,
+) -> Option<(&'static str, String)> {
+    let Some(live) = live else {
+        return Some((
+            "Creating",
+            format!("creating the broker StatefulSet with {replicas} brokers"),
+        ));
     };
-    if let Err(e) = recorder.publish(&event, &kc.object_ref(&())).await {
-        warn!(error = %e, "cannot publish event");
+    let live_replicas = live.spec.replicas.unwrap_or(1);
+    let live_hash = live
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(resources::INPUTS_HASH_ANNOTATION))
+        .map(String::as_str);
+    if live_hash != hash {
+        Some((
+            "RollingRestart",
+            format!(
+                "broker pod template changed ({} -> {}); restarting brokers one at a time, each draining first",
+                live_hash.unwrap_or("none"),
+                hash.unwrap_or("none")
+            ),
+        ))
+    } else if live_replicas < replicas {
+        Some((
+            "ScalingUp",
+            format!("scaling up from {live_replicas} to {replicas} brokers"),
+        ))
+    } else if live_replicas > replicas {
+        Some((
+            "ScalingDown",
+            format!(
+                "scaling down from {live_replicas} to {replicas} brokers; each removed broker drains its partitions before it exits"
+            ),
+        ))
+    } else {
+        None
     }
 }
 
@@ -250,8 +326,44 @@ async fn patch_status(
     Ok(())
 }
 
-/// Reconciles one KafkaCluster.
+fn key(kc: &KafkaCluster) -> String {
+    format!(
+        "{}/{}",
+        kc.metadata.namespace.as_deref().unwrap_or_default(),
+        kc.name_any()
+    )
+}
+
+/// Reconciles one KafkaCluster: counts and times it, and on failure says so in an event and in
+/// the `Reconciled` condition.
 pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let result = converge(&kc, &ctx).await;
+    ctx.metrics.observe(CONTROLLER, started.elapsed(), &result);
+    match &result {
+        Ok(_) => ctx.backoff.succeeded(&key(&kc)),
+        Err(e) => report_error(&ctx, &kc, e).await,
+    }
+    result
+}
+
+/// A failed reconcile's event and `Reconciled=False` condition (best effort: the failure may be
+/// the API server's).
+async fn report_error(ctx: &Context, kc: &KafkaCluster, error: &Error) {
+    events::reconcile_failed(&ctx.recorder, &kc.object_ref(&()), error).await;
+    let Ok(names) = Names::of(kc) else { return };
+    let previous = kc.status.clone().unwrap_or_default();
+    let status = KafkaClusterStatus {
+        conditions: failed(&previous.conditions, error, kc.metadata.generation),
+        ..previous
+    };
+    if let Err(e) = patch_status(&ctx.client, kc, &names, status).await {
+        warn!(error = %e, "cannot write the reconcile error to status");
+    }
+}
+
+async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
+    let kc = kc.clone();
     let names = Names::of(&kc)?;
     let client = &ctx.client;
     let generation = kc.metadata.generation;
@@ -265,9 +377,12 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
             Cond::new(READY, false, refused.reason, refused.message.clone()),
             Cond::new(PROGRESSING, false, refused.reason, refused.message.clone()),
             refused,
+            Cond::new(RECONCILED, true, "Success", ""),
         ];
+        let conditions = merge(&previous.conditions, &wanted, generation, now);
+        announce(ctx, &kc, &previous.conditions, &conditions).await;
         let status = KafkaClusterStatus {
-            conditions: merge(&previous.conditions, &wanted, generation, now),
+            conditions,
             observed_generation: generation,
             ..previous.clone()
         };
@@ -276,7 +391,21 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
     }
 
     if let Some(pvc) = resources::claim(&kc, &names)? {
-        apply(client, &names.namespace, &pvc).await?;
+        // NB: a claim's spec is immutable but for a size increase, and the CRD refuses storage
+        // changes only for objects admitted after that rule. A refused claim change must not
+        // stop the rest of the reconcile: brokers keep the claim they have.
+        if let Err(e) = apply(client, &names.namespace, &pvc).await {
+            warn!(error = %e, "claim change refused; continuing with the existing claim");
+            events::publish(
+                &ctx.recorder,
+                &kc.object_ref(&()),
+                true,
+                "StorageChangeRefused",
+                format!("the shared claim cannot be changed as the spec asks: {e}"),
+                "Reconcile",
+            )
+            .await;
+        }
     }
     let (sa, role, binding) = resources::broker_rbac(&kc, &names)?;
     apply(client, &names.namespace, &sa).await?;
@@ -309,12 +438,24 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
         .as_ref()
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get(resources::INPUTS_HASH_ANNOTATION).cloned());
+    let decision = rollout_decision(live.as_ref(), kc.spec.replicas, hash.as_deref());
     let sts = apply(
         client,
         &names.namespace,
         &resources::statefulset(&kc, &names, &template)?,
     )
     .await?;
+    if let Some((reason, note)) = decision {
+        events::publish(
+            &ctx.recorder,
+            &kc.object_ref(&()),
+            false,
+            reason,
+            note,
+            "Apply",
+        )
+        .await;
+    }
     apply(
         client,
         &names.namespace,
@@ -341,14 +482,15 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
         None
     };
     let degraded = problem.is_some();
-    let wanted = conditions(
+    let mut wanted = conditions(
         kc.spec.replicas,
         sts.status.as_ref(),
         sts.metadata.generation,
         problem,
     );
+    wanted.push(Cond::new(RECONCILED, true, "Success", ""));
     let conditions = merge(&previous.conditions, &wanted, generation, now);
-    announce(client, &kc, &previous.conditions, &conditions).await;
+    announce(ctx, &kc, &previous.conditions, &conditions).await;
     let status = KafkaClusterStatus {
         conditions,
         observed_generation: generation,
@@ -362,6 +504,8 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
             .map(|m| format!("{}-{}", names.cluster, m.spec.controller_id)),
         assignment_version: mirror.as_ref().map(|m| m.spec.assignment_version),
         bootstrap_servers: Some(resources::bootstrap_servers(&kc, &names)),
+        replicas: sts.status.as_ref().map_or(0, |s| s.replicas),
+        selector: Some(resources::selector_string(&names, "broker")),
         pod_template_hash: hash,
     };
     if kc.status.as_ref() != Some(&status) {
@@ -370,13 +514,20 @@ pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Actio
     // StatefulSet status changes wake us through the owned-object watch; the requeue is a
     // backstop for the assignment mirror, which is not owned, and for what a diagnosis reads
     // (claims and pods are not watched), so a fixed problem clears within seconds.
-    Ok(Action::requeue(Duration::from_secs(if degraded || ready < kc.spec.replicas { 10 } else { 60 })))
+    Ok(Action::requeue(Duration::from_secs(
+        if degraded || ready < kc.spec.replicas {
+            10
+        } else {
+            60
+        },
+    )))
 }
 
-/// Requeues after an error.
-pub fn error_policy(kc: Arc<KafkaCluster>, error: &Error, _ctx: Arc<Context>) -> Action {
-    warn!(cluster = %kc.name_any(), reason = error.reason(), %error, "reconcile failed");
-    Action::requeue(ERROR_REQUEUE)
+/// Requeues after an error, later after each failure in a row ([`crate::backoff`]).
+pub fn error_policy(kc: Arc<KafkaCluster>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&key(&kc));
+    warn!(cluster = %kc.name_any(), reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 #[cfg(test)]
@@ -421,12 +572,22 @@ mod tests {
 
     #[test]
     fn a_diagnosed_problem_is_the_reason_brokers_are_not_ready() {
-        let problem = || Some(Cond::new(DEGRADED, true, "StorageNotBound", "claim x is Pending"));
+        let problem = || {
+            Some(Cond::new(
+                DEGRADED,
+                true,
+                "StorageNotBound",
+                "claim x is Pending",
+            ))
+        };
         let c = conditions(3, Some(&sts_status(3, 0, 3, 2)), Some(2), problem());
         assert_eq!((c[0].status, c[0].reason), (false, "StorageNotBound"));
         assert_eq!(c[0].message, "0/3 brokers ready: claim x is Pending");
         assert_eq!((c[1].status, c[1].reason), (true, "BrokersNotReady"));
-        assert_eq!((c[2].type_, c[2].status, c[2].reason), (DEGRADED, true, "StorageNotBound"));
+        assert_eq!(
+            (c[2].type_, c[2].status, c[2].reason),
+            (DEGRADED, true, "StorageNotBound")
+        );
         // Ready brokers outrank a stale diagnosis.
         let c = conditions(3, Some(&sts_status(3, 3, 3, 2)), Some(2), problem());
         assert_eq!((c[0].status, c[2].status), (true, false));
@@ -458,38 +619,56 @@ mod tests {
         assert_eq!(refusal(&kc).unwrap().reason, "InvalidConfig");
     }
 
-    /// An unsupported version: the reconciler writes only status (Degraded) and creates nothing.
+    /// An unsupported version: the reconciler writes only status (Degraded) and an event, and
+    /// creates nothing.
     #[tokio::test]
     async fn an_unsupported_version_touches_nothing_but_status() {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, "ns");
-        let ctx = Arc::new(Context {
+        let ctx = Arc::new(Context::new(
             client,
-            agent_image: "img".into(),
-        });
+            "img".into(),
+            ReconcileMetrics::default(),
+        ));
         let server = tokio::spawn(async move {
-            let (request, send) = handle.next_request().await.expect("one request");
-            assert_eq!(request.method(), http::Method::PATCH);
-            assert_eq!(
-                request.uri().path(),
-                "/apis/kaas.dev/v1alpha1/namespaces/ns/kafkaclusters/prod/status"
-            );
-            let body = request.into_body().collect_bytes().await.unwrap();
-            let patch: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            let conds = patch["status"]["conditions"].as_array().unwrap();
-            let degraded = conds.iter().find(|c| c["type"] == "Degraded").unwrap();
-            assert_eq!(degraded["status"], "True");
-            assert_eq!(degraded["reason"], "UnsupportedBrokerVersion");
-            assert_eq!(patch["status"]["observedGeneration"], 4);
-            let mut updated = serde_json::to_value(cluster("9.0.0")).unwrap();
-            updated["status"] = patch["status"].clone();
-            send.send_response(
-                Response::builder()
-                    .body(Body::from(serde_json::to_vec(&updated).unwrap()))
-                    .unwrap(),
-            );
-            // No further request may come.
-            assert!(handle.next_request().await.is_none());
+            let mut status_patched = false;
+            let mut events = 0;
+            while let Some((request, send)) = handle.next_request().await {
+                let path = request.uri().path().to_owned();
+                let method = request.method().clone();
+                let body = request.into_body().collect_bytes().await.unwrap();
+                if path.starts_with("/apis/events.k8s.io/v1/namespaces/ns/events") {
+                    events += 1;
+                    send.send_response(
+                        Response::builder()
+                            .status(201)
+                            .body(Body::from(body.to_vec()))
+                            .unwrap(),
+                    );
+                    continue;
+                }
+                assert_eq!(method, http::Method::PATCH);
+                assert_eq!(
+                    path,
+                    "/apis/kaas.dev/v1alpha1/namespaces/ns/kafkaclusters/prod/status"
+                );
+                let patch: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let conds = patch["status"]["conditions"].as_array().unwrap();
+                let degraded = conds.iter().find(|c| c["type"] == "Degraded").unwrap();
+                assert_eq!(degraded["status"], "True");
+                assert_eq!(degraded["reason"], "UnsupportedBrokerVersion");
+                assert_eq!(patch["status"]["observedGeneration"], 4);
+                let mut updated = serde_json::to_value(cluster("9.0.0")).unwrap();
+                updated["status"] = patch["status"].clone();
+                send.send_response(
+                    Response::builder()
+                        .body(Body::from(serde_json::to_vec(&updated).unwrap()))
+                        .unwrap(),
+                );
+                status_patched = true;
+            }
+            assert!(status_patched);
+            assert_eq!(events, 1, "one UnsupportedBrokerVersion event");
         });
         let action = reconcile(Arc::new(cluster("9.0.0")), ctx).await.unwrap();
         assert_eq!(action, Action::requeue(Duration::from_secs(300)));

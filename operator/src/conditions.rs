@@ -4,6 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+/// Whether the last reconcile of the object succeeded; `False` carries the error's reason and
+/// message, so a reconcile error reaches status rather than only the operator's log.
+pub const RECONCILED: &str = "Reconciled";
+
 /// A condition as the reconciler decides it, before timestamps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cond {
@@ -63,6 +67,32 @@ pub fn merge(
         .collect()
 }
 
+/// `previous` with `cond` set (replaced or appended), every other condition kept as it is.
+pub fn set(
+    previous: &[Condition],
+    cond: &Cond,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    let mut out: Vec<Condition> = previous
+        .iter()
+        .filter(|c| c.type_ != cond.type_)
+        .cloned()
+        .collect();
+    out.extend(merge(previous, std::slice::from_ref(cond), generation, now));
+    out
+}
+
+/// `previous` with `Reconciled=False` carrying `error`'s reason and message.
+pub fn failed(
+    previous: &[Condition],
+    error: &crate::Error,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    let cond = Cond::new(RECONCILED, false, error.reason(), error.to_string());
+    set(previous, &cond, generation, Timestamp::now())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -89,5 +119,20 @@ mod tests {
         assert_eq!(same[0].observed_generation, Some(2));
         let flipped = merge(&same, &[Cond::new("Ready", true, "Ready", "")], Some(2), t1);
         assert_eq!(flipped[0].last_transition_time, Time(t1));
+        let failed = set(
+            &flipped,
+            &Cond::new(RECONCILED, false, "KubernetesError", "boom"),
+            Some(2),
+            t1,
+        );
+        assert_eq!(failed.len(), 2);
+        assert_eq!(
+            (failed[0].type_.as_str(), failed[0].status.as_str()),
+            ("Ready", "True")
+        );
+        assert_eq!(
+            (failed[1].reason.as_str(), failed[1].message.as_str()),
+            ("KubernetesError", "boom")
+        );
     }
 }

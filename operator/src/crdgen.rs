@@ -9,7 +9,7 @@ use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use crate::{rbac, versions};
+use crate::{rbac, resources, versions};
 
 /// Namespace the plain (`config/`) install runs the operator in.
 pub const OPERATOR_NAMESPACE: &str = "kaas-system";
@@ -42,26 +42,85 @@ pub fn cluster_role() -> Value {
     })
 }
 
+/// The probes of every kaas-operator process (manager and volume agent), on the port of its
+/// `/healthz`, `/readyz` and `/metrics`.
+pub fn probes() -> Value {
+    let port = resources::OPERATOR_HTTP_PORT;
+    json!({
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": port}, "periodSeconds": 10, "failureThreshold": 3},
+        // Ready once the API server answered this replica (a standby is ready too: it is
+        // healthy, and takes over when the holder goes).
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": port}, "periodSeconds": 5},
+    })
+}
+
+/// A kaas-operator container running `role`: its HTTP port (on the pod IP, as the process
+/// kubelet runs pods on one host), probes, and `env` after the listen address.
+pub fn operator_container(name: &str, image: &str, role: &str, env: Vec<Value>) -> Value {
+    let port = resources::OPERATOR_HTTP_PORT;
+    let mut all_env = vec![
+        json!({"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}),
+        json!({"name": "KAAS_METRICS_LISTEN", "value": format!("$(MY_POD_IP):{port}")}),
+    ];
+    all_env.extend(env);
+    let mut container = json!({
+        "name": name,
+        "image": image,
+        "command": ["/kaas-operator", role],
+        "ports": [{"name": "metrics", "containerPort": port}],
+        "env": all_env,
+    });
+    if let (Some(c), Value::Object(p)) = (container.as_object_mut(), probes()) {
+        c.extend(p);
+    }
+    container
+}
+
 /// The operator's Deployment spec (shared by `config/manager` and the CSV).
 pub fn deployment_spec(image: &str) -> Value {
+    let mut container = operator_container(
+        "manager",
+        image,
+        "run",
+        vec![
+            json!({"name": "KAAS_AGENT_IMAGE", "value": image}),
+            // The manager's Lease lives in its own namespace.
+            json!({"name": "KAAS_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+        ],
+    );
+    container["resources"] =
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}});
     json!({
-        "replicas": 1,
-        // One manager at a time: there is no leader election, and two managers would fight over
-        // the same field manager's objects.
-        "strategy": {"type": "Recreate"},
+        // Two replicas: one holds the Lease and reconciles, the other stands by and takes
+        // over within the lease duration if the holder dies (at once if it stops cleanly).
+        "replicas": 2,
+        // A rolling update is safe with leader election: the new replica waits for the Lease,
+        // which the old one releases when it stops.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}},
         "selector": {"matchLabels": {"app.kubernetes.io/name": OPERATOR_NAME}},
         "template": {
             "metadata": {"labels": {"app.kubernetes.io/name": OPERATOR_NAME}},
             "spec": {
                 "serviceAccountName": OPERATOR_NAME,
-                "containers": [{
-                    "name": "manager",
-                    "image": image,
-                    "command": ["/kaas-operator", "run"],
-                    "env": [{"name": "KAAS_AGENT_IMAGE", "value": image}],
-                    "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                }],
+                "containers": [container],
             }
+        }
+    })
+}
+
+/// The Service in front of the manager's `/metrics`, for Prometheus to scrape (every replica:
+/// `kaas_operator_leader` tells the holder from the standby).
+pub fn metrics_service(namespace: Option<&str>) -> Value {
+    let mut metadata = json!({"name": format!("{OPERATOR_NAME}-metrics"), "labels": {"app.kubernetes.io/name": OPERATOR_NAME}});
+    if let (Some(ns), Some(m)) = (namespace, metadata.as_object_mut()) {
+        m.insert("namespace".into(), json!(ns));
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "selector": {"app.kubernetes.io/name": OPERATOR_NAME},
+            "ports": [{"name": "metrics", "port": resources::OPERATOR_HTTP_PORT, "targetPort": "metrics"}],
         }
     })
 }
@@ -112,6 +171,10 @@ pub fn repo_files() -> Vec<(PathBuf, String)> {
             "metadata": {"name": OPERATOR_NAME, "namespace": OPERATOR_NAMESPACE},
             "spec": deployment_spec(&versions::operator_image()),
         })),
+    ));
+    files.push((
+        PathBuf::from("config/manager/service.yaml"),
+        yaml(&metrics_service(Some(OPERATOR_NAMESPACE))),
     ));
     for (name, sample) in samples() {
         files.push((PathBuf::from("config/samples").join(name), yaml(&sample)));
@@ -250,6 +313,11 @@ pub fn bundle_files(image: &str, channel: &str) -> Vec<(PathBuf, String)> {
             "manifests/{OPERATOR_NAME}.clusterserviceversion.yaml"
         )),
         yaml(&csv(image)),
+    ));
+    // OLM creates a bundle's Services in the install namespace.
+    files.push((
+        PathBuf::from(format!("manifests/{OPERATOR_NAME}-metrics_v1_service.yaml")),
+        yaml(&metrics_service(None)),
     ));
     let annotations = [
         (

@@ -19,10 +19,13 @@
 //! [`KafkaCluster`]: kaas_shared::crd::KafkaCluster
 //! [`KafkaTopic`]: kaas_shared::crd::KafkaTopic
 
+pub mod backoff;
 pub mod cluster;
 pub mod conditions;
 pub mod crdgen;
 pub mod diagnosis;
+pub mod events;
+pub mod leader;
 pub mod metrics;
 pub mod rbac;
 pub mod resources;
@@ -31,8 +34,6 @@ pub mod topic;
 pub mod validate;
 pub mod versions;
 pub mod volume;
-
-use std::time::Duration;
 
 /// The one field manager of every object and status this operator applies.
 pub const FIELD_MANAGER: &str = "kaas-operator";
@@ -58,6 +59,12 @@ pub enum Error {
     /// The object lacks a field the API server always sets (name, namespace, uid).
     #[error("{0} is missing from the object")]
     MissingField(&'static str),
+    /// The Lease store failed (the in-memory store of tests).
+    #[error("lease store: {0}")]
+    LeaseStore(String),
+    /// This replica does not hold its Lease (any more), so it must not act.
+    #[error("not the leader: this replica does not hold the lease")]
+    NotLeader,
     /// A blocking task (volume I/O) panicked or was cancelled.
     #[error("volume task: {0}")]
     Join(#[from] tokio::task::JoinError),
@@ -75,9 +82,8 @@ impl Error {
             Error::Serialize { .. } => "SerializeError",
             Error::MissingField(_) => "MissingField",
             Error::Join(_) => "VolumeTaskFailed",
+            Error::LeaseStore(_) => "LeaseStoreError",
+            Error::NotLeader => "NotLeader",
         }
     }
 }
-
-/// How soon a reconcile that failed is retried.
-pub const ERROR_REQUEUE: Duration = Duration::from_secs(5);

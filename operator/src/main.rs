@@ -1,6 +1,7 @@
 //! `kaas-operator run` (the manager) and `kaas-operator volume-agent` (one per cluster).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,13 +10,16 @@ use clap::{Parser, Subcommand};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kaas_operator::cluster::{self, Context};
+use kaas_operator::leader::{self, Elector, KubeLease, Leadership};
+use kaas_operator::metrics::ReconcileMetrics;
 use kaas_operator::topic::{self, AgentContext};
 use kaas_operator::{sweep, versions};
 use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
 use kaas_shared::fs::RealFs;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
+use tokio::sync::watch;
 use tracing::info;
 
 #[derive(Parser, Debug)]
@@ -25,6 +29,17 @@ struct Args {
     command: Command,
 }
 
+/// What both roles take: where `/healthz`, `/readyz` and `/metrics` are served, and the Lease.
+#[derive(clap::Args, Debug)]
+struct Common {
+    /// Where `/healthz`, `/readyz` and `/metrics` are served.
+    #[arg(long, env = "KAAS_METRICS_LISTEN", default_value = "0.0.0.0:9096", value_parser = kaas_shared::listen_address::parse)]
+    metrics_listen: std::net::SocketAddr,
+    /// Take part in leader election on a Lease: only the holder acts, so two replicas can run.
+    #[arg(long, env = "KAAS_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Reconcile KafkaClusters in every namespace.
@@ -32,6 +47,11 @@ enum Command {
         /// Image of the per-cluster volume agents (this operator's own image).
         #[arg(long, env = "KAAS_AGENT_IMAGE", default_value_t = versions::operator_image())]
         agent_image: String,
+        /// Namespace of the manager's Lease (its own namespace; the client's default if unset).
+        #[arg(long, env = "KAAS_POD_NAMESPACE")]
+        lease_namespace: Option<String>,
+        #[command(flatten)]
+        common: Common,
     },
     /// Reconcile one cluster's KafkaTopics on its shared volume, and reclaim deleted topics'
     /// directories.
@@ -48,9 +68,8 @@ enum Command {
         /// Seconds between reclamation rounds.
         #[arg(long, env = "KAAS_SWEEP_INTERVAL_SECS", default_value_t = 5)]
         sweep_interval_secs: u64,
-        /// Where `/metrics` (reclamation state) is served.
-        #[arg(long, env = "KAAS_METRICS_LISTEN", default_value = "0.0.0.0:9096", value_parser = kaas_shared::listen_address::parse)]
-        metrics_listen: std::net::SocketAddr,
+        #[command(flatten)]
+        common: Common,
     },
 }
 
@@ -67,70 +86,223 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("connecting to Kubernetes")?;
     match args.command {
-        Command::Run { agent_image } => run(client, agent_image).await,
+        Command::Run {
+            agent_image,
+            lease_namespace,
+            common,
+        } => {
+            let namespace =
+                lease_namespace.unwrap_or_else(|| client.default_namespace().to_owned());
+            let lease = KubeLease::new(client.clone(), &namespace, "kaas-operator", None);
+            let process = Process::start(&client, &common, lease).await?;
+            run(client, agent_image, process).await
+        }
         Command::VolumeAgent {
             namespace,
             cluster,
             data_dir,
             sweep_interval_secs,
-            metrics_listen,
+            common,
         } => {
+            // The agent's Lease is owned by its KafkaCluster: deleted with it.
+            let owner = Api::<KafkaCluster>::namespaced(client.clone(), &namespace)
+                .get(&cluster)
+                .await
+                .with_context(|| format!("reading KafkaCluster {namespace}/{cluster}"))?
+                .controller_owner_ref(&());
+            let lease = KubeLease::new(
+                client.clone(),
+                &namespace,
+                &format!("{cluster}-volume-agent"),
+                owner,
+            );
+            let process = Process::start(&client, &common, lease).await?;
             volume_agent(
                 client,
                 namespace,
                 cluster,
                 data_dir,
                 Duration::from_secs(sweep_interval_secs),
-                metrics_listen,
+                process,
             )
             .await
         }
     }
 }
 
-async fn run(client: Client, agent_image: String) -> anyhow::Result<()> {
+/// What both roles run around their controllers: the HTTP server, the election, and the stop
+/// signal. Shutdown is a protocol: SIGTERM stops the controllers, then the Lease is released,
+/// then the server stops, and each is awaited.
+struct Process {
+    registry: prometheus_client::registry::Registry,
+    metrics: ReconcileMetrics,
+    leadership: Leadership,
+    stop: watch::Receiver<bool>,
+    elector_stop: watch::Sender<bool>,
+    elector: Option<tokio::task::JoinHandle<()>>,
+    listener: tokio::net::TcpListener,
+    ready: Arc<AtomicBool>,
+}
+
+impl Process {
+    async fn start(client: &Client, common: &Common, lease: KubeLease) -> anyhow::Result<Process> {
+        let (stop_tx, stop) = watch::channel(false);
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(term) => term,
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot listen for SIGTERM");
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            info!("stop signal received");
+            let _ = stop_tx.send(true);
+        });
+        let metrics = ReconcileMetrics::default();
+        let mut registry = prometheus_client::registry::Registry::with_prefix("kaas");
+        metrics.register(&mut registry);
+        let listener = tokio::net::TcpListener::bind(common.metrics_listen)
+            .await
+            .with_context(|| format!("binding {}", common.metrics_listen))?;
+        let ready = Arc::new(AtomicBool::new(false));
+        let (elector_stop, elector_stopped) = watch::channel(false);
+        let (leadership, elector) = if common.leader_elect {
+            let elector = Elector::new(
+                Arc::new(lease),
+                leader::identity(),
+                leader::Timing::default(),
+            )
+            .with_gauge(metrics.leader.clone())
+            .with_ready(ready.clone());
+            (
+                elector.leadership(),
+                Some(tokio::spawn(elector.run(elector_stopped))),
+            )
+        } else {
+            let _ = client;
+            ready.store(true, Ordering::SeqCst);
+            metrics.leader.set(1);
+            (Leadership::always(), None)
+        };
+        Ok(Process {
+            registry,
+            metrics,
+            leadership,
+            stop,
+            elector_stop,
+            elector,
+            listener,
+            ready,
+        })
+    }
+
+    /// Serves HTTP, and runs `act` each time this replica acquires the Lease, with a trigger
+    /// that fires when it loses the Lease or the process is asked to stop; then releases the
+    /// Lease and stops the server.
+    async fn run<F, Fut>(self, mut act: F) -> anyhow::Result<()>
+    where
+        F: FnMut(std::pin::Pin<Box<dyn Future<Output = ()> + Send + Sync>>) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (leadership, stop) = (self.leadership, self.stop);
+        let server = tokio::spawn(kaas_operator::metrics::serve(
+            self.listener,
+            Arc::new(self.registry),
+            self.ready,
+            stop.clone(),
+        ));
+        loop {
+            let mut waiting = leadership.clone();
+            let mut stopping = stop.clone();
+            tokio::select! {
+                acquired = waiting.acquired() => if !acquired { break },
+                _ = stopping.wait_for(|s| *s) => break,
+            }
+            let (mut lost, mut stopping) = (leadership.clone(), stop.clone());
+            act(Box::pin(async move {
+                tokio::select! {
+                    () = lost.lost() => {}
+                    _ = stopping.wait_for(|s| *s) => {}
+                }
+            }))
+            .await;
+            if *stop.borrow() {
+                break;
+            }
+            info!("stopped acting; standing by for the lease");
+        }
+        let _ = self.elector_stop.send(true);
+        if let Some(elector) = self.elector {
+            elector.await.context("election task")?;
+        }
+        server.await.context("HTTP server")?;
+        Ok(())
+    }
+}
+
+/// A watch of the objects this operator applies (labelled `app.kubernetes.io/managed-by`).
+fn managed() -> watcher::Config {
+    watcher::Config::default().labels(&format!(
+        "{}={}",
+        kaas_operator::resources::LABEL_MANAGED_BY,
+        kaas_operator::FIELD_MANAGER
+    ))
+}
+
+async fn run(client: Client, agent_image: String, process: Process) -> anyhow::Result<()> {
     info!(
         version = versions::OPERATOR_VERSION,
         "kaas-operator manager starting"
     );
-    let ctx = Arc::new(Context {
-        client: client.clone(),
+    let ctx = Arc::new(Context::new(
+        client.clone(),
         agent_image,
-    });
-    Controller::new(
-        Api::<KafkaCluster>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns(
-        Api::<StatefulSet>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns(
-        Api::<Deployment>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    // The controller broker's assignment mirror, named after its cluster: status shows the
-    // current controller and assignment version as soon as they change.
-    .watches(
-        Api::<KafkaClusterAssignments>::all(client),
-        watcher::Config::default(),
-        |mirror| {
-            mirror
-                .metadata
-                .name
-                .clone()
-                .zip(mirror.metadata.namespace.clone())
-                .map(|(name, namespace)| ObjectRef::<KafkaCluster>::new(&name).within(&namespace))
-        },
-    )
-    .shutdown_on_signal()
-    .run(cluster::reconcile, cluster::error_policy, ctx)
-    .for_each(|result| async move {
-        if let Ok((obj, _)) = result {
-            tracing::debug!(cluster = %obj.name, "reconciled");
-        }
-    })
-    .await;
+        process.metrics.clone(),
+    ));
+    process
+        .run(|stop| {
+            let (client, ctx) = (client.clone(), ctx.clone());
+            async move {
+                Controller::new(
+                    Api::<KafkaCluster>::all(client.clone()),
+                    watcher::Config::default(),
+                )
+                // Only what this operator manages is watched and cached, not every StatefulSet
+                // and Deployment in the cluster: everything it applies carries this label.
+                .owns(Api::<StatefulSet>::all(client.clone()), managed())
+                .owns(Api::<Deployment>::all(client.clone()), managed())
+                // The controller broker's assignment mirror, named after its cluster: status
+                // shows the current controller and assignment version as soon as they change.
+                .watches(
+                    Api::<KafkaClusterAssignments>::all(client),
+                    watcher::Config::default(),
+                    |mirror| {
+                        mirror
+                            .metadata
+                            .name
+                            .clone()
+                            .zip(mirror.metadata.namespace.clone())
+                            .map(|(name, namespace)| {
+                                ObjectRef::<KafkaCluster>::new(&name).within(&namespace)
+                            })
+                    },
+                )
+                .graceful_shutdown_on(stop)
+                .run(cluster::reconcile, cluster::error_policy, ctx)
+                .for_each(|result| async move {
+                    if let Ok((obj, _)) = result {
+                        tracing::debug!(cluster = %obj.name, "reconciled");
+                    }
+                })
+                .await;
+            }
+        })
+        .await?;
     info!("kaas-operator manager stopped");
     Ok(())
 }
@@ -141,44 +313,53 @@ async fn volume_agent(
     cluster: String,
     data_dir: PathBuf,
     interval: Duration,
-    metrics_listen: std::net::SocketAddr,
+    process: Process,
 ) -> anyhow::Result<()> {
     info!(%namespace, %cluster, data_dir = %data_dir.display(), "volume agent starting");
-    let controller = Controller::new(
-        Api::<KafkaTopic>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-    );
-    let ctx = Arc::new(AgentContext {
-        client: client.clone(),
+    let metrics = kaas_operator::metrics::ReclaimMetrics::default();
+    let mut process = process;
+    metrics.register(&mut process.registry);
+    let template = AgentContext {
+        recorder: kaas_operator::events::recorder(&client, "kaas-volume-agent"),
+        client,
         namespace,
         cluster,
         fs: Arc::new(RealFs),
         root: data_dir,
         volume_lock: Arc::new(Mutex::new(())),
-        topics: controller.store(),
-    });
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let metrics = kaas_operator::metrics::ReclaimMetrics::default();
-    let mut registry = prometheus_client::registry::Registry::with_prefix("kaas");
-    metrics.register(&mut registry);
-    let listener = tokio::net::TcpListener::bind(metrics_listen)
-        .await
-        .with_context(|| format!("binding {metrics_listen}"))?;
-    let metrics_server = tokio::spawn(kaas_operator::metrics::serve(
-        listener,
-        Arc::new(registry),
-        stop_rx.clone(),
-    ));
-    let sweeper = tokio::spawn(sweep::run(ctx.clone(), interval, metrics, stop_rx));
-    controller
-        .shutdown_on_signal()
-        .run(topic::reconcile, topic::error_policy, ctx)
-        .for_each(|_| async {})
-        .await;
-    // Shutdown is a protocol: the sweeper hears it and is awaited.
-    let _ = stop_tx.send(true);
-    sweeper.await.context("sweeper task")?;
-    metrics_server.await.context("metrics server")?;
+        topics: kube::runtime::reflector::store::Writer::default().as_reader(),
+        leadership: process.leadership.clone(),
+        metrics: process.metrics.clone(),
+        backoff: Arc::default(),
+    };
+    process
+        .run(|stop| {
+            let (template, metrics) = (template.clone(), metrics.clone());
+            async move {
+                let controller = Controller::new(
+                    Api::<KafkaTopic>::namespaced(template.client.clone(), &template.namespace),
+                    watcher::Config::default(),
+                );
+                let ctx = Arc::new(AgentContext {
+                    topics: controller.store(),
+                    ..template
+                });
+                let (sweep_stop, sweep_stopped) = watch::channel(false);
+                let sweeper =
+                    tokio::spawn(sweep::run(ctx.clone(), interval, metrics, sweep_stopped));
+                controller
+                    .graceful_shutdown_on(stop)
+                    .run(topic::reconcile, topic::error_policy, ctx)
+                    .for_each(|_| async {})
+                    .await;
+                // The sweeper hears the stop and is awaited before the Lease may be released.
+                let _ = sweep_stop.send(true);
+                if let Err(e) = sweeper.await {
+                    tracing::error!(error = %e, "sweeper task failed");
+                }
+            }
+        })
+        .await?;
     info!("volume agent stopped");
     Ok(())
 }

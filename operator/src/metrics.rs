@@ -1,12 +1,17 @@
-//! The volume agent's Prometheus metrics: reclamation that is pending shows up here (and as
+//! The operator's Prometheus metrics and its HTTP server. Reconciles of both roles are counted
+//! and timed by controller; the volume agent adds reclamation state: reclamation that is pending shows up here (and as
 //! events on the KafkaCluster), so a directory stuck behind a `.nfs` file or a broker that
 //! still leads a deleted topic is visible without reading logs.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::volume::RoundReport;
@@ -24,16 +29,38 @@ pub struct ReclaimMetrics {
 impl ReclaimMetrics {
     /// Registers every metric under the `kaas_` prefix.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register("reclaim_waiting_directories", "Deleted topics' directories still led by a broker", self.waiting.clone());
-        registry.register("reclaim_pending_directories", "Directories renamed aside whose removal is retried (EBUSY/ENOTEMPTY from open files)", self.pending.clone());
-        registry.register("reclaim_renamed", "Topic directories renamed aside for removal", self.renamed.clone());
-        registry.register("reclaim_removed", "Renamed-aside directories removed", self.removed.clone());
-        registry.register("reclaim_failed_rounds", "Reclamation rounds that failed and were retried", self.failed_rounds.clone());
+        registry.register(
+            "reclaim_waiting_directories",
+            "Deleted topics' directories still led by a broker",
+            self.waiting.clone(),
+        );
+        registry.register(
+            "reclaim_pending_directories",
+            "Directories renamed aside whose removal is retried (EBUSY/ENOTEMPTY from open files)",
+            self.pending.clone(),
+        );
+        registry.register(
+            "reclaim_renamed",
+            "Topic directories renamed aside for removal",
+            self.renamed.clone(),
+        );
+        registry.register(
+            "reclaim_removed",
+            "Renamed-aside directories removed",
+            self.removed.clone(),
+        );
+        registry.register(
+            "reclaim_failed_rounds",
+            "Reclamation rounds that failed and were retried",
+            self.failed_rounds.clone(),
+        );
     }
 
     pub fn observe(&self, report: &RoundReport) {
-        self.waiting.set(i64::try_from(report.waiting.len()).unwrap_or(i64::MAX));
-        self.pending.set(i64::try_from(report.pending.len()).unwrap_or(i64::MAX));
+        self.waiting
+            .set(i64::try_from(report.waiting.len()).unwrap_or(i64::MAX));
+        self.pending
+            .set(i64::try_from(report.pending.len()).unwrap_or(i64::MAX));
         self.renamed.inc_by(report.renamed.len() as u64);
         self.removed.inc_by(report.removed as u64);
     }
@@ -43,23 +70,144 @@ impl ReclaimMetrics {
     }
 }
 
-/// Serves `GET /metrics` (OpenMetrics text) on `listener` until `shutdown` fires.
-pub async fn serve(listener: tokio::net::TcpListener, registry: Arc<Registry>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+/// Reconcile counts, failures and durations by controller, and whether this replica leads:
+/// the manager's and the volume agent's own health, next to what they manage.
+#[derive(Debug, Clone)]
+pub struct ReconcileMetrics {
+    reconciles: Family<ControllerLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    durations: Family<ControllerLabels, Histogram>,
+    /// 1 while this replica holds its Lease (and so acts), 0 while it stands by.
+    pub leader: Gauge,
+}
+
+/// `controller="kafkacluster"` or `"kafkatopic"`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    controller: &'static str,
+}
+
+/// A failed reconcile's controller and error reason ([`crate::Error::reason`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    controller: &'static str,
+    reason: &'static str,
+}
+
+impl Default for ReconcileMetrics {
+    fn default() -> Self {
+        ReconcileMetrics {
+            reconciles: Family::default(),
+            errors: Family::default(),
+            // 5 ms to about 20 s: a reconcile is a handful of API calls, a slow one waits on
+            // the API server.
+            durations: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.005, 2.0, 13))
+            }),
+            leader: Gauge::default(),
+        }
+    }
+}
+
+impl ReconcileMetrics {
+    /// Registers every metric under the `kaas_` prefix.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "operator_reconciles",
+            "Reconciles run, by controller",
+            self.reconciles.clone(),
+        );
+        registry.register(
+            "operator_reconcile_errors",
+            "Reconciles that failed, by controller and error reason",
+            self.errors.clone(),
+        );
+        registry.register(
+            "operator_reconcile_duration_seconds",
+            "How long reconciles took, by controller",
+            self.durations.clone(),
+        );
+        registry.register(
+            "operator_leader",
+            "1 while this replica holds its Lease and acts, 0 while it stands by",
+            self.leader.clone(),
+        );
+    }
+
+    /// Counts one reconcile of `controller` that took `took` and ended with `result`.
+    pub fn observe<T>(
+        &self,
+        controller: &'static str,
+        took: std::time::Duration,
+        result: &crate::Result<T>,
+    ) {
+        let labels = ControllerLabels { controller };
+        self.reconciles.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        if let Err(e) = result {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    controller,
+                    reason: e.reason(),
+                })
+                .inc();
+        }
+    }
+}
+
+/// Serves `GET /metrics` (OpenMetrics text), `GET /healthz` (the process answers) and
+/// `GET /readyz` (200 once `ready` is set: the API server answered this replica) on `listener`
+/// until `shutdown` fires. One server for the manager and the volume agent.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    ready: Arc<AtomicBool>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let registry = registry.clone();
-            async move {
-                let mut text = String::new();
-                match encode(&mut text, &registry) {
-                    Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response(),
-                    Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut text = String::new();
+                    match encode(&mut text, &registry) {
+                        Ok(()) => (
+                            [(
+                                header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            text,
+                        )
+                            .into_response(),
+                        Err(e) => {
+                            (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+                        }
+                    }
                 }
-            }
-        }),
-    );
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            axum::routing::get(move || {
+                let ready = ready.load(Ordering::SeqCst);
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "the API server has not answered yet",
+                        )
+                    }
+                }
+            }),
+        );
     let _ = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|s| *s).await;

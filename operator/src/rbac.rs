@@ -40,9 +40,15 @@ pub fn broker_rules() -> Vec<PolicyRule> {
 }
 
 /// What a cluster's volume agent uses: read its topics, write their status, read its cluster
-/// (for its `assignment.json` path nothing else is needed), and record events.
+/// (for its `assignment.json` path nothing else is needed), record events, and hold its Lease
+/// (conditional `update`s; never `delete`).
 pub fn volume_agent_rules() -> Vec<PolicyRule> {
     vec![
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "update"],
+        ),
         rule("kaas.dev", &["kafkatopics"], &["get", "list", "watch"]),
         rule("kaas.dev", &["kafkatopics/status"], &["get", "patch"]),
         rule("kaas.dev", &["kafkaclusters"], &["get"]),
@@ -93,7 +99,7 @@ pub fn operator_rules() -> Vec<PolicyRule> {
             MANAGE,
         ),
         rule("policy", &["poddisruptionbudgets"], MANAGE),
-        // Held only to grant them to brokers.
+        // The manager's own Lease (leader election), and to grant them to brokers and agents.
         rule(
             "coordination.k8s.io",
             &["leases"],

@@ -24,8 +24,9 @@ use crate::{Error, Result, rbac, validate, versions};
 pub const DATA_DIR: &str = "/data";
 /// Heartbeat gRPC port (seed 003).
 pub const HEARTBEAT_PORT: i32 = 9094;
-/// Port of the volume agent's `/metrics` (reclamation state).
-pub const AGENT_METRICS_PORT: u16 = 9096;
+/// Port of every kaas-operator process's `/healthz`, `/readyz` and `/metrics` (the manager's
+/// and each volume agent's).
+pub const OPERATOR_HTTP_PORT: u16 = 9096;
 
 /// HTTP port of `/healthz`, `/readyz` and `/metrics`.
 pub const HTTP_PORT: i32 = 9095;
@@ -94,6 +95,16 @@ pub fn selector(names: &Names, component: &str) -> BTreeMap<String, String> {
         (LABEL_INSTANCE.to_owned(), names.cluster.clone()),
         (LABEL_COMPONENT.to_owned(), component.to_owned()),
     ])
+}
+
+/// [`selector`] as a label selector string (`k=v,...`), as list calls and the scale
+/// subresource take it.
+pub fn selector_string(names: &Names, component: &str) -> String {
+    selector(names, component)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn labels(names: &Names, component: &str) -> BTreeMap<String, String> {
@@ -446,8 +457,21 @@ pub fn claim(kc: &KafkaCluster, names: &Names) -> Result<Option<PersistentVolume
 }
 
 /// The volume agent: one replica of the operator's image that mounts the cluster's claim and
-/// reconciles its topics. `Recreate`, so two agents never write the same volume.
+/// reconciles its topics. `Recreate`, so a rollout does not start a second agent; and the
+/// agent's Lease fences any second one that runs anyway (a pod on a partitioned node whose
+/// replacement started): only the holder writes the volume (see `leader`).
 pub fn volume_agent(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Deployment> {
+    let mut container = crate::crdgen::operator_container(
+        "agent",
+        image,
+        "volume-agent",
+        vec![
+            json!({"name": "KAAS_NAMESPACE", "value": names.namespace}),
+            json!({"name": "KAAS_CLUSTER", "value": names.cluster}),
+            json!({"name": "KAAS_DATA_DIR", "value": DATA_DIR}),
+        ],
+    );
+    container["volumeMounts"] = json!([{"name": "data", "mountPath": DATA_DIR}]);
     parse(
         "volume agent",
         json!({
@@ -461,20 +485,7 @@ pub fn volume_agent(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Dep
                     "metadata": {"labels": labels(names, "volume-agent")},
                     "spec": {
                         "serviceAccountName": names.agent(),
-                        "containers": [{
-                            "name": "agent",
-                            "image": image,
-                            "command": ["/kaas-operator", "volume-agent"],
-                            "ports": [{"name": "metrics", "containerPort": AGENT_METRICS_PORT}],
-                            "env": [
-                                {"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                                {"name": "KAAS_METRICS_LISTEN", "value": format!("$(MY_POD_IP):{AGENT_METRICS_PORT}")},
-                                {"name": "KAAS_NAMESPACE", "value": names.namespace},
-                                {"name": "KAAS_CLUSTER", "value": names.cluster},
-                                {"name": "KAAS_DATA_DIR", "value": DATA_DIR},
-                            ],
-                            "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
-                        }],
+                        "containers": [container],
                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}],
                     }
                 }

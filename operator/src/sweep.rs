@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use kaas_shared::crd::{KafkaCluster, KafkaTopic};
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::Result;
 use crate::topic::AgentContext;
 use crate::volume::{self, RoundReport};
+use crate::{Result, events};
 
 /// One round: scan, then list the live topics (in that order: a directory stamped before the
 /// scan belongs to a topic the later list includes unless it was deleted), then reclaim.
@@ -46,13 +45,6 @@ pub async fn run(
     metrics: crate::metrics::ReclaimMetrics,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
-    let recorder = Recorder::new(
-        ctx.client.clone(),
-        Reporter {
-            controller: "kaas-volume-agent".into(),
-            instance: std::env::var("HOSTNAME").ok(),
-        },
-    );
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -62,6 +54,8 @@ pub async fn run(
         }
         let report = match round(&ctx).await {
             Ok(report) => report,
+            // A standby agent does not reclaim; it is not a failure.
+            Err(crate::Error::NotLeader) => continue,
             Err(e) => {
                 metrics.round_failed();
                 warn!(error = %e, "reclamation round failed; retrying next round");
@@ -81,46 +75,43 @@ pub async fn run(
         if report.renamed.is_empty() && report.pending.is_empty() && report.waiting.is_empty() {
             continue;
         }
-        publish(&ctx, &recorder, &report).await;
+        publish(&ctx, &report).await;
     }
 }
 
-async fn publish(ctx: &AgentContext, recorder: &Recorder, report: &RoundReport) {
+async fn publish(ctx: &AgentContext, report: &RoundReport) {
     let api: Api<KafkaCluster> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let Ok(Some(cluster)) = api.get_opt(&ctx.cluster).await else {
         return;
     };
     let reference = cluster.object_ref(&());
-    let mut events = Vec::new();
     if !report.renamed.is_empty() {
-        events.push(Event {
-            type_: EventType::Normal,
-            reason: "TopicDirectoryReclaimed".into(),
-            note: Some(format!(
-                "renamed aside for removal: {}",
-                report.renamed.join(", ")
-            )),
-            action: "Reclaim".into(),
-            secondary: None,
-        });
+        let note = format!("renamed aside for removal: {}", report.renamed.join(", "));
+        events::publish(
+            &ctx.recorder,
+            &reference,
+            false,
+            "TopicDirectoryReclaimed",
+            note,
+            "Reclaim",
+        )
+        .await;
     }
     if !report.pending.is_empty() || !report.waiting.is_empty() {
-        events.push(Event {
-            type_: EventType::Warning,
-            reason: "ReclamationPending".into(),
-            note: Some(format!(
-                "{} directories still led by a broker ({}), {} removals waiting for open files to close",
-                report.waiting.len(),
-                report.waiting.join(", "),
-                report.pending.len()
-            )),
-            action: "Reclaim".into(),
-            secondary: None,
-        });
-    }
-    for event in events {
-        if let Err(e) = recorder.publish(&event, &reference).await {
-            warn!(error = %e, "cannot publish event");
-        }
+        let note = format!(
+            "{} directories still led by a broker ({}), {} removals waiting for open files to close",
+            report.waiting.len(),
+            report.waiting.join(", "),
+            report.pending.len()
+        );
+        events::publish(
+            &ctx.recorder,
+            &reference,
+            true,
+            "ReclamationPending",
+            note,
+            "Reclaim",
+        )
+        .await;
     }
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kaas_shared::crd::conditions::READY;
 use kaas_shared::crd::{KafkaTopic, KafkaTopicStatus};
@@ -14,15 +15,19 @@ use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::conditions::{Cond, merge};
+use crate::backoff::Backoff;
+use crate::conditions::{Cond, RECONCILED, failed, merge};
+use crate::leader::Leadership;
+use crate::metrics::ReconcileMetrics;
 use crate::volume::{self, DesiredTopic, Ensured};
-use crate::{ERROR_REQUEUE, Error, FIELD_MANAGER, Result, validate};
+use crate::{Error, FIELD_MANAGER, Result, events, validate};
 
 /// What a volume agent's tasks share.
 #[derive(Clone)]
@@ -42,6 +47,14 @@ pub struct AgentContext {
     pub volume_lock: Arc<Mutex<()>>,
     /// Every KafkaTopic of the namespace, as last seen (for name-collision checks).
     pub topics: Store<KafkaTopic>,
+    /// Whether this agent holds its Lease: the volume's single writer (see [`crate::leader`]).
+    pub leadership: Leadership,
+    /// Events on KafkaTopics and the KafkaCluster.
+    pub recorder: Recorder,
+    /// Reconcile counts and durations.
+    pub metrics: ReconcileMetrics,
+    /// Retry delays of failing topics.
+    pub backoff: Arc<Backoff>,
 }
 
 impl std::fmt::Debug for AgentContext {
@@ -55,16 +68,24 @@ impl std::fmt::Debug for AgentContext {
 }
 
 impl AgentContext {
-    /// Runs volume work on a blocking thread, under the volume lock.
+    /// Runs volume work on a blocking thread, under the volume lock, if this agent still holds
+    /// its Lease at that moment ([`Error::NotLeader`] otherwise).
     pub async fn with_volume<T: Send + 'static>(
         &self,
         work: impl FnOnce(&dyn kaas_shared::fs::Fs, &std::path::Path) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let (fs, root, lock) = (self.fs.clone(), self.root.clone(), self.volume_lock.clone());
+        let leadership = self.leadership.clone();
         tokio::task::spawn_blocking(move || {
             let _guard = lock
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Checked under the lock, right before the work: the fence of a single writer. The
+            // work itself is one short operation, well inside the margin between the renew
+            // deadline and the lease duration.
+            if !leadership.is_leading() {
+                return Err(Error::NotLeader);
+            }
             work(&*fs, &root)
         })
         .await?
@@ -134,11 +155,54 @@ async fn patch_status(
     Ok(())
 }
 
-/// Reconciles one KafkaTopic of this agent's cluster.
+/// The metric label of this controller.
+const CONTROLLER: &str = "kafkatopic";
+
+fn key(topic: &KafkaTopic) -> String {
+    format!(
+        "{}/{}",
+        topic.metadata.namespace.as_deref().unwrap_or_default(),
+        topic.name_any()
+    )
+}
+
+/// Whether `cond` is news: the previous condition of its type had another reason.
+fn is_news(previous: &[Condition], cond: &Cond) -> bool {
+    !previous
+        .iter()
+        .any(|c| c.type_ == cond.type_ && c.reason == cond.reason)
+}
+
+/// Reconciles one KafkaTopic of this agent's cluster: counts and times it, and on failure says
+/// so in an event and in the `Reconciled` condition.
 pub async fn reconcile(topic: Arc<KafkaTopic>, ctx: Arc<AgentContext>) -> Result<Action> {
     if topic.spec.cluster_ref != ctx.cluster {
         return Ok(Action::await_change());
     }
+    let started = std::time::Instant::now();
+    let result = converge(&topic, &ctx).await;
+    ctx.metrics.observe(CONTROLLER, started.elapsed(), &result);
+    match &result {
+        Ok(_) => ctx.backoff.succeeded(&key(&topic)),
+        // A standby says nothing: not leading is not the topic's problem.
+        Err(Error::NotLeader) => {}
+        Err(e) => {
+            events::reconcile_failed(&ctx.recorder, &topic.object_ref(&()), e).await;
+            let previous = topic.status.clone().unwrap_or_default();
+            let status = KafkaTopicStatus {
+                conditions: failed(&previous.conditions, e, topic.metadata.generation),
+                ..previous
+            };
+            if let Err(e) = patch_status(&ctx, &topic, status).await {
+                warn!(error = %e, "cannot write the reconcile error to status");
+            }
+        }
+    }
+    result
+}
+
+async fn converge(topic: &Arc<KafkaTopic>, ctx: &AgentContext) -> Result<Action> {
+    let topic = topic.clone();
     let uid = topic.uid().ok_or(Error::MissingField("metadata.uid"))?;
     let id = Uuid::parse_str(&uid).map_err(|_| Error::MissingField("a UUID metadata.uid"))?;
     let name = topic.topic_name().to_owned();
@@ -155,11 +219,27 @@ pub async fn reconcile(topic: Arc<KafkaTopic>, ctx: Arc<AgentContext>) -> Result
     let others = ctx.topics.state();
     if let Some(message) = refusal(&topic, others.iter().map(|t| &**t)) {
         let cond = Cond::new(READY, false, "InvalidSpec", message);
+        if is_news(&previous.conditions, &cond) {
+            events::publish(
+                &ctx.recorder,
+                &topic.object_ref(&()),
+                true,
+                "InvalidSpec",
+                cond.message.clone(),
+                "Validate",
+            )
+            .await;
+        }
         let status = KafkaTopicStatus {
-            conditions: merge(&previous.conditions, &[cond], generation, now),
+            conditions: merge(
+                &previous.conditions,
+                &[cond, Cond::new(RECONCILED, true, "Success", "")],
+                generation,
+                now,
+            ),
             ..base
         };
-        patch_status(&ctx, &topic, status).await?;
+        patch_status(ctx, &topic, status).await?;
         return Ok(Action::await_change());
     }
 
@@ -194,6 +274,28 @@ pub async fn reconcile(topic: Arc<KafkaTopic>, ctx: Arc<AgentContext>) -> Result
         } => {
             if written {
                 info!(topic = %name, %id, partitions, "topic.json written");
+                let (reason, note) = if previous.topic_id.is_none() {
+                    (
+                        "TopicCreated",
+                        format!(
+                            "topic directory {name} stamped with {id}, {partitions} partitions"
+                        ),
+                    )
+                } else {
+                    (
+                        "TopicUpdated",
+                        format!("topic.json of {name} written: {partitions} partitions"),
+                    )
+                };
+                events::publish(
+                    &ctx.recorder,
+                    &topic.object_ref(&()),
+                    false,
+                    reason,
+                    note,
+                    "Write",
+                )
+                .await;
             }
             let message = if partitions > topic.spec.partitions {
                 format!("the volume has {partitions} partitions; a topic cannot shrink")
@@ -229,19 +331,36 @@ pub async fn reconcile(topic: Arc<KafkaTopic>, ctx: Arc<AgentContext>) -> Result
             Action::requeue(Duration::from_secs(30)),
         ),
     };
+    if !cond.status && is_news(&previous.conditions, &cond) {
+        events::publish(
+            &ctx.recorder,
+            &topic.object_ref(&()),
+            true,
+            cond.reason,
+            cond.message.clone(),
+            "Write",
+        )
+        .await;
+    }
     let status = KafkaTopicStatus {
-        conditions: merge(&previous.conditions, &[cond], generation, now),
+        conditions: merge(
+            &previous.conditions,
+            &[cond, Cond::new(RECONCILED, true, "Success", "")],
+            generation,
+            now,
+        ),
         partitions,
         ..base
     };
-    patch_status(&ctx, &topic, status).await?;
+    patch_status(ctx, &topic, status).await?;
     Ok(action)
 }
 
-/// Requeues after an error.
-pub fn error_policy(topic: Arc<KafkaTopic>, error: &Error, _ctx: Arc<AgentContext>) -> Action {
-    warn!(topic = %topic.name_any(), reason = error.reason(), %error, "reconcile failed");
-    Action::requeue(ERROR_REQUEUE)
+/// Requeues after an error, later after each failure in a row ([`crate::backoff`]).
+pub fn error_policy(topic: Arc<KafkaTopic>, error: &Error, ctx: Arc<AgentContext>) -> Action {
+    let delay = ctx.backoff.failed(&key(&topic));
+    warn!(topic = %topic.name_any(), reason = error.reason(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 #[cfg(test)]

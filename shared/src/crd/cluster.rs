@@ -18,6 +18,13 @@ use serde::{Deserialize, Serialize};
     status = "KafkaClusterStatus",
     shortname = "kc",
     category = "kaas",
+    // `kubectl scale kafkacluster/x --replicas N` (and autoscalers) write spec.replicas; the
+    // operator reconciles it like any replicas change (a scale-down drains removed brokers).
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
     printcolumn(name = "Brokers", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyBrokers"),
     printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
@@ -42,14 +49,17 @@ pub struct KafkaClusterSpec {
     /// Number of brokers.
     #[schemars(range(min = 1, max = 64))]
     pub replicas: i32,
-    /// Broker version (the `kaas` release). The operator refuses versions it does not manage
-    /// with a `Degraded` condition instead of guessing their flags.
-    #[schemars(length(min = 1, max = 64))]
+    /// Broker version (the `kaas` release, `MAJOR.MINOR.PATCH` with an optional pre-release).
+    /// The operator refuses versions it does not manage with a `Degraded` condition instead of
+    /// guessing their flags.
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"))]
     pub version: String,
     /// Broker image; defaults to the published image of `version`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// Where the shared volume comes from.
+    /// Where the shared volume comes from. Immutable: another claim would be another volume,
+    /// without the cluster's data.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storage is immutable: brokers would lose the volume that holds their data; create a new KafkaCluster to move"))]
     pub storage: StorageSpec,
     /// Client listener.
     #[serde(default)]
@@ -202,6 +212,12 @@ pub struct KafkaClusterStatus {
     /// `host:port,...` of every broker, for clients.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_servers: Option<String>,
+    /// Brokers that exist (ready or not): the scale subresource's status replicas.
+    #[serde(default)]
+    pub replicas: i32,
+    /// The broker pods' label selector, for the scale subresource (autoscalers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     /// Hash of the rendered broker pod template the StatefulSet carries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template_hash: Option<String>,

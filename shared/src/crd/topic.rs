@@ -38,6 +38,9 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[serde(rename_all = "camelCase")]
+// The field's own rule cannot see a topicName added or removed (it runs only when old and new
+// both have one); with optionalOldSelf it runs on every write, and `oldSelf` is empty on create.
+#[x_kube(validation = Rule::new("!oldSelf.hasValue() || has(self.topicName) == has(oldSelf.value().topicName)").optional_old_self(true).message("topicName cannot be added or removed after creation: it would rename the Kafka topic; delete the topic and create a new one"))]
 pub struct KafkaTopicSpec {
     /// Name of the KafkaCluster (same namespace) the topic lives in.
     #[schemars(length(min = 1, max = 63))]
