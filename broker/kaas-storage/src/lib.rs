@@ -4,7 +4,8 @@
 //! `.index` / `.timeindex` siblings), plus `manifest.json` and `producer-state.snapshot`. Only
 //! the leader holds descriptors ([`Partition::take_over`] opens them, [`Partition::relinquish`]
 //! and [`Partition::abandon`] close them). Appends write to the page cache; durability is a
-//! group-commit fdatasync, and the high watermark is the fsynced end of the log.
+//! group-commit fdatasync, and the high watermark is the fsynced end of the log. Compacted
+//! topics (`cleanup.policy=compact`) are cleaned on the leader by [`Partition::clean`].
 //!
 //! The engine knows the Kafka v2 record-batch format and nothing else of the wire protocol,
 //! and nothing of Kubernetes.
