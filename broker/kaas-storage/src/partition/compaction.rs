@@ -351,26 +351,10 @@ impl Partition {
             discard(fs, temp);
             return Ok(false);
         };
-        // Q3: only this epoch's leader swaps. The claim of a newer leader is in the manifest
-        // (and its segment names) before it reads the log, so a leader that finds none here
-        // swaps before the new leader lists the directory, or finds it and stops.
-        if let Err(e) = self.shared.check_incarnation() {
+        // Q3: only this epoch's leader swaps, in this incarnation's directory.
+        if let Err(e) = self.shared.check_incarnation().and_then(|()| self.fence(&mut st)) {
             discard(fs, temp);
             return Err(e);
-        }
-        match super::durability::newer_epoch_on_disk(&self.shared, st.leader_epoch, true) {
-            Ok(None) => {}
-            Ok(Some(current)) => {
-                discard(fs, temp);
-                let requested = st.leader_epoch;
-                tracing::info!(dir = %dir.display(), epoch = requested, newer = current, reason = "a newer leader took over", "deposed: discarding a clean");
-                st.release(Role::Follower);
-                return Err(Error::FencedLeaderEpoch { requested, current });
-            }
-            Err(e) => {
-                discard(fs, temp);
-                return Err(e);
-            }
         }
         // Our own descriptor and index mappings of the segment being replaced go first, so
         // the rename leaves no `.nfs` ghost behind (a read in flight keeps its handle, and
@@ -410,6 +394,8 @@ impl Partition {
         // Q2: ascending unlinks; after each the log is a complete clean of a longer prefix of
         // the group, and an interrupted run is re-driven by the next pass.
         for _ in 1..group.len() {
+            // Q3 again before each unlink: a new leader may have opened this file since.
+            self.fence(&mut st)?;
             // Out of the list only once its files are gone: a failed unlink leaves a segment
             // the next pass cleans again, never a file this process no longer knows of.
             let old = &mut st.segments[at + 1];
@@ -420,6 +406,25 @@ impl Partition {
         }
         st.segments[at] = cleaned;
         Ok(true)
+    }
+}
+
+impl Partition {
+    /// Fails (and leaves the leader role) if a newer leader has claimed the partition. Its
+    /// claim is in the manifest (and its segment names) before it reads the log, so a step
+    /// taken after this check finds no newer leader reading yet, or only one that lists the
+    /// directory between the check and the step; every step leaves a valid log, so that
+    /// leader reads a valid log. NB: the residual window (between a check and its step) is
+    /// the one retention has: a new leader that opened a file the step then replaces or
+    /// unlinks gets ESTALE reading it on NFS.
+    fn fence(&self, st: &mut State) -> Result<()> {
+        let Some(current) = super::durability::newer_epoch_on_disk(&self.shared, st.leader_epoch, true)? else {
+            return Ok(());
+        };
+        let requested = st.leader_epoch;
+        tracing::info!(dir = %self.shared.dir.display(), epoch = requested, newer = current, reason = "a newer leader took over", "deposed: stopping a clean");
+        st.release(Role::Follower);
+        Err(Error::FencedLeaderEpoch { requested, current })
     }
 }
 
