@@ -154,10 +154,17 @@ pub fn render_metrics(broker: &Broker) -> Result<String, std::fmt::Error> {
 }
 
 async fn metrics(State((broker, metrics)): State<AppState>) -> Response {
-    metrics.refresh(&broker);
-    let mut text = String::new();
-    match encode(&mut text, &metrics.registry) {
-        Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response(),
+    // NB: the refresh reads batch headers (consumer lag in time) from segment files, which on
+    // a network volume may block: off the runtime threads.
+    let scraped = tokio::task::spawn_blocking(move || {
+        metrics.refresh(&broker);
+        let mut text = String::new();
+        encode(&mut text, &metrics.registry).map(|()| text)
+    })
+    .await;
+    match scraped {
+        Ok(Ok(text)) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

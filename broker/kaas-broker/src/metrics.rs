@@ -4,9 +4,11 @@
 //! and lag. Names and meanings are listed in docs/monitoring.md.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
 use kafka_protocol::messages::ApiKey;
+use kaas_storage::Partition;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -28,6 +30,7 @@ type GroupTopicLabel = [(&'static str, String); 2];
 type GroupPartitionLabel = [(&'static str, String); 3];
 type GroupStateLabel = [(&'static str, &'static str); 2];
 type StateLabel = [(&'static str, &'static str); 1];
+type SecondsGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 fn request_histogram() -> Histogram {
     // 0.5 ms to ~16 s: an fsync-bound produce lands in the low buckets, a long poll up to its
@@ -208,6 +211,16 @@ impl TrafficMetrics {
     }
 }
 
+/// How old the oldest record at or after `committed` is (0 when there is none: caught up);
+/// `None` when it cannot be read (the partition moved away meanwhile).
+fn lag_seconds(partition: &Partition, committed: i64, now_ms: i64) -> Option<f64> {
+    match partition.first_timestamp_from(committed) {
+        Ok(Some(ts)) => Some((now_ms - ts).max(0) as f64 / 1000.0),
+        Ok(None) => Some(0.0),
+        Err(_) => None,
+    }
+}
+
 /// Series read from the broker's state at each scrape; rebuilt every time, so deleted
 /// partitions and groups disappear.
 #[derive(Debug, Default)]
@@ -221,6 +234,8 @@ pub struct StateMetrics {
     committed: Family<GroupPartitionLabel, Gauge>,
     lag: Family<GroupPartitionLabel, Gauge>,
     lag_sum: Family<GroupTopicLabel, Gauge>,
+    lag_seconds: Family<GroupPartitionLabel, SecondsGauge>,
+    lag_seconds_max: Family<GroupTopicLabel, SecondsGauge>,
     groups: Family<GroupStateLabel, Gauge>,
     transactions: Family<StateLabel, Gauge>,
 }
@@ -247,16 +262,27 @@ impl StateMetrics {
                 self.lag.clone(),
             );
         }
+        if self.per_partition {
+            registry.register(
+                "consumer_group_lag_seconds",
+                "Age of the oldest record a group has not committed (now minus its timestamp; 0 when caught up), for partitions this broker also leads",
+                self.lag_seconds.clone(),
+            );
+        }
         registry.register("consumer_group_lag_sum", "consumer_group_lag summed over a topic's partitions, by group and topic", self.lag_sum.clone());
+        registry.register("consumer_group_lag_seconds_max", "consumer_group_lag_seconds, the largest over a topic's partitions, by group and topic", self.lag_seconds_max.clone());
         registry.register("consumer_groups", "Groups this broker coordinates, by state and type (classic or consumer)", self.groups.clone());
         registry.register("transactions", "Transactional ids this broker coordinates, by state (Ongoing, PrepareCommit, CompleteAbort, ...)", self.transactions.clone());
     }
 
+    /// Reads the broker's state. Touches segment files (lag in time reads batch headers): call
+    /// it where blocking is fine.
     pub fn refresh(&self, broker: &Broker) {
+        let now_ms = crate::broker::now_ms();
         for family in [&self.log_size, &self.log_start, &self.log_end, &self.high_watermark] {
             family.clear();
         }
-        let mut high_watermarks: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
+        let mut led: BTreeMap<String, BTreeMap<i32, Arc<Partition>>> = BTreeMap::new();
         let mut live = HashSet::new();
         for topic in broker.topics.list() {
             live.insert(topic.name.clone());
@@ -264,7 +290,7 @@ impl StateMetrics {
                 if !p.is_leader() {
                     continue;
                 }
-                high_watermarks.entry(topic.name.clone()).or_default().insert(index as i32, p.high_watermark());
+                led.entry(topic.name.clone()).or_default().insert(index as i32, p.clone());
                 if !self.per_partition {
                     continue;
                 }
@@ -280,6 +306,8 @@ impl StateMetrics {
         for family in [&self.committed, &self.lag] {
             family.clear();
         }
+        self.lag_seconds.clear();
+        self.lag_seconds_max.clear();
         self.transactions.clear();
         for (_, txn) in broker.txns.list() {
             self.transactions.get_or_create(&[("state", txn.state.name())]).inc();
@@ -290,13 +318,19 @@ impl StateMetrics {
             self.groups.get_or_create(&[("state", group.state), ("type", group.group_type)]).inc();
             let Ok(offsets) = broker.groups.fetch_offsets(&group.group_id, None, None) else { continue };
             for (topic, partitions) in offsets {
-                let led = high_watermarks.get(&topic);
+                let led = led.get(&topic);
                 let mut sum = None;
+                let mut oldest: Option<f64> = None;
                 for (partition, offset) in partitions {
                     let Some(offset) = offset.filter(|o| o.offset >= 0) else { continue };
-                    let lag = led.and_then(|hws| hws.get(&partition)).map(|hw| (hw - offset.offset).max(0));
+                    let leader = led.and_then(|ps| ps.get(&partition));
+                    let lag = leader.map(|p| (p.high_watermark() - offset.offset).max(0));
+                    let age = leader.and_then(|p| lag_seconds(p, offset.offset, now_ms));
                     if let Some(lag) = lag {
                         *sum.get_or_insert(0) += lag;
+                    }
+                    if let Some(age) = age {
+                        oldest = Some(oldest.map_or(age, |o| o.max(age)));
                     }
                     if !self.per_partition {
                         continue;
@@ -306,9 +340,16 @@ impl StateMetrics {
                     if let Some(lag) = lag {
                         self.lag.get_or_create(&label).set(lag);
                     }
+                    if let Some(age) = age {
+                        self.lag_seconds.get_or_create(&label).set(age);
+                    }
+                }
+                let label = [("group", group.group_id.clone()), ("topic", topic)];
+                if let Some(oldest) = oldest {
+                    self.lag_seconds_max.get_or_create(&label).set(oldest);
                 }
                 if let Some(sum) = sum {
-                    self.lag_sum.get_or_create(&[("group", group.group_id.clone()), ("topic", topic)]).set(sum);
+                    self.lag_sum.get_or_create(&label).set(sum);
                 }
             }
         }

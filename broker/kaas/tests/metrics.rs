@@ -32,10 +32,12 @@ async fn traffic_offsets_and_lag_follow_a_real_client() -> TestResult {
     kaas.create_topic("metered", 2, &[]).await?;
     let producer = kaas.producer(&[("acks", "all"), ("linger.ms", "0")])?;
     let value = vec![b'x'; 100];
+    // Records an hour old (by their CreateTime), so lag in time has a known size.
+    let hour_ago = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64 - 3_600_000;
     for i in 0..100 {
         let key = i.to_string();
         producer
-            .send(FutureRecord::to("metered").partition(0).key(&key).payload(&value), Duration::from_secs(30))
+            .send(FutureRecord::to("metered").partition(0).key(&key).payload(&value).timestamp(hour_ago + i), Duration::from_secs(30))
             .await
             .map_err(|(e, _)| e)?;
     }
@@ -69,10 +71,15 @@ async fn traffic_offsets_and_lag_follow_a_real_client() -> TestResult {
     assert_eq!(series(&text, "kaas_consumer_group_committed_offset", &g0), Some(40.0));
     assert_eq!(series(&text, "kaas_consumer_group_lag", &g0), Some(60.0));
     assert_eq!(series(&text, "kaas_consumer_group_lag_sum", &[("group", "lagging"), ("topic", "metered")]), Some(60.0));
+    // The oldest uncommitted record (offset 40) is an hour old.
+    let age = series(&text, "kaas_consumer_group_lag_seconds", &g0).ok_or("no lag in time")?;
+    assert!((3590.0..3700.0).contains(&age), "lag of {age} s behind records an hour old");
+    assert_eq!(series(&text, "kaas_consumer_group_lag_seconds_max", &[("group", "lagging"), ("topic", "metered")]), Some(age));
     assert!(series(&text, "kaas_consumer_groups", &[("state", "Empty"), ("type", "classic")]).is_some_and(|n| n >= 1.0), "{text}");
     commit(&kaas, "lagging", "metered", 100)?;
     let text = kaas.metrics()?;
     assert_eq!(series(&text, "kaas_consumer_group_lag", &g0), Some(0.0));
+    assert_eq!(series(&text, "kaas_consumer_group_lag_seconds", &g0), Some(0.0), "caught up: no lag in time");
 
     // A deleted topic's series go away.
     let admin = kaas.admin()?;

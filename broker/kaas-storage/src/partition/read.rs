@@ -243,6 +243,37 @@ impl Partition {
         Ok(None)
     }
 
+    /// The timestamp of the first batch holding an offset at or after `offset` (from `max(offset,
+    /// log start)`) below the high watermark: its first record's, or with LogAppendTime the
+    /// batch's. Batch headers only, nothing decoded. `None` when nothing is there. How old the
+    /// oldest record a consumer has not yet committed is (lag in time).
+    pub fn first_timestamp_from(&self, offset: i64) -> Result<Option<i64>> {
+        let mut after_segment = None;
+        loop {
+            let window = {
+                let mut st = self.lock();
+                st.require_leader()?;
+                let offset = offset.max(st.log_start_offset);
+                if offset >= st.high_watermark {
+                    return Ok(None);
+                }
+                let Some(i) = st.segment_index(offset, after_segment) else {
+                    return Ok(None);
+                };
+                after_segment = Some(st.segments[i].base_offset);
+                self.window(&mut st, i, offset)?
+            };
+            // A segment whose readable part ends before `offset` (a cleaned tail): the next one.
+            if let Some((_, header)) = window.find(offset, |_| true)? {
+                return Ok(Some(if header.is_log_append_time() {
+                    header.max_timestamp
+                } else {
+                    header.base_timestamp
+                }));
+            }
+        }
+    }
+
     /// ListOffsets MAX_TIMESTAMP: the (offset, timestamp) of the record with the largest
     /// timestamp, `None` for an empty log.
     pub fn max_timestamp(&self) -> Result<Option<(i64, i64)>> {
