@@ -184,6 +184,44 @@ func TestOperator(t *testing.T) {
 		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "orders", ".status.partitions", "5")
 	})
 
+	t.Run("a second volume agent stands by and does not act", func(t *testing.T) {
+		c := c.For(t)
+		// A second agent of the same cluster, as a node partition could leave running: it
+		// must wait for the agent Lease and never reconcile while the holder renews it.
+		image := c.JSONPath(ns, "deployment", "kc-volume-agent", ".spec.template.spec.containers[0].image")
+		c.Apply(`
+apiVersion: v1
+kind: Pod
+metadata: {name: second-agent, namespace: ` + ns + `}
+spec:
+  serviceAccountName: kc-volume-agent
+  containers:
+  - name: agent
+    image: ` + image + `
+    command: [/kaas-operator, volume-agent]
+    env:
+    - {name: MY_POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+    - {name: KAAS_METRICS_LISTEN, value: "$(MY_POD_IP):9096"}
+    - {name: KAAS_NAMESPACE, value: ` + ns + `}
+    - {name: KAAS_CLUSTER, value: kc}
+    - {name: KAAS_DATA_DIR, value: /data}
+    readinessProbe: {httpGet: {path: /readyz, port: 9096}, periodSeconds: 1}
+    volumeMounts: [{name: data, mountPath: /data}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: shared}}]
+`)
+		defer c.Kubectl("-n", ns, "delete", "pod", "second-agent", "--wait=false")
+		c.WaitPodReady(ns, "second-agent", time.Minute)
+		c.MustKubectl("-n", ns, "patch", "kafkatopic", "orders", "--type=merge", "-p", `{"spec":{"partitions":6}}`)
+		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "orders", ".status.partitions", "6")
+		_, text := httpGet(c.PodAddr(ns, "second-agent", 9096), "/metrics")
+		if !strings.Contains(text, "kaas_operator_leader 0\n") || strings.Contains(text, `kaas_operator_reconciles_total{controller="kafkatopic"}`) {
+			t.Errorf("the second agent acted:\n%s", text)
+		}
+		if holder := c.JSONPath(ns, "lease", "kc-volume-agent", ".spec.holderIdentity"); strings.HasPrefix(holder, "second-agent_") {
+			t.Errorf("the second agent holds the lease: %s", holder)
+		}
+	})
+
 	t.Run("admission rejects bad specs", func(t *testing.T) {
 		c := c.For(t)
 		for _, tc := range []struct{ manifest, says string }{
