@@ -593,6 +593,40 @@ mod tests {
         assert_eq!((c[0].status, c[2].status), (true, false));
     }
 
+    #[test]
+    fn rollout_decisions_name_what_changes() {
+        let live = |replicas: i32, hash: &str| -> StatefulSet {
+            serde_json::from_value(json!({
+                "metadata": {"name": "prod"},
+                "spec": {
+                    "replicas": replicas,
+                    "selector": {},
+                    "serviceName": "prod-brokers",
+                    "template": {"metadata": {"annotations": {resources::INPUTS_HASH_ANNOTATION: hash}}},
+                }
+            }))
+            .unwrap()
+        };
+        assert_eq!(rollout_decision(None, 3, Some("a")).unwrap().0, "Creating");
+        assert_eq!(rollout_decision(Some(&live(3, "a")), 3, Some("a")), None);
+        assert_eq!(
+            rollout_decision(Some(&live(3, "a")), 5, Some("a"))
+                .unwrap()
+                .0,
+            "ScalingUp"
+        );
+        let (reason, note) = rollout_decision(Some(&live(3, "a")), 2, Some("a")).unwrap();
+        assert_eq!(reason, "ScalingDown");
+        assert!(note.contains("drains"), "{note}");
+        // A template change is the news even when replicas change with it.
+        assert_eq!(
+            rollout_decision(Some(&live(3, "a")), 2, Some("b"))
+                .unwrap()
+                .0,
+            "RollingRestart"
+        );
+    }
+
     fn cluster(version: &str) -> KafkaCluster {
         let spec = serde_json::from_value(
             json!({"replicas": 1, "version": version, "storage": {"existingClaim": "x"}}),
