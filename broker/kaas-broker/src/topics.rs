@@ -307,7 +307,7 @@ impl TopicRegistry {
                 if !partition.is_leader() || !partition.config().cleanup_compact {
                     continue;
                 }
-                if let Err(e) = partition.clean(now_ms()) {
+                if let Err(e) = partition.clean_until(now_ms(), &stopping) {
                     warn!(topic = %topic.name, partition = index, error = %e, "log cleaning failed; retrying next round");
                 }
             }

@@ -182,6 +182,12 @@ impl Partition {
     /// due. Blocking file I/O: call it off the async executor. A pass that races a role change
     /// or retention discards its work.
     pub fn clean(&self, now_ms: i64) -> Result<Option<CleanReport>> {
+        self.clean_until(now_ms, &|| false)
+    }
+
+    /// [`Partition::clean`], given up (its unfinished segment discarded, `None` returned) as
+    /// soon as `stop` says so: a broker shutting down does not wait for a long pass.
+    pub fn clean_until(&self, now_ms: i64, stop: &dyn Fn() -> bool) -> Result<Option<CleanReport>> {
         let config = self.config();
         if !config.cleanup_compact {
             return Ok(None);
@@ -190,7 +196,10 @@ impl Partition {
         let Some(_pass) = self.shared.cleaning.try_lock() else { return Ok(None) };
         let Some(plan) = self.plan_clean(&config, now_ms)? else { return Ok(None) };
         let mut map = OffsetMap::new(config.cleaner_dedupe_buffer_bytes);
-        build_map(&plan, &mut map)?;
+        build_map(&plan, &mut map, stop)?;
+        if stop() {
+            return Ok(None);
+        }
         let mapped_end = if map.latest_offset >= plan.first_dirty { map.latest_offset + 1 } else { plan.first_dirty };
         let limit = if plan.horizon_due { mapped_end.max(plan.first_uncleanable) } else { mapped_end };
         let ctx =
@@ -200,9 +209,9 @@ impl Partition {
         let mut next_horizon: Option<i64> = None;
         let cleanable: Vec<Source> = plan.sources.iter().filter(|s| s.base < limit).cloned().collect();
         for group in groups(&cleanable, config.effective_segment_bytes()) {
-            let (written, horizon) = self.clean_group(&plan, group, &ctx, &mut txns, config.index_interval_bytes)?;
+            let (written, horizon) = self.clean_group(&plan, group, &ctx, &mut txns, config.index_interval_bytes, stop)?;
             let Some(written) = written else {
-                return Ok(None); // The log moved under the pass (role change, retention).
+                return Ok(None); // Stopped, or the log moved under the pass (role change, retention).
             };
             next_horizon = match (next_horizon, horizon) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -290,8 +299,8 @@ impl Partition {
     }
 
     /// Writes one group's cleaned segment under a temp name and swaps it in. Returns the bytes
-    /// written (`None` if the log changed under the pass and the work was discarded) and the
-    /// earliest delete horizon it kept.
+    /// written (`None` if the pass was stopped or the log changed under it, and the work was
+    /// discarded) and the earliest delete horizon it kept.
     fn clean_group(
         &self,
         plan: &Plan,
@@ -299,6 +308,7 @@ impl Partition {
         ctx: &FilterContext<'_>,
         txns: &mut TxnTracker,
         interval: usize,
+        stop: &dyn Fn() -> bool,
     ) -> Result<(Option<u64>, Option<i64>)> {
         let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
         let first = &group[0];
@@ -309,9 +319,12 @@ impl Partition {
         let file = fs.open(&temp, OpenMode::CreateNew).map_err(|e| Error::io("create", &temp, e))?;
         let mut cleaned = Segment::new_active(first.epoch, first.base, file.clone());
         let mut horizon: Option<i64> = None;
-        let written = (|| -> Result<()> {
+        let written = (|| -> Result<bool> {
             for source in group {
-                for_each_batch(source, |header, bytes| {
+                let whole = for_each_batch(source, |header, bytes| {
+                    if stop() {
+                        return Ok(false);
+                    }
                     let (outcome, kept_horizon) = ctx.filter(header, bytes, txns)?;
                     if let Some(h) = kept_horizon {
                         horizon = Some(horizon.map_or(h, |x| x.min(h)));
@@ -327,14 +340,25 @@ impl Partition {
                     cleaned.on_batch(at, &header, interval);
                     Ok(true)
                 })?;
+                if !whole {
+                    return Ok(false);
+                }
             }
             // fdatasync before the cleaned segment takes the old one's name: once renamed,
             // the old bytes are gone, and a crash must find every cleaned byte in their place.
-            file.sync_data().map_err(|e| Error::io("fdatasync", &temp, e))
+            file.sync_data().map_err(|e| Error::io("fdatasync", &temp, e))?;
+            Ok(true)
         })();
-        if let Err(e) = written {
-            discard(fs, &temp);
-            return Err(e);
+        match written {
+            Ok(true) => {}
+            Ok(false) => {
+                discard(fs, &temp);
+                return Ok((None, None));
+            }
+            Err(e) => {
+                discard(fs, &temp);
+                return Err(e);
+            }
         }
         cleaned.synced = cleaned.size;
         self.shared.faults.crash_at(CleanStep::TempWritten)?;
@@ -449,13 +473,13 @@ fn discard(fs: &dyn kaas_shared::fs::Fs, temp: &Path) {
 }
 
 /// Maps the dirty section `[first_dirty, first_uncleanable)` until the map is full.
-fn build_map(plan: &Plan, map: &mut OffsetMap) -> Result<()> {
+fn build_map(plan: &Plan, map: &mut OffsetMap, stop: &dyn Fn() -> bool) -> Result<()> {
     // The aborted transactions the dirty section overlaps (Kafka's collectAbortedTransactions).
     let aborted = plan.aborted.iter().filter(|a| a.last_offset >= plan.first_dirty).copied().collect();
     let mut txns = TxnTracker::new(aborted);
     for source in plan.sources.iter().filter(|s| s.next_base > plan.first_dirty) {
         let more = for_each_batch(source, |header, bytes| {
-            if header.last_offset() >= plan.first_uncleanable {
+            if header.last_offset() >= plan.first_uncleanable || stop() {
                 return Ok(false);
             }
             map.map_batch(header, bytes, plan.first_dirty, &mut txns)

@@ -273,6 +273,16 @@ crash_scenario!(crash_after_rename, Renamed);
 crash_scenario!(crash_after_indexes_written, IndexesWritten);
 crash_scenario!(crash_after_first_unlink, Unlinked);
 
+fn a_stopped_pass_leaves_the_log_as_it_was(v: &Volume) {
+    let p = v.leader(1, compacted());
+    let before = fill(v, &p, 40);
+    assert_eq!(p.clean_until(NOW, &|| true).unwrap(), None);
+    assert_eq!(read_all(&p), before);
+    assert!(!v.files().iter().any(|n| n.ends_with(".tmp")));
+    assert!(p.clean(NOW).unwrap().is_some(), "the next pass cleans");
+}
+scenario!(a_stopped_pass_leaves_the_log_as_it_was);
+
 /// A leader deposed while it cleaned must not swap: the new leader's claim fences it.
 fn a_deposed_leader_does_not_swap(v: &Volume) {
     let p = v.leader(1, compacted());
