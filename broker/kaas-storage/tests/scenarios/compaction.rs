@@ -149,6 +149,17 @@ fn min_compaction_lag_holds_young_records(v: &Volume) {
 }
 scenario!(min_compaction_lag_holds_young_records);
 
+fn max_compaction_lag_cleans_whatever_the_dirty_ratio(v: &Volume) {
+    let p = v.leader(1, LogConfig { min_cleanable_dirty_ratio: 0.9, max_compaction_lag_ms: 60_000, ..compacted() });
+    fill(v, &p, 40);
+    p.clean(NOW).unwrap().expect("a new leader's first pass sees the whole log dirty");
+    fill(v, &p, 10);
+    assert!(p.clean(NOW).unwrap().is_none(), "a little dirt, well below the ratio");
+    assert!(p.cleaner_stats().dirty_ratio < 0.9);
+    p.clean(NOW + 60_001).unwrap().expect("records older than max.compaction.lag.ms are cleaned");
+}
+scenario!(max_compaction_lag_cleans_whatever_the_dirty_ratio);
+
 fn idempotent_retries_are_still_duplicates_after_cleaning(v: &Volume) {
     let config = compacted();
     let p = v.leader(1, config);
