@@ -30,6 +30,7 @@ type GroupTopicLabel = [(&'static str, String); 2];
 type GroupPartitionLabel = [(&'static str, String); 3];
 type GroupStateLabel = [(&'static str, &'static str); 2];
 type StateLabel = [(&'static str, &'static str); 1];
+/// A gauge of a fractional value (seconds, ratios).
 type SecondsGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 fn request_histogram() -> Histogram {
@@ -231,6 +232,11 @@ pub struct StateMetrics {
     log_start: Family<PartitionLabel, Gauge>,
     log_end: Family<PartitionLabel, Gauge>,
     high_watermark: Family<PartitionLabel, Gauge>,
+    cleaner_dirty_ratio: Family<PartitionLabel, SecondsGauge>,
+    cleaner_last_clean: Family<PartitionLabel, SecondsGauge>,
+    cleaner_bytes_cleaned: Family<PartitionLabel, Gauge>,
+    cleaner_bytes_removed: Family<PartitionLabel, Gauge>,
+    cleaner_passes: Family<PartitionLabel, Gauge>,
     committed: Family<GroupPartitionLabel, Gauge>,
     lag: Family<GroupPartitionLabel, Gauge>,
     lag_sum: Family<GroupTopicLabel, Gauge>,
@@ -251,6 +257,11 @@ impl StateMetrics {
             registry.register("partition_log_start_offset", "A led partition's log start offset", self.log_start.clone());
             registry.register("partition_log_end_offset", "A led partition's log end offset", self.log_end.clone());
             registry.register("partition_high_watermark", "A led partition's high watermark (what consumers can read)", self.high_watermark.clone());
+            registry.register("partition_cleaner_dirty_ratio", "A led compacted partition's share of closed-segment bytes not yet cleaned, as of the cleaner's last look", self.cleaner_dirty_ratio.clone());
+            registry.register("partition_cleaner_last_clean_timestamp_seconds", "When the cleaner last finished a pass over a led compacted partition (Unix seconds)", self.cleaner_last_clean.clone());
+            registry.register("partition_cleaner_cleaned_bytes", "Segment bytes the cleaner read and rewrote since this broker took the partition over", self.cleaner_bytes_cleaned.clone());
+            registry.register("partition_cleaner_removed_bytes", "Bytes the cleaner removed (read minus written) since this broker took the partition over", self.cleaner_bytes_removed.clone());
+            registry.register("partition_cleaner_passes", "Cleaner passes over the partition since this broker took it over", self.cleaner_passes.clone());
             registry.register(
                 "consumer_group_committed_offset",
                 "A coordinated group's committed offset, by group, topic and partition",
@@ -279,9 +290,11 @@ impl StateMetrics {
     /// it where blocking is fine.
     pub fn refresh(&self, broker: &Broker) {
         let now_ms = crate::broker::now_ms();
-        for family in [&self.log_size, &self.log_start, &self.log_end, &self.high_watermark] {
+        for family in [&self.log_size, &self.log_start, &self.log_end, &self.high_watermark, &self.cleaner_bytes_cleaned, &self.cleaner_bytes_removed, &self.cleaner_passes] {
             family.clear();
         }
+        self.cleaner_dirty_ratio.clear();
+        self.cleaner_last_clean.clear();
         let mut led: BTreeMap<String, BTreeMap<i32, Arc<Partition>>> = BTreeMap::new();
         let mut live = HashSet::new();
         for topic in broker.topics.list() {
@@ -299,6 +312,16 @@ impl StateMetrics {
                 self.log_start.get_or_create(&label).set(p.log_start_offset());
                 self.log_end.get_or_create(&label).set(p.log_end_offset());
                 self.high_watermark.get_or_create(&label).set(p.high_watermark());
+                if p.config().cleanup_compact {
+                    let stats = p.cleaner_stats();
+                    self.cleaner_dirty_ratio.get_or_create(&label).set(stats.dirty_ratio);
+                    if let Some(ms) = stats.last_clean_ms {
+                        self.cleaner_last_clean.get_or_create(&label).set(ms as f64 / 1000.0);
+                    }
+                    self.cleaner_bytes_cleaned.get_or_create(&label).set(i64::try_from(stats.bytes_cleaned).unwrap_or(i64::MAX));
+                    self.cleaner_bytes_removed.get_or_create(&label).set(i64::try_from(stats.bytes_removed).unwrap_or(i64::MAX));
+                    self.cleaner_passes.get_or_create(&label).set(i64::try_from(stats.passes).unwrap_or(i64::MAX));
+                }
             }
         }
         broker.metrics.forget_deleted(&live);

@@ -55,6 +55,17 @@ async fn a_compacted_topic_keeps_the_latest_value_per_key() -> TestResult {
     let from_gap = kaas.consume("table", 0, Offset::Offset(3), 1)?;
     assert_eq!(from_gap[0].offset(), 15, "a fetch from a cleaned-away offset returns the next record");
 
+    // The cleaner's work shows on /metrics.
+    let text = kaas.metrics()?;
+    let value = |name: &str| {
+        let prefix = format!("{name}{{topic=\"table\",partition=\"0\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    assert!(value("kaas_partition_cleaner_passes").is_some_and(|n| n >= 1.0), "no cleaner pass counted:\n{text}");
+    assert!(value("kaas_partition_cleaner_removed_bytes").is_some_and(|n| n > 0.0), "no removed bytes counted");
+    assert!(value("kaas_partition_cleaner_last_clean_timestamp_seconds").is_some_and(|t| t > 1.6e9), "no last clean time");
+    assert!(value("kaas_partition_cleaner_dirty_ratio").is_some_and(|r| (0.0..=1.0).contains(&r)), "dirty ratio out of range");
+
     // An idempotent producer's superseded last batch is kept emptied (its sequence must
     // survive); librdkafka reads past it.
     let idempotent = kaas.producer(&[("linger.ms", "0"), ("enable.idempotence", "true")])?;
