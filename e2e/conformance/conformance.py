@@ -635,6 +635,8 @@ def main() -> int:
         "aiokafka": lambda: [python_for_kafka_python(), str(HERE / "python" / "aiokafka_conformance.py")],
         # librdkafka, through its Python binding (same virtualenv as kafka-python).
         "confluent-kafka": lambda: [python_for_kafka_python(), str(HERE / "python" / "confluent_kafka_conformance.py")],
+        # Debian's kcat over Debian's librdkafka (scripts/install-deps.sh installs it).
+        "kcat": lambda: [python_for_kafka_python(), str(HERE / "python" / "kcat_conformance.py")],
         "kafkajs": lambda: ["env", f"NODE_PATH={kafkajs_modules()}", "KAFKAJS_NO_PARTITIONER_WARNING=1",
                             "nice", "-n", "10", "node", str(HERE / "kafkajs" / "conformance.js")],
     })
