@@ -377,6 +377,18 @@ def java_releases() -> list[str]:
     return [l.strip() for l in lines if l.strip() and not l.startswith("#")]
 
 
+def confluent_kafka_releases() -> list[str]:
+    """The older confluent-kafka releases to run (confluent-kafka-releases.txt, one a line)."""
+    lines = (HERE / "confluent-kafka-releases.txt").read_text().splitlines()
+    return [l.strip() for l in lines if l.strip() and not l.startswith("#")]
+
+
+def confluent_kafka_python(release: str) -> str:
+    """The interpreter of the virtualenv holding that release (bin/fetch-confluent-kafka.sh)."""
+    out = subprocess.run([str(BIN / "fetch-confluent-kafka.sh"), release], check=True, capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
 def java_client_libs(release: str) -> Path:
     out = subprocess.run([str(BIN / "fetch-java-client.sh"), release], check=True, capture_output=True, text=True).stdout
     return Path(out.strip())
@@ -635,6 +647,9 @@ def main() -> int:
         "aiokafka": lambda: [python_for_kafka_python(), str(HERE / "python" / "aiokafka_conformance.py")],
         # librdkafka, through its Python binding (same virtualenv as kafka-python).
         "confluent-kafka": lambda: [python_for_kafka_python(), str(HERE / "python" / "confluent_kafka_conformance.py")],
+        **{f"confluent-kafka-{'.'.join(r.split('.')[:2])}": (lambda r=r: [
+            "env", f"CONFORMANCE_TXN_ID=conformance-ckpy-txn-{r}", confluent_kafka_python(r),
+            str(HERE / "python" / "confluent_kafka_conformance.py")]) for r in confluent_kafka_releases()},
         # Debian's kcat over Debian's librdkafka (scripts/install-deps.sh installs it).
         "kcat": lambda: [python_for_kafka_python(), str(HERE / "python" / "kcat_conformance.py")],
         "kafkajs": lambda: ["env", f"NODE_PATH={kafkajs_modules()}", "KAFKAJS_NO_PARTITIONER_WARNING=1",

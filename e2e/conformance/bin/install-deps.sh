@@ -5,6 +5,8 @@
 #  - Debian packages: a JDK 17+ (javac) and Maven, if absent.
 #  - The pinned Apache Kafka jars (pom.xml) into $KAAS_CACHE/kafka-<version>/libs.
 #  - The older Java client releases (java-clients.txt) into $KAAS_CACHE/kafka-clients-<version>.
+#  - The older confluent-kafka releases (confluent-kafka-releases.txt), each in its own virtualenv
+#    in $KAAS_CACHE/confluent-kafka-<version>.
 #  - The Go modules of franzgo/, sarama/ and kafkago/ (each its own go.mod) into the module cache.
 #  - KafkaJS (kafkajs/package-lock.json, npm ci) into $KAAS_CACHE/conformance/kafkajs-<hash>.
 set -euo pipefail
@@ -24,6 +26,9 @@ command -v go >/dev/null || { echo "conformance: Go is not installed (franz-go, 
 "$CONFORMANCE_DIR/bin/fetch-kafka.sh" >/dev/null
 grep -v '^#' "$CONFORMANCE_DIR/java-clients.txt" | while read -r v; do
   [ -z "$v" ] || "$CONFORMANCE_DIR/bin/fetch-java-client.sh" "$v" >/dev/null
+done
+grep -v '^#' "$CONFORMANCE_DIR/confluent-kafka-releases.txt" | while read -r v; do
+  [ -z "$v" ] || "$CONFORMANCE_DIR/bin/fetch-confluent-kafka.sh" "$v" >/dev/null
 done
 for m in franzgo sarama kafkago; do
   (cd "$CONFORMANCE_DIR/$m" && nice -n 10 go mod download)
