@@ -179,7 +179,64 @@ pub fn repo_files() -> Vec<(PathBuf, String)> {
     for (name, sample) in samples() {
         files.push((PathBuf::from("config/samples").join(name), yaml(&sample)));
     }
+    for (name, monitor) in pod_monitors() {
+        files.push((
+            PathBuf::from("config/prometheus").join(name),
+            yaml(&monitor),
+        ));
+    }
+    files.push((
+        PathBuf::from("config/prometheus/kustomization.yaml"),
+        yaml(&json!({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": pod_monitors().into_iter().map(|(name, _)| name).collect::<Vec<_>>(),
+        })),
+    ));
     files
+}
+
+/// Prometheus Operator PodMonitors for every kaas broker (port `http`), every volume agent and
+/// the operator's manager replicas (port `metrics`), in any namespace.
+/// Not part of `config/default`: apply `config/prometheus` where the Prometheus Operator's CRDs
+/// exist. Built from the same label and port names the pods get, so they cannot drift.
+pub fn pod_monitors() -> Vec<(&'static str, Value)> {
+    let monitor = |name: &str, labels: Value, port: &str| {
+        json!({
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+            "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": OPERATOR_NAME}},
+            "spec": {
+                "namespaceSelector": {"any": true},
+                "selector": {"matchLabels": labels},
+                "podMetricsEndpoints": [{"port": port, "path": "/metrics"}],
+            }
+        })
+    };
+    vec![
+        (
+            "broker_podmonitor.yaml",
+            monitor(
+                "kaas-brokers",
+                json!({resources::LABEL_NAME: "kaas", resources::LABEL_COMPONENT: "broker"}),
+                "http",
+            ),
+        ),
+        (
+            "volume_agent_podmonitor.yaml",
+            monitor(
+                "kaas-volume-agents",
+                json!({resources::LABEL_NAME: "kaas", resources::LABEL_COMPONENT: "volume-agent"}),
+                "metrics",
+            ),
+        ),
+        (
+            "operator_podmonitor.yaml",
+            monitor(
+                "kaas-operator",
+                json!({"app.kubernetes.io/name": OPERATOR_NAME}),
+                "metrics",
+            ),
+        ),
+    ]
 }
 
 fn owned_crd(
@@ -377,6 +434,44 @@ mod tests {
         assert!(columns.as_array().unwrap().len() >= 5);
         assert!(cluster["spec"]["versions"][0]["subresources"]["status"].is_object());
         assert_eq!(cluster["spec"]["group"], "kaas.dev");
+    }
+
+    /// Each PodMonitor selects the pods it is for and names a port they have.
+    #[test]
+    fn pod_monitors_select_the_pods_and_ports_they_scrape() {
+        let kc = crate::resources::tests::cluster(
+            json!({"replicas": 3, "version": "0.1.0", "storage": {"existingClaim": "shared"}}),
+        );
+        let names = resources::Names::of(&kc).unwrap();
+        let broker =
+            serde_json::to_value(resources::broker_pod_template(&kc, &names).unwrap()).unwrap();
+        let agent =
+            serde_json::to_value(resources::volume_agent(&kc, &names, "img:1").unwrap()).unwrap();
+        let agent = agent["spec"]["template"].clone();
+        let manager = deployment_spec("img:1")["template"].clone();
+        let scraped = |pod: &Value, monitor: &Value| {
+            let selected = monitor["spec"]["selector"]["matchLabels"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| pod["metadata"]["labels"][k] == *v);
+            let port = &monitor["spec"]["podMetricsEndpoints"][0]["port"];
+            let has_port = pod["spec"]["containers"][0]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == *port);
+            selected && has_port
+        };
+        let monitors: std::collections::BTreeMap<_, _> = pod_monitors().into_iter().collect();
+        let (b, a, m) = (
+            &monitors["broker_podmonitor.yaml"],
+            &monitors["volume_agent_podmonitor.yaml"],
+            &monitors["operator_podmonitor.yaml"],
+        );
+        assert!(scraped(&broker, b) && !scraped(&agent, b) && !scraped(&manager, b));
+        assert!(scraped(&agent, a) && !scraped(&broker, a) && !scraped(&manager, a));
+        assert!(scraped(&manager, m) && !scraped(&broker, m) && !scraped(&agent, m));
     }
 
     #[test]

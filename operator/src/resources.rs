@@ -509,7 +509,7 @@ pub fn agent_rbac(kc: &KafkaCluster, names: &Names) -> Result<(ServiceAccount, R
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use kaas_shared::crd::KafkaClusterSpec;
 
