@@ -151,7 +151,14 @@ func (w *podWorker) run(parent context.Context) {
 	// kubelet does once every container has stopped.
 	cancel()
 	<-statusDone
-	w.writeStatus(parent)
+	// NB: retried like every other status write: the loop's last write, cancelled just now,
+	// may still land on the API server after this one's read, and the conflict would otherwise
+	// leave a finished pod Running for good.
+	for !w.writeStatus(parent) {
+		if !sleepCtx(parent, 200*time.Millisecond) {
+			return
+		}
+	}
 	if w.terminating() {
 		w.k.finalDelete(parent, w.latestPod())
 		return
