@@ -52,6 +52,7 @@ impl ClientSoftwareMetrics {
     }
 
     /// Connections counted for `name` `version` (tests).
+    #[cfg(test)]
     pub fn count(&self, name: &str, version: &str) -> i64 {
         self.connections.get_or_create(&[("software", name.to_string()), ("version", version.to_string())]).get()
     }

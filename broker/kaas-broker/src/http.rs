@@ -85,6 +85,14 @@ impl Metrics {
         Metrics { registry, gauges, state }
     }
 
+    /// Refreshes the state series and encodes everything. Reads segment files (lag in time).
+    fn scrape(&self, broker: &Broker) -> Result<String, std::fmt::Error> {
+        self.refresh(broker);
+        let mut text = String::new();
+        encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+
     fn refresh(&self, broker: &Broker) {
         let g = &self.gauges;
         let (led, offline) = crate::api::leadership_counts(broker);
@@ -146,22 +154,13 @@ async fn readyz(State((broker, _)): State<AppState>) -> Response {
 
 /// One scrape of `broker`'s series, as `/metrics` would answer (in-process tests).
 pub fn render_metrics(broker: &Broker) -> Result<String, std::fmt::Error> {
-    let metrics = Metrics::new(broker);
-    metrics.refresh(broker);
-    let mut text = String::new();
-    encode(&mut text, &metrics.registry)?;
-    Ok(text)
+    Metrics::new(broker).scrape(broker)
 }
 
 async fn metrics(State((broker, metrics)): State<AppState>) -> Response {
     // NB: the refresh reads batch headers (consumer lag in time) from segment files, which on
     // a network volume may block: off the runtime threads.
-    let scraped = tokio::task::spawn_blocking(move || {
-        metrics.refresh(&broker);
-        let mut text = String::new();
-        encode(&mut text, &metrics.registry).map(|()| text)
-    })
-    .await;
+    let scraped = tokio::task::spawn_blocking(move || metrics.scrape(&broker)).await;
     match scraped {
         Ok(Ok(text)) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response(),
         Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),

@@ -20,10 +20,13 @@ use crate::broker::Broker;
 use crate::client_software::ClientSoftwareMetrics;
 use crate::timed_fs::SyncMetrics;
 use crate::error_codes::{ErrorCodes, error_name};
+use crate::router::api_name;
 
-type ApiLabel = [(&'static str, String); 1];
+// NB: API and phase labels are static names: these series are updated on every request, and
+// owned strings would allocate on the produce and fetch paths.
+type ApiLabel = [(&'static str, &'static str); 1];
 type ApiErrorLabel = [(&'static str, String); 2];
-type ApiPhaseLabel = [(&'static str, String); 2];
+type ApiPhaseLabel = [(&'static str, &'static str); 2];
 type TopicLabel = [(&'static str, String); 1];
 type PartitionLabel = [(&'static str, String); 2];
 type GroupTopicLabel = [(&'static str, String); 2];
@@ -134,23 +137,23 @@ impl TrafficMetrics {
     /// A request of `api` dispatched at `started` whose answer `body` is ready now;
     /// `deferred_at` is when its handler handed the rest to a deferred wait, if it did.
     pub fn answered(&self, api: ApiKey, started: Instant, deferred_at: Option<Instant>, body: &impl ErrorCodes) {
-        let name = format!("{api:?}");
-        self.count_request(&name, started, deferred_at);
+        let name = api_name(api);
+        self.count_request(name, started, deferred_at);
         body.error_codes(&mut |code| {
             if code != 0 {
-                self.request_errors.get_or_create(&[("api", name.clone()), ("error", error_name(code))]).inc();
+                self.request_errors.get_or_create(&[("api", name.to_string()), ("error", error_name(code))]).inc();
             }
         });
     }
 
     /// A request answered with nothing (produce with acks=0).
     pub fn answered_silently(&self, api: ApiKey, started: Instant) {
-        self.count_request(&format!("{api:?}"), started, None);
+        self.count_request(api_name(api), started, None);
     }
 
-    fn count_request(&self, api: &str, started: Instant, deferred_at: Option<Instant>) {
+    fn count_request(&self, api: &'static str, started: Instant, deferred_at: Option<Instant>) {
         let now = Instant::now();
-        let label = [("api", api.to_string())];
+        let label = [("api", api)];
         self.requests.get_or_create(&label).inc();
         self.request_seconds.get_or_create(&label).observe(now.duration_since(started).as_secs_f64());
         let local_end = deferred_at.unwrap_or(now);
@@ -162,13 +165,13 @@ impl TrafficMetrics {
 
     /// A response the connection's writer took at `taken_at` and finished writing now.
     pub fn response_written(&self, api: ApiKey, ready_at: Instant, taken_at: Instant) {
-        let api = format!("{api:?}");
-        self.observe_phase(&api, Phase::ResponseQueue, taken_at.saturating_duration_since(ready_at));
-        self.observe_phase(&api, Phase::Send, taken_at.elapsed());
+        let api = api_name(api);
+        self.observe_phase(api, Phase::ResponseQueue, taken_at.saturating_duration_since(ready_at));
+        self.observe_phase(api, Phase::Send, taken_at.elapsed());
     }
 
-    fn observe_phase(&self, api: &str, phase: Phase, took: std::time::Duration) {
-        self.phase_seconds.get_or_create(&[("api", api.to_string()), ("phase", phase.label().to_string())]).observe(took.as_secs_f64());
+    fn observe_phase(&self, api: &'static str, phase: Phase, took: std::time::Duration) {
+        self.phase_seconds.get_or_create(&[("api", api), ("phase", phase.label())]).observe(took.as_secs_f64());
     }
 
     /// A batch appended to `topic` (idempotent duplicates are not counted: nothing was written).

@@ -102,6 +102,15 @@ macro_rules! routes {
         /// Every API this broker answers, with the versions it answers.
         pub const ROUTES: &[Route] = &[ $( Route { key: ApiKey::$key, min: $min, max: $max }, )* ];
 
+        /// The name of a routed API (its ApiKey variant, as `{:?}` prints it), for metric
+        /// labels; `"Unrouted"` for the rest.
+        pub fn api_name(key: ApiKey) -> &'static str {
+            match key {
+                $( ApiKey::$key => stringify!($key), )*
+                _ => "Unrouted",
+            }
+        }
+
         /// Decodes the body of a routed request and drops it: the decode step alone, for
         /// tests and fuzz targets that check what any byte string does to the decoder.
         pub fn decode_only(key: ApiKey, version: i16, mut body: Bytes) -> Result<(), DispatchError> {
@@ -306,6 +315,13 @@ mod tests {
 
     /// Every version ApiVersions advertises reaches a handler: a request encoded at it decodes.
     /// (Produce v0–2 are advertised for librdkafka's sake and refused, KAFKA-18659.)
+    #[test]
+    fn api_names_are_the_variant_names() {
+        for r in ROUTES {
+            assert_eq!(api_name(r.key), format!("{:?}", r.key));
+        }
+    }
+
     #[test]
     fn every_advertised_version_decodes() {
         for v in crate::api::api_versions::advertised() {

@@ -66,6 +66,7 @@ impl SyncMetrics {
     }
 
     /// Syncs observed for `kind`/`call` (tests).
+    #[cfg(test)]
     pub fn count(&self, kind: &'static str, call: &'static str) -> u64 {
         let mut text = String::new();
         let mut registry = Registry::default();

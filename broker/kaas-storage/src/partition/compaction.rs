@@ -401,13 +401,19 @@ impl Partition {
         // Q1: one same-directory rename replaces the first segment's log: readers see the old
         // bytes or the cleaned ones, never a mix.
         let log = st.segments[at].path(dir, SegmentFileKind::Log)?;
+        // NB: a failed rename may still have happened (a lost reply on NFS), and a failed
+        // directory fsync leaves its durability unknown: either way the segment list no longer
+        // says what the file holds, so the partition is poisoned (nothing served or written)
+        // until a take-over reads the directory again, as after a failed fdatasync.
         if let Err(e) = fs.rename(temp, &log) {
             discard(fs, temp);
-            return Err(Error::io("rename", &log, e));
+            return Err(st.poison(format!("renaming a cleaned segment over {} failed: {e}", log.display())));
         }
         // fsync the directory before any old segment of the group is unlinked: a crash that
         // kept those unlinks but forgot the rename would lose their records.
-        fs.sync_dir(dir).map_err(|e| Error::io("fsync dir", dir, e))?;
+        if let Err(e) = fs.sync_dir(dir) {
+            return Err(st.poison(format!("fsync of {} after a clean's rename failed: {e}", dir.display())));
+        }
         // Until the rest of the group is gone, the segment is known by its stat only: loading
         // it bounds it by the next segment still present.
         st.segments[at] = Segment::from_stat(cleaned.epoch, cleaned.base_offset, cleaned.size);
