@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Resolves one release of the Java client (kafka-clients and its runtime dependencies) with Maven
 # into $KAAS_CACHE/kafka-clients-<version>/libs, for the older releases the conformance suite
-# runs (java-clients.txt). Does nothing when that directory is complete; prints its path.
+# runs (java-clients.txt); with artifact names after the version, those Apache Kafka artifacts of
+# that release instead (e.g. `4.3.1 connect-runtime connect-file`, Kafka Connect with its
+# FileStream connectors), into $KAAS_CACHE/kafka-<artifact>_...-<version>/libs. Does nothing when
+# that directory is complete; prints its path.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-version="${1:?usage: fetch-java-client.sh VERSION}"
-home="$KAAS_CACHE/kafka-clients-$version"
+version="${1:?usage: fetch-java-client.sh VERSION [ARTIFACT ...]}"
+shift
+artifacts=("${@:-kafka-clients}")
+label="$(IFS=_; echo "${artifacts[*]}")"
+home="$KAAS_CACHE/kafka-${label#kafka-}-$version"
 if [ -f "$home/.complete" ]; then
   echo "$home/libs"
   exit 0
 fi
 command -v mvn >/dev/null || { echo "fetch-java-client: mvn is not installed (apt-get install maven)" >&2; exit 1; }
-echo "fetch-java-client: resolving kafka-clients $version into $home/libs" >&2
+echo "fetch-java-client: resolving ${artifacts[*]} $version into $home/libs" >&2
 tmp="$home.tmp.$$"
 rm -rf "$tmp"
 mkdir -p "$tmp"
@@ -20,21 +26,17 @@ cat >"$tmp/pom.xml" <<POM
 <project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>dev.kaas.e2e</groupId>
-  <artifactId>kafka-clients-$version</artifactId>
+  <artifactId>kafka-$label-$version</artifactId>
   <version>1</version>
   <packaging>pom</packaging>
   <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka-clients</artifactId>
-      <version>$version</version>
-    </dependency>
+$(for a in "${artifacts[@]}"; do echo "    <dependency><groupId>org.apache.kafka</groupId><artifactId>$a</artifactId><version>$version</version></dependency>"; done)
   </dependencies>
 </project>
 POM
 nice -n 10 mvn -B -q -Dstyle.color=never -f "$tmp/pom.xml" dependency:copy-dependencies \
   -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2
-ls "$tmp/libs/kafka-clients-$version.jar" >/dev/null
+for a in "${artifacts[@]}"; do ls "$tmp/libs/$a-$version.jar" >/dev/null; done
 touch "$tmp/.complete"
 rm -rf "$home"
 mv "$tmp" "$home"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Resolves the pinned Apache Kafka (broker, kafka-clients, kafka-tools and every transitive
 # dependency, see pom.xml) into $KAAS_CACHE/kafka-<version>/libs with Maven. Does nothing when
-# that directory is already complete; prints its path.
+# that directory is complete and was resolved from this pom.xml; prints its path.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-if [ -f "$KAFKA_HOME/.complete" ]; then
+if [ -f "$KAFKA_HOME/.complete" ] && cmp -s "$KAFKA_HOME/pom.xml" "$CONFORMANCE_DIR/pom.xml"; then
   echo "$KAFKA_LIBS"
   exit 0
 fi
