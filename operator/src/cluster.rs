@@ -312,10 +312,11 @@ async fn patch_status(
     status: KafkaClusterStatus,
 ) -> Result<()> {
     let api: Api<KafkaCluster> = Api::namespaced(client.clone(), &names.namespace);
+    // The controller broker's fields are its own (another field manager): left out here.
     let patch = json!({
         "apiVersion": KafkaCluster::api_version(&()),
         "kind": KafkaCluster::kind(&()),
-        "status": status,
+        "status": status.without_traffic(),
     });
     api.patch_status(
         &kc.name_any(),
@@ -507,8 +508,11 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
         replicas: sts.status.as_ref().map_or(0, |s| s.replicas),
         selector: Some(resources::selector_string(&names, "broker")),
         pod_template_hash: hash,
+        traffic: Default::default(),
     };
-    if kc.status.as_ref() != Some(&status) {
+    // The controller broker's fields are not the operator's to compare (nor to write).
+    let current = kc.status.clone().map(KafkaClusterStatus::without_traffic);
+    if current.as_ref() != Some(&status) {
         patch_status(client, &kc, &names, status).await?;
     }
     // StatefulSet status changes wake us through the owned-object watch; the requeue is a

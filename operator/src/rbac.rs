@@ -35,6 +35,12 @@ pub fn broker_rules() -> Vec<PolicyRule> {
             &["kafkaclusterassignments"],
             &["create", "patch"],
         ),
+        // The controller broker's status publication (traffic, sizes, groups).
+        rule(
+            "kaas.dev",
+            &["kafkaclusters/status", "kafkatopics/status"],
+            &["patch"],
+        ),
         rule("", &["events"], &["create"]),
     ]
 }

@@ -145,7 +145,8 @@ async fn patch_status(
         return Ok(());
     }
     let api: Api<KafkaTopic> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let patch = json!({"apiVersion": "kaas.dev/v1alpha1", "kind": "KafkaTopic", "status": status});
+    // The controller broker's fields are its own (another field manager): left out here.
+    let patch = json!({"apiVersion": "kaas.dev/v1alpha1", "kind": "KafkaTopic", "status": status.without_log()});
     api.patch_status(
         &topic.name_any(),
         &PatchParams::apply(FIELD_MANAGER).force(),

@@ -2,12 +2,16 @@
 //! that follows assignment.json and drives take-overs. Every broker runs all of it; the Lease
 //! decides which one acts as controller.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kaas_controller::controller::{Controller, ControllerConfig, LeaseView};
 use kaas_controller::heartbeat_client::{self, BeatSource, HeartbeatStatus};
 use kaas_controller::heartbeat_server::HeartbeatHub;
+use kaas_controller::proto::{BrokerTotals, GroupSummary};
+use kaas_controller::stats::{PartitionId, PartitionStats};
+use kaas_controller::status::StatusPublisher;
 use kaas_controller::topics::VolumeTopics;
 use kaas_shared::brokers::{self, BrokerRegistration};
 use kaas_shared::{assignment, names};
@@ -80,17 +84,59 @@ impl Cluster {
 
 /// What the heartbeat tells the controller about this broker.
 #[derive(Debug)]
-struct Beats(Arc<Broker>);
+struct Beats {
+    broker: Arc<Broker>,
+    /// Group summaries read the groups' offsets: computed at most every
+    /// [`GROUP_SUMMARY_INTERVAL`], the beats in between repeat them.
+    groups: parking_lot::Mutex<Option<(Instant, (Vec<GroupSummary>, u32))>>,
+}
+
+/// How often the beat's group summaries are recomputed.
+const GROUP_SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
+
+impl Beats {
+    fn new(broker: Arc<Broker>) -> Beats {
+        Beats { broker, groups: parking_lot::Mutex::new(None) }
+    }
+}
 
 impl BeatSource for Beats {
+    fn totals(&self) -> BrokerTotals {
+        let (bytes_in, bytes_out, messages_in) = self.broker.metrics.totals();
+        BrokerTotals { bytes_in, bytes_out, messages_in }
+    }
+    fn partition_stats(&self) -> BTreeMap<PartitionId, PartitionStats> {
+        let led = crate::lag::led(&self.broker);
+        let all = led.into_iter().flat_map(|(topic, partitions)| partitions.into_iter().map(move |(i, p)| ((topic.clone(), i), p)));
+        all.map(|(id, p)| {
+            (id, PartitionStats { log_end_offset: p.log_end_offset(), high_watermark: p.high_watermark(), size_bytes: p.size_bytes() })
+        })
+        .collect()
+    }
+    fn groups(&self) -> (Vec<GroupSummary>, u32) {
+        let mut cached = self.groups.lock();
+        if let Some((at, summaries)) = cached.as_ref()
+            && at.elapsed() < GROUP_SUMMARY_INTERVAL
+        {
+            return summaries.clone();
+        }
+        // Handed-back partitions of deleted topics are forgotten here too.
+        if let Some(cluster) = &self.broker.cluster {
+            let live: std::collections::HashSet<String> = self.broker.topics.list().into_iter().map(|t| t.name.clone()).collect();
+            cluster.view.heartbeat.retain_remote(|topic| live.contains(topic));
+        }
+        let summaries = crate::lag::summaries(&self.broker);
+        *cached = Some((Instant::now(), summaries.clone()));
+        summaries
+    }
     fn partitions_led(&self) -> Vec<String> {
-        self.0.topics.led().into_iter().map(|(topic, _, partition, _)| names::partition_key(&topic, partition)).collect()
+        self.broker.topics.led().into_iter().map(|(topic, _, partition, _)| names::partition_key(&topic, partition)).collect()
     }
     fn assignment_version(&self) -> i64 {
-        self.0.cluster.as_ref().map_or(0, |c| c.view.current().assignment_version)
+        self.broker.cluster.as_ref().map_or(0, |c| c.view.current().assignment_version)
     }
     fn draining(&self) -> bool {
-        self.0.cluster.as_ref().is_some_and(|c| c.view.draining())
+        self.broker.cluster.as_ref().is_some_and(|c| c.view.draining())
     }
 }
 
@@ -132,13 +178,17 @@ pub async fn spawn(broker: Arc<Broker>, stop: watch::Receiver<bool>) -> Result<J
     info!(broker = broker.config.node_id, identity = %settings.identity, heartbeat = %heartbeat_address, "registered on the volume");
 
     tasks.spawn(cluster.controller.clone().run(stop.clone()));
+    if let Some(sink) = &settings.status_sink {
+        let publisher = StatusPublisher::new(cluster.hub.clone(), sink.clone(), settings.status_pacing, settings.session_timeout);
+        tasks.spawn(publisher.run(stop.clone()));
+    }
 
     let (address_tx, address_rx) = watch::channel(None);
     tasks.spawn(resolve_controller(cluster.controller.lease_view(), fs.clone(), layout.clone(), address_tx, stop.clone()));
     tasks.spawn(heartbeat_client::run(
         broker.config.node_id,
         cluster.incarnation.to_string(),
-        Arc::new(Beats(broker.clone())),
+        Arc::new(Beats::new(broker.clone())),
         address_rx,
         cluster.view.heartbeat.clone(),
         stop.clone(),

@@ -40,6 +40,10 @@ pub struct ClusterSettings {
     pub mirror: Option<std::sync::Arc<dyn kaas_controller::mirror::AssignmentMirror>>,
     /// Which brokers Kubernetes sees serving (EndpointSlices); `None`: heartbeats alone.
     pub ready_brokers: Option<std::sync::Arc<dyn kaas_controller::endpoints::ReadyBrokers>>,
+    /// Where the controller publishes traffic, partitions led, groups and topic sizes
+    /// (KafkaCluster and KafkaTopic status), and how often; `None`: nowhere.
+    pub status_sink: Option<std::sync::Arc<dyn kaas_controller::status::StatusSink>>,
+    pub status_pacing: kaas_controller::status::Pacing,
 }
 
 impl ClusterSettings {
@@ -59,6 +63,12 @@ impl ClusterSettings {
             catalog: None,
             mirror: None,
             ready_brokers: None,
+            status_sink: None,
+            status_pacing: kaas_controller::status::Pacing {
+                round: Duration::from_secs(1),
+                topic_min_interval: Duration::ZERO,
+                topic_writes_per_round: 1000,
+            },
         }
     }
 

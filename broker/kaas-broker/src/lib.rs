@@ -21,6 +21,7 @@ pub mod frame;
 pub mod groups;
 pub mod http;
 pub mod interbroker;
+pub mod lag;
 pub mod leadership;
 pub mod metrics;
 pub mod rate_limit;

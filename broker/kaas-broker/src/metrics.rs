@@ -4,11 +4,9 @@
 //! and lag. Names and meanings are listed in docs/monitoring.md.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 use std::time::Instant;
 
 use kafka_protocol::messages::ApiKey;
-use kaas_storage::Partition;
 use parking_lot::RwLock;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -90,6 +88,9 @@ pub struct TrafficMetrics {
     bytes_out: Family<TopicLabel, Counter>,
     /// Topics with throughput series, so a deleted topic's series can be dropped.
     topics_seen: std::sync::Arc<RwLock<HashSet<String>>>,
+    /// The same traffic over all topics since the start, never dropped (the heartbeat reports
+    /// them; the controller publishes rates from them).
+    totals: [Counter; 3],
 }
 
 impl Default for TrafficMetrics {
@@ -105,6 +106,7 @@ impl Default for TrafficMetrics {
             messages_in: Family::default(),
             bytes_out: Family::default(),
             topics_seen: Default::default(),
+            totals: Default::default(),
         }
     }
 }
@@ -180,6 +182,13 @@ impl TrafficMetrics {
         let label = [("topic", topic.to_string())];
         self.bytes_in.get_or_create(&label).inc_by(bytes as u64);
         self.messages_in.get_or_create(&label).inc_by(records.max(0) as u64);
+        self.totals[0].inc_by(bytes as u64);
+        self.totals[2].inc_by(records.max(0) as u64);
+    }
+
+    /// Bytes in, bytes out and messages in over all topics since the broker started.
+    pub fn totals(&self) -> (u64, u64, u64) {
+        (self.totals[0].get(), self.totals[1].get(), self.totals[2].get())
     }
 
     /// Record bytes of `topic` put in a fetch response.
@@ -189,6 +198,7 @@ impl TrafficMetrics {
         }
         self.see(topic);
         self.bytes_out.get_or_create(&[("topic", topic.to_string())]).inc_by(bytes as u64);
+        self.totals[1].inc_by(bytes as u64);
     }
 
     /// On the produce and fetch paths: a shared read lock, the exclusive one only for a topic's
@@ -212,16 +222,6 @@ impl TrafficMetrics {
             self.bytes_out.remove(&label);
             false
         });
-    }
-}
-
-/// How old the oldest record at or after `committed` is (0 when there is none: caught up);
-/// `None` when it cannot be read (the partition moved away meanwhile).
-fn lag_seconds(partition: &Partition, committed: i64, now_ms: i64) -> Option<f64> {
-    match partition.first_timestamp_from(committed) {
-        Ok(Some(ts)) => Some((now_ms - ts).max(0) as f64 / 1000.0),
-        Ok(None) => Some(0.0),
-        Err(_) => None,
     }
 }
 
@@ -272,7 +272,7 @@ impl StateMetrics {
             );
             registry.register(
                 "consumer_group_lag",
-                "High watermark minus committed offset, for partitions this broker also leads (else join consumer_group_committed_offset with the leader's partition_high_watermark)",
+                "High watermark minus committed offset (the leader's, handed back by the controller when another broker leads the partition)",
                 self.lag.clone(),
             );
         }
@@ -292,25 +292,16 @@ impl StateMetrics {
     /// Reads the broker's state. Touches segment files (lag in time reads batch headers): call
     /// it where blocking is fine.
     pub fn refresh(&self, broker: &Broker) {
-        let now_ms = crate::broker::now_ms();
         for family in [&self.log_size, &self.log_start, &self.log_end, &self.high_watermark, &self.cleaner_bytes_cleaned, &self.cleaner_bytes_removed, &self.cleaner_passes] {
             family.clear();
         }
         self.cleaner_dirty_ratio.clear();
         self.cleaner_last_clean.clear();
-        let mut led: BTreeMap<String, BTreeMap<i32, Arc<Partition>>> = BTreeMap::new();
-        let mut live = HashSet::new();
-        for topic in broker.topics.list() {
-            live.insert(topic.name.clone());
-            for (index, p) in topic.partitions().iter().enumerate() {
-                if !p.is_leader() {
-                    continue;
-                }
-                led.entry(topic.name.clone()).or_default().insert(index as i32, p.clone());
-                if !self.per_partition {
-                    continue;
-                }
-                let label = [("topic", topic.name.clone()), ("partition", index.to_string())];
+        let led = crate::lag::led(broker);
+        let live: HashSet<String> = broker.topics.list().into_iter().map(|t| t.name.clone()).collect();
+        for (topic, partitions) in led.iter().filter(|_| self.per_partition) {
+            for (index, p) in partitions {
+                let label = [("topic", topic.clone()), ("partition", index.to_string())];
                 self.log_size.get_or_create(&label).set(i64::try_from(p.size_bytes()).unwrap_or(i64::MAX));
                 self.log_start.get_or_create(&label).set(p.log_start_offset());
                 self.log_end.get_or_create(&label).set(p.log_end_offset());
@@ -340,37 +331,32 @@ impl StateMetrics {
         }
         self.lag_sum.clear();
         self.groups.clear();
-        for group in broker.groups.list(&[], &[]) {
-            self.groups.get_or_create(&[("state", group.state), ("type", group.group_type)]).inc();
-            let Ok(offsets) = broker.groups.fetch_offsets(&group.group_id, None, None) else { continue };
-            for (topic, partitions) in offsets {
-                let led = led.get(&topic);
-                let mut sum = None;
-                let mut oldest: Option<f64> = None;
-                for (partition, offset) in partitions {
-                    let Some(offset) = offset.filter(|o| o.offset >= 0) else { continue };
-                    let leader = led.and_then(|ps| ps.get(&partition));
-                    let lag = leader.map(|p| (p.high_watermark() - offset.offset).max(0));
-                    let age = leader.and_then(|p| lag_seconds(p, offset.offset, now_ms));
-                    if let Some(lag) = lag {
-                        *sum.get_or_insert(0) += lag;
-                    }
-                    if let Some(age) = age {
-                        oldest = Some(oldest.map_or(age, |o| o.max(age)));
-                    }
-                    if !self.per_partition {
-                        continue;
-                    }
-                    let label = [("group", group.group_id.clone()), ("topic", topic.clone()), ("partition", partition.to_string())];
-                    self.committed.get_or_create(&label).set(offset.offset);
-                    if let Some(lag) = lag {
-                        self.lag.get_or_create(&label).set(lag);
-                    }
-                    if let Some(age) = age {
-                        self.lag_seconds.get_or_create(&label).set(age);
-                    }
+        for group in crate::lag::groups(broker, &led, true) {
+            self.groups.get_or_create(&[("state", group.group.state), ("type", group.group.group_type)]).inc();
+            // Per topic: the lag summed and the oldest uncommitted record, over its partitions.
+            let mut per_topic: BTreeMap<&str, (Option<i64>, Option<f64>)> = BTreeMap::new();
+            for p in &group.partitions {
+                let (sum, oldest) = per_topic.entry(&p.topic).or_default();
+                if let Some(lag) = p.lag {
+                    *sum.get_or_insert(0) += lag;
                 }
-                let label = [("group", group.group_id.clone()), ("topic", topic)];
+                if let Some(age) = p.seconds {
+                    *oldest = Some(oldest.map_or(age, |o| o.max(age)));
+                }
+                if !self.per_partition {
+                    continue;
+                }
+                let label = [("group", group.group.group_id.clone()), ("topic", p.topic.clone()), ("partition", p.partition.to_string())];
+                self.committed.get_or_create(&label).set(p.committed);
+                if let Some(lag) = p.lag {
+                    self.lag.get_or_create(&label).set(lag);
+                }
+                if let Some(age) = p.seconds {
+                    self.lag_seconds.get_or_create(&label).set(age);
+                }
+            }
+            for (topic, (sum, oldest)) in per_topic {
+                let label = [("group", group.group.group_id.clone()), ("topic", topic.to_string())];
                 if let Some(oldest) = oldest {
                     self.lag_seconds_max.get_or_create(&label).set(oldest);
                 }

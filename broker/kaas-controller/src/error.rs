@@ -7,6 +7,8 @@ pub enum Error {
     Volume(#[from] kaas_shared::Error),
     #[error("lease store: {0}")]
     Lease(String),
+    #[error("publishing status: {0}")]
+    Publish(String),
     #[error("heartbeat transport: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("heartbeat stream: {0}")]

@@ -2,6 +2,7 @@
 //! second, remember when the controller last acknowledged (for fencing) and relay its
 //! ASSIGNMENT_CHANGED pushes.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,8 @@ use tonic::transport::Endpoint;
 use tracing::{debug, info};
 
 use crate::proto::heartbeat_client::HeartbeatClient;
-use crate::proto::{BrokerBeat, controller_message};
+use crate::proto::{Ack, BrokerBeat, BrokerTotals, GroupSummary, controller_message};
+use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, PartitionStats};
 
 /// How often a broker beats.
 pub const BEAT_INTERVAL: Duration = Duration::from_secs(1);
@@ -23,6 +25,19 @@ pub trait BeatSource: Send + Sync + std::fmt::Debug {
     fn partitions_led(&self) -> Vec<String>;
     fn assignment_version(&self) -> i64;
     fn draining(&self) -> bool;
+    /// Traffic counters since the broker started.
+    fn totals(&self) -> BrokerTotals {
+        BrokerTotals::default()
+    }
+    /// Log ends and sizes of the partitions this broker leads.
+    fn partition_stats(&self) -> BTreeMap<PartitionId, PartitionStats> {
+        BTreeMap::new()
+    }
+    /// The groups this broker coordinates, largest lag first and at most a bounded number, and
+    /// how many there are in all (the source may compute them less often than every beat).
+    fn groups(&self) -> (Vec<GroupSummary>, u32) {
+        (Vec::new(), 0)
+    }
 }
 
 /// What the heartbeat learned, for the rest of the broker.
@@ -35,6 +50,9 @@ pub struct HeartbeatStatus {
     pub assignment_changed: Notify,
     /// Beat to acknowledgement, for `/metrics`.
     pub round_trip: Histogram,
+    /// What the controller handed back of partitions other brokers lead, as of their leaders'
+    /// last beats: a group coordinator's lag for partitions it does not lead.
+    remote: Mutex<HashMap<PartitionId, PartitionStats>>,
 }
 
 impl HeartbeatStatus {
@@ -45,7 +63,29 @@ impl HeartbeatStatus {
             assignment_changed: Notify::new(),
             // 100 µs to ~3 s.
             round_trip: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
+            remote: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The high watermark (and log end and size) of a partition another broker leads, as the
+    /// controller last handed it back; `None` if it did not.
+    pub fn remote_partition(&self, topic: &str, partition: i32) -> Option<PartitionStats> {
+        self.remote.lock().get(&(topic.to_string(), partition)).copied()
+    }
+
+    /// Forgets handed-back partitions of topics `keep` says no longer exist.
+    pub fn retain_remote(&self, keep: impl Fn(&str) -> bool) {
+        self.remote.lock().retain(|(topic, _), _| keep(topic));
+    }
+
+    /// Takes in the partition statistics of an acknowledgement; the first of a stream carries
+    /// everything the (possibly new) controller knows, so it replaces what came before.
+    fn handed_back(&self, ack: &Ack, first_of_stream: bool) {
+        let mut remote = self.remote.lock();
+        if first_of_stream {
+            remote.clear();
+        }
+        remote.extend(stats::decode(&ack.partition_stats));
     }
 
     fn sent(&self, seq: u64) {
@@ -137,10 +177,16 @@ async fn beat_session(
     let mut inbound = HeartbeatClient::new(channel).stream(ReceiverStream::new(rx)).await?.into_inner();
     let mut tick = tokio::time::interval(BEAT_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What this stream has told the controller: beats carry only what changed.
+    let mut reported = DeltaSender::default();
+    let mut groups_sent: Option<(Vec<GroupSummary>, u32)> = None;
+    let mut acknowledged_any = false;
     loop {
         tokio::select! {
             _ = tick.tick() => {
                 *seq += 1;
+                let groups = source.groups();
+                let groups_changed = groups_sent.as_ref() != Some(&groups);
                 let beat = BrokerBeat {
                     broker_id,
                     incarnation: incarnation.to_string(),
@@ -148,7 +194,13 @@ async fn beat_session(
                     partitions_led: source.partitions_led(),
                     seq: *seq,
                     assignment_version: source.assignment_version(),
+                    totals: Some(source.totals()),
+                    partition_stats: reported.changes(&source.partition_stats(), MAX_PARTITION_STATS),
+                    groups: if groups_changed { groups.0.clone() } else { Vec::new() },
+                    groups_reported: groups_changed,
+                    group_count: groups.1,
                 };
+                groups_sent = Some(groups);
                 status.sent(*seq);
                 if tx.send(beat).await.is_err() {
                     return Ok(());
@@ -157,7 +209,11 @@ async fn beat_session(
             message = inbound.message() => match message? {
                 None => return Ok(()),
                 Some(m) => match m.kind {
-                    Some(controller_message::Kind::Ack(ack)) => status.acknowledged(ack.seq),
+                    Some(controller_message::Kind::Ack(ack)) => {
+                        status.handed_back(&ack, !acknowledged_any);
+                        acknowledged_any = true;
+                        status.acknowledged(ack.seq);
+                    }
                     Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
                     None => {}
                 },

@@ -5,7 +5,7 @@
 //! streams are the alive set; a stream ends when its broker goes away or this broker loses the
 //! Lease, which makes the brokers look for the new controller.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +18,8 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info};
 
 use crate::proto::heartbeat_server::{Heartbeat, HeartbeatServer};
-use crate::proto::{Ack, AssignmentChanged, BrokerBeat, ControllerMessage, controller_message};
+use crate::proto::{Ack, AssignmentChanged, BrokerBeat, BrokerTotals, ControllerMessage, GroupSummary, controller_message};
+use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, PartitionStats};
 
 /// Whether this broker is the controller, and at which epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,17 +38,35 @@ pub struct BrokerSession {
     pub assignment_version: i64,
 }
 
+/// What one broker's beats reported of its traffic, partitions and groups (the status views).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BrokerReport {
+    /// Its traffic counters since it started.
+    pub totals: BrokerTotals,
+    /// The partitions it leads, as of its last beat that changed them.
+    pub partitions: BTreeMap<PartitionId, PartitionStats>,
+    /// Its coordinated groups, largest lag first (at most its beat's limit), and how many it has.
+    pub groups: Vec<GroupSummary>,
+    pub group_count: u32,
+}
+
 /// State shared by the heartbeat server and the controller loop.
 #[derive(Debug)]
 pub struct HeartbeatHub {
     role: watch::Sender<Role>,
     sessions: Mutex<BTreeMap<i32, BrokerSession>>,
+    reports: Mutex<BTreeMap<i32, BrokerReport>>,
     pushes: broadcast::Sender<AssignmentChanged>,
 }
 
 impl Default for HeartbeatHub {
     fn default() -> Self {
-        HeartbeatHub { role: watch::Sender::new(Role::Follower), sessions: Mutex::new(BTreeMap::new()), pushes: broadcast::channel(16).0 }
+        HeartbeatHub {
+            role: watch::Sender::new(Role::Follower),
+            sessions: Mutex::new(BTreeMap::new()),
+            reports: Mutex::new(BTreeMap::new()),
+            pushes: broadcast::channel(16).0,
+        }
     }
 }
 
@@ -68,6 +87,49 @@ impl HeartbeatHub {
         });
         if role == Role::Follower {
             self.sessions.lock().clear();
+            self.reports.lock().clear();
+        }
+    }
+
+    /// What the brokers alive within `session_timeout` reported, by broker id.
+    pub fn reports(&self, session_timeout: Duration) -> BTreeMap<i32, BrokerReport> {
+        let alive = self.alive(session_timeout);
+        self.reports.lock().iter().filter(|(id, _)| alive.contains_key(id)).map(|(id, r)| (*id, r.clone())).collect()
+    }
+
+    /// The partitions every broker but `broker_id` reported: what that broker is told back.
+    fn reported_by_others(&self, broker_id: i32) -> BTreeMap<PartitionId, PartitionStats> {
+        let reports = self.reports.lock();
+        let others = reports.iter().filter(|(id, _)| **id != broker_id);
+        others.flat_map(|(_, r)| r.partitions.iter().map(|(k, v)| (k.clone(), *v))).collect()
+    }
+
+    /// Merges what a beat reports. Partitions it no longer leads are dropped from its report,
+    /// and a partition it now leads from every other broker's (a dead leader's last word would
+    /// otherwise linger beside the new leader's).
+    pub(crate) fn record_report(&self, beat: &BrokerBeat) {
+        let led: HashSet<(&str, i32)> =
+            beat.partitions_led.iter().filter_map(|key| kaas_shared::names::parse_partition_key(key).ok()).collect();
+        let mut reports = self.reports.lock();
+        let mut taken = Vec::new();
+        let report = reports.entry(beat.broker_id).or_default();
+        report.partitions.retain(|(topic, partition), _| led.contains(&(topic.as_str(), *partition)));
+        if let Some(totals) = beat.totals {
+            report.totals = totals;
+        }
+        for (id, stats) in stats::decode(&beat.partition_stats) {
+            if led.contains(&(id.0.as_str(), id.1)) && report.partitions.insert(id.clone(), stats).is_none() {
+                taken.push(id);
+            }
+        }
+        if beat.groups_reported {
+            report.groups = beat.groups.clone();
+        }
+        report.group_count = beat.group_count;
+        for (_, other) in reports.iter_mut().filter(|(id, _)| **id != beat.broker_id) {
+            for id in &taken {
+                other.partitions.remove(id);
+            }
         }
     }
 
@@ -81,7 +143,7 @@ impl HeartbeatHub {
         let _ = self.pushes.send(AssignmentChanged { controller_epoch, assignment_version });
     }
 
-    fn record(&self, beat: &BrokerBeat) {
+    pub(crate) fn record(&self, beat: &BrokerBeat) {
         let session = BrokerSession {
             incarnation: beat.incarnation.clone(),
             draining: beat.draining,
@@ -128,12 +190,15 @@ impl Heartbeat for HeartbeatService {
         let mut pushes = hub.pushes.subscribe();
         let mut role = hub.role.subscribe();
         tokio::spawn(async move {
+            let mut handed_back = DeltaSender::default();
             loop {
                 let message = tokio::select! {
                     beat = inbound.message() => match beat {
                         Ok(Some(beat)) => {
                             hub.record(&beat);
-                            controller_message::Kind::Ack(Ack { seq: beat.seq, controller_epoch: epoch })
+                            hub.record_report(&beat);
+                            let partition_stats = handed_back.changes(&hub.reported_by_others(beat.broker_id), MAX_PARTITION_STATS);
+                            controller_message::Kind::Ack(Ack { seq: beat.seq, controller_epoch: epoch, partition_stats })
                         }
                         Ok(None) | Err(_) => break,
                     },

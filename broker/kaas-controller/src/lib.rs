@@ -5,6 +5,8 @@
 //! - [`controller`]: the loop that recomputes and writes assignment.json while holding the Lease;
 //! - [`heartbeat_server`] / [`heartbeat_client`]: the gRPC stream every broker keeps open to the
 //!   controller, which is both the alive set and the ASSIGNMENT_CHANGED push;
+//! - [`stats`]: partition statistics on the heartbeat (log ends, sizes, handed-back high watermarks);
+//! - [`status`]: what the controller publishes of them for `kubectl get` (paced);
 //! - [`topics`], [`endpoints`] and [`mirror`]: the narrow traits behind which the Kubernetes API sits.
 
 pub mod balancer;
@@ -15,6 +17,8 @@ pub mod heartbeat_client;
 pub mod heartbeat_server;
 pub mod lease;
 pub mod mirror;
+pub mod stats;
+pub mod status;
 pub mod stored_epochs;
 pub mod topics;
 

@@ -77,6 +77,12 @@ impl KubeTopics {
         self.store.state().into_iter().find(|t| t.spec.cluster_ref == self.cluster && t.topic_name() == name)
     }
 
+    /// The KafkaTopic resource's name of the Kafka topic `name` (they differ when the resource
+    /// sets `spec.topicName`), if the resource exists.
+    pub(crate) fn resource_name(&self, name: &str) -> Option<String> {
+        self.find(name).map(|t| t.name_any())
+    }
+
     async fn patch_spec(&self, name: &str, spec: serde_json::Value) -> Result<(), Error> {
         let topic = self.find(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
         let patch = serde_json::json!({ "spec": spec });

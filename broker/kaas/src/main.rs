@@ -303,14 +303,17 @@ async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSetti
         None => client.default_namespace().to_string(),
     };
     let ms = std::time::Duration::from_millis;
-    let (catalog, mirror) = match &args.cluster_name {
+    let (catalog, mirror, status_sink) = match &args.cluster_name {
         Some(cluster) => {
-            let catalog: std::sync::Arc<dyn kaas_broker::catalog::TopicCatalog> = kube_topics::KubeTopics::start(client.clone(), &namespace, cluster);
+            let topics = kube_topics::KubeTopics::start(client.clone(), &namespace, cluster);
+            let status: std::sync::Arc<dyn kaas_controller::status::StatusSink> =
+                std::sync::Arc::new(kube_mirror::KubeStatus::new(client.clone(), &namespace, cluster, topics.clone()));
+            let catalog: std::sync::Arc<dyn kaas_broker::catalog::TopicCatalog> = topics;
             let mirror: std::sync::Arc<dyn kaas_controller::mirror::AssignmentMirror> =
                 std::sync::Arc::new(kube_mirror::KubeMirror::start(client.clone(), &namespace, cluster));
-            (Some(catalog), Some(mirror))
+            (Some(catalog), Some(mirror), Some(status))
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     Ok(ClusterSettings {
         identity: pod.to_string(),
@@ -327,6 +330,8 @@ async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSetti
         ready_brokers: args.headless_service.as_deref().map(|service| {
             std::sync::Arc::new(kube_endpoints::KubeEndpoints::start(client.clone(), &namespace, service)) as std::sync::Arc<dyn kaas_controller::endpoints::ReadyBrokers>
         }),
+        status_sink,
+        status_pacing: kaas_controller::status::Pacing::default(),
     })
 }
 

@@ -39,6 +39,22 @@ use serde::{Deserialize, Serialize};
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
     ),
     printcolumn(
+        name = "In B/s",
+        type_ = "integer",
+        json_path = ".status.bytesInPerSecond"
+    ),
+    printcolumn(
+        name = "Out B/s",
+        type_ = "integer",
+        json_path = ".status.bytesOutPerSecond"
+    ),
+    printcolumn(
+        name = "Groups",
+        type_ = "integer",
+        json_path = ".status.consumerGroupCount",
+        priority = 1
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -221,4 +237,77 @@ pub struct KafkaClusterStatus {
     /// Hash of the rendered broker pod template the StatefulSet carries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template_hash: Option<String>,
+    /// What the controller broker publishes (its own field manager, `kaas-controller`).
+    #[serde(flatten)]
+    pub traffic: ClusterTraffic,
+}
+
+impl KafkaClusterStatus {
+    /// The status without the fields the controller broker publishes: what the operator
+    /// applies, so that neither field manager's apply removes or overwrites the other's fields.
+    pub fn without_traffic(self) -> KafkaClusterStatus {
+        KafkaClusterStatus {
+            traffic: ClusterTraffic::default(),
+            ..self
+        }
+    }
+}
+
+/// The part of a KafkaCluster's status the controller broker publishes from its brokers'
+/// heartbeats: rates, partitions led and consumer groups (docs/monitoring.md). Refreshed at
+/// most every 10 s, and only when it changed.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTraffic {
+    /// Record batch bytes appended per second, all brokers (over the last publication interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_in_per_second: Option<i64>,
+    /// Record bytes sent to consumers per second, all brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_out_per_second: Option<i64>,
+    /// Records appended per second, all brokers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_in_per_second: Option<i64>,
+    /// Each heartbeating broker: partitions it leads and its traffic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<BrokerTraffic>,
+    /// Consumer groups in the cluster (all of them; `consumerGroups` lists at most 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_group_count: Option<i32>,
+    /// The consumer groups with the largest lag, at most 50 (a status is no place for every
+    /// group a client may create: the rest are counted, and their lag is on `/metrics`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumer_groups: Vec<ConsumerGroupSummary>,
+}
+
+/// One broker in a KafkaCluster's status.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerTraffic {
+    /// The broker id (the pod's ordinal).
+    pub id: i32,
+    /// Partitions it leads.
+    pub partitions_led: i32,
+    pub bytes_in_per_second: i64,
+    pub bytes_out_per_second: i64,
+}
+
+/// One consumer group in a KafkaCluster's status.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsumerGroupSummary {
+    pub name: String,
+    /// Kafka's state name: `Empty`, `Stable`, `PreparingRebalance`, ...
+    pub state: String,
+    /// `classic` or `consumer` (KIP-848).
+    #[serde(rename = "type")]
+    pub group_type: String,
+    /// A classic group's protocol type (`consumer`, `connect`, ...).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub protocol_type: String,
+    pub members: i32,
+    /// High watermark minus committed offset, summed over the group's partitions.
+    pub lag: i64,
+    /// The broker coordinating it.
+    pub coordinator: i32,
 }

@@ -20,6 +20,12 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.clusterRef"),
     printcolumn(name = "Topic", type_ = "string", json_path = ".status.topicName"),
     printcolumn(name = "Partitions", type_ = "integer", json_path = ".spec.partitions"),
+    printcolumn(name = "Size", type_ = "string", json_path = ".status.size"),
+    printcolumn(
+        name = "End Offset",
+        type_ = "integer",
+        json_path = ".status.logEndOffset"
+    ),
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -83,6 +89,66 @@ pub struct KafkaTopicStatus {
     /// Partitions written to topic.json.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<i32>,
+    /// What the controller broker publishes (its own field manager, `kaas-controller`).
+    #[serde(flatten)]
+    pub log: TopicLog,
+}
+
+impl KafkaTopicStatus {
+    /// The status without the fields the controller broker publishes: what the volume agent
+    /// applies, so that neither field manager's apply removes or overwrites the other's fields.
+    pub fn without_log(self) -> KafkaTopicStatus {
+        KafkaTopicStatus {
+            log: TopicLog::default(),
+            ..self
+        }
+    }
+}
+
+/// The part of a KafkaTopic's status the controller broker publishes from its partitions'
+/// leaders (docs/monitoring.md): refreshed when it changed, at most once a minute per topic.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicLog {
+    /// Bytes in the partitions' segments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    /// `size_bytes` for people (`12.3Mi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<String>,
+    /// The partitions' log end offsets summed: the offsets the topic has handed out (for one
+    /// partition, its newest offset plus one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_end_offset: Option<i64>,
+    /// Partitions whose leader reported them (fewer than `partitions` while one has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions_reported: Option<i32>,
+}
+
+/// `bytes` in binary units with one decimal (`512`, `1.5Ki`, `12.3Mi`), like `kubectl top`.
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if bytes < 1024 {
+        return bytes.to_string();
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1}{}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_read_like_kubectl() {
+        assert_eq!(super::human_size(0), "0");
+        assert_eq!(super::human_size(1023), "1023");
+        assert_eq!(super::human_size(1536), "1.5Ki");
+        assert_eq!(super::human_size(12_900_000), "12.3Mi");
+    }
 }
 
 impl KafkaTopic {

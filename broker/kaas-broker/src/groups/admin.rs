@@ -30,6 +30,8 @@ pub struct ListedGroup {
     pub state: &'static str,
     /// `classic` or `consumer`.
     pub group_type: &'static str,
+    /// Members of either protocol.
+    pub members: usize,
 }
 
 /// A consumer group as ConsumerGroupDescribe reports it.
@@ -110,7 +112,8 @@ impl Coordinator {
                 if g.is(GroupState::Dead) || !wanted(states, g.state_name()) || !wanted(types, g.group_type()) {
                     continue;
                 }
-                out.push(ListedGroup { group_id: id, protocol_type: g.protocol_type.clone().unwrap_or_default(), state: g.state_name(), group_type: g.group_type() });
+                let members = g.members.len() + g.consumer.as_ref().map_or(0, |c| c.value.members.len());
+                out.push(ListedGroup { group_id: id, protocol_type: g.protocol_type.clone().unwrap_or_default(), state: g.state_name(), group_type: g.group_type(), members });
             }
         }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
