@@ -24,8 +24,9 @@ pub struct PartitionLag {
     pub committed: i64,
     /// High watermark minus committed offset; `None` when no high watermark is known.
     pub lag: Option<i64>,
-    /// How old the oldest uncommitted record is (0 when caught up); only for led partitions,
-    /// and only when asked for (it reads a batch header).
+    /// How old the oldest uncommitted record is (0 when caught up), only when asked for: from
+    /// the batch header for led partitions, estimated from the handed-back high watermarks'
+    /// history for the others (`kaas_controller::stats::RemotePartition`).
     pub seconds: Option<f64>,
     /// Whether the high watermark came from another broker (through the controller).
     pub remote: bool,
@@ -76,7 +77,11 @@ pub fn groups(broker: &Broker, led: &Led, with_seconds: bool) -> Vec<GroupLag> {
                     Some(p) => (Some(p.high_watermark()), false),
                     None => (heartbeat.and_then(|h| h.remote_partition(&topic, partition)).map(|s| s.high_watermark), true),
                 };
-                let seconds = if with_seconds { leader.and_then(|p| lag_seconds(p, offset.offset, now_ms)) } else { None };
+                let seconds = match (with_seconds, leader) {
+                    (false, _) => None,
+                    (true, Some(p)) => lag_seconds(p, offset.offset, now_ms),
+                    (true, None) => heartbeat.and_then(|h| h.remote_lag_seconds(&topic, partition, offset.offset, now_ms)),
+                };
                 partitions.push(PartitionLag {
                     topic: topic.clone(),
                     partition,

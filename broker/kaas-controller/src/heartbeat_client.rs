@@ -15,7 +15,7 @@ use tracing::{debug, info};
 
 use crate::proto::heartbeat_client::HeartbeatClient;
 use crate::proto::{Ack, BrokerBeat, BrokerTotals, GroupSummary, controller_message};
-use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, PartitionStats};
+use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, PartitionStats, RemotePartition};
 
 /// How often a broker beats.
 pub const BEAT_INTERVAL: Duration = Duration::from_secs(1);
@@ -52,7 +52,7 @@ pub struct HeartbeatStatus {
     pub round_trip: Histogram,
     /// What the controller handed back of partitions other brokers lead, as of their leaders'
     /// last beats: a group coordinator's lag for partitions it does not lead.
-    remote: Mutex<HashMap<PartitionId, PartitionStats>>,
+    remote: Mutex<HashMap<PartitionId, RemotePartition>>,
 }
 
 impl HeartbeatStatus {
@@ -70,7 +70,13 @@ impl HeartbeatStatus {
     /// The high watermark (and log end and size) of a partition another broker leads, as the
     /// controller last handed it back; `None` if it did not.
     pub fn remote_partition(&self, topic: &str, partition: i32) -> Option<PartitionStats> {
-        self.remote.lock().get(&(topic.to_string(), partition)).copied()
+        self.remote.lock().get(&(topic.to_string(), partition)).map(|r| r.stats)
+    }
+
+    /// The lag in time of `committed` on a partition another broker leads, estimated from when
+    /// its high watermarks were handed back (see [`RemotePartition`]); `None` if none were.
+    pub fn remote_lag_seconds(&self, topic: &str, partition: i32, committed: i64, now_ms: i64) -> Option<f64> {
+        self.remote.lock().get(&(topic.to_string(), partition)).map(|r| r.lag_seconds(committed, now_ms))
     }
 
     /// Forgets handed-back partitions of topics `keep` says no longer exist.
@@ -81,11 +87,18 @@ impl HeartbeatStatus {
     /// Takes in the partition statistics of an acknowledgement; the first of a stream carries
     /// everything the (possibly new) controller knows, so it replaces what came before.
     fn handed_back(&self, ack: &Ack, first_of_stream: bool) {
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let received: Vec<(PartitionId, PartitionStats)> = stats::decode(&ack.partition_stats).collect();
         let mut remote = self.remote.lock();
         if first_of_stream {
-            remote.clear();
+            // Partitions the (possibly new) controller no longer knows of are gone; the others
+            // keep their history.
+            let known: std::collections::HashSet<&PartitionId> = received.iter().map(|(id, _)| id).collect();
+            remote.retain(|id, _| known.contains(id));
         }
-        remote.extend(stats::decode(&ack.partition_stats));
+        for (id, stats) in received {
+            remote.entry(id).or_default().observe(stats, now_ms);
+        }
     }
 
     fn sent(&self, seq: u64) {

@@ -7,7 +7,7 @@
 //! a cluster of 10,000 partitions that all move every second costs a few hundred KB a beat, far
 //! below gRPC's 4 MB message limit, and a larger one catches up over several beats.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::proto::TopicPartitionStats;
 
@@ -64,6 +64,53 @@ impl DeltaSender {
     }
 }
 
+/// Samples of a handed-back high watermark kept per partition.
+const HISTORY: usize = 16;
+
+/// A partition another broker leads, as the controller hands it back: its latest statistics,
+/// and when this broker first saw its high watermark reach which offset. That history stands in
+/// for the record timestamps this broker cannot read (only the leader reads the log): the lag in
+/// time of a committed offset is estimated as the time since the high watermark was first seen
+/// past it, a lower bound, its precision the spacing of the samples (a beat apart while young;
+/// older samples are thinned, keeping the oldest, so the history spans the partition's whole
+/// time on this broker in [`HISTORY`] samples).
+#[derive(Debug, Clone, Default)]
+pub struct RemotePartition {
+    pub stats: PartitionStats,
+    /// (high watermark, Unix ms it was first seen), oldest first, high watermarks increasing.
+    history: VecDeque<(i64, i64)>,
+}
+
+impl RemotePartition {
+    /// Takes in a handed-back statistic seen at `now_ms`.
+    pub fn observe(&mut self, stats: PartitionStats, now_ms: i64) {
+        self.stats = stats;
+        // A high watermark that went back (a truncated log) invalidates the samples above it.
+        self.history.retain(|(hw, _)| *hw <= stats.high_watermark);
+        if self.history.back().is_some_and(|(hw, _)| *hw == stats.high_watermark) {
+            return;
+        }
+        self.history.push_back((stats.high_watermark, now_ms));
+        if self.history.len() > HISTORY {
+            // Drop the inner sample whose neighbours are closest in time: the spacing stays
+            // even, and old samples grow sparse before young ones.
+            let closest = (1..self.history.len() - 1).min_by_key(|&i| self.history[i + 1].1 - self.history[i - 1].1);
+            if let Some(i) = closest {
+                self.history.remove(i);
+            }
+        }
+    }
+
+    /// Seconds since the high watermark was first seen past `committed` (0 when it is not:
+    /// caught up); at least the time since the oldest sample when that one is already past it.
+    pub fn lag_seconds(&self, committed: i64, now_ms: i64) -> f64 {
+        match self.history.iter().find(|(hw, _)| *hw > committed) {
+            Some((_, seen)) => (now_ms - seen).max(0) as f64 / 1000.0,
+            None => 0.0,
+        }
+    }
+}
+
 /// The entries of received messages. A message whose lists disagree in length (a peer that does
 /// not follow this file) yields only the entries every list has.
 pub fn decode(messages: &[TopicPartitionStats]) -> impl Iterator<Item = (PartitionId, PartitionStats)> + '_ {
@@ -109,6 +156,28 @@ mod tests {
         assert!(sender.changes(&current, 4).is_empty());
         current.insert(("a".to_string(), 0), gone);
         assert_eq!(decode(&sender.changes(&current, 4)).count(), 1);
+    }
+
+    #[test]
+    fn lag_in_time_is_the_time_since_the_high_watermark_passed_the_commit() {
+        let mut p = RemotePartition::default();
+        let at = |hw: i64| PartitionStats { high_watermark: hw, ..PartitionStats::default() };
+        p.observe(at(10), 1_000);
+        p.observe(at(10), 2_000);
+        p.observe(at(20), 3_000);
+        p.observe(at(30), 4_000);
+        assert_eq!(p.lag_seconds(30, 9_000), 0.0, "caught up");
+        assert_eq!(p.lag_seconds(25, 9_000), 5.0, "offset 25 became readable when 30 was seen");
+        assert_eq!(p.lag_seconds(10, 9_000), 6.0);
+        assert_eq!(p.lag_seconds(3, 9_000), 8.0, "older than the history: since its oldest sample");
+        // A long history keeps its oldest sample and stays bounded.
+        for i in 0..1000 {
+            p.observe(at(31 + i), 5_000 + i * 1_000);
+        }
+        assert_eq!(p.history.len(), HISTORY);
+        assert_eq!(p.history.front(), Some(&(10, 1_000)));
+        assert_eq!(p.lag_seconds(1029, 1_004_000), 0.0);
+        assert!(p.lag_seconds(1029, 1_004_000 + 3_000) == 3.0);
     }
 
     #[test]

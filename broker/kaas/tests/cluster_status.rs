@@ -59,6 +59,19 @@ async fn eventually<T>(what: &str, mut check: impl FnMut() -> TestResult<Option<
     }
 }
 
+/// Commits `offset` on each partition of `lagging` for `group`, as a real client does.
+fn commit(cluster: &Cluster, group: &str, offset: i64) -> TestResult {
+    tokio::task::block_in_place(|| {
+        let consumer: BaseConsumer = cluster.client_config().set("group.id", group).set("enable.auto.commit", "false").create()?;
+        let mut offsets = TopicPartitionList::new();
+        for p in 0..3 {
+            offsets.add_partition_offset("lagging", p, Offset::Offset(offset))?;
+        }
+        consumer.commit(&offsets, CommitMode::Sync)?;
+        Ok(())
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_heartbeat_carries_partition_stats_and_hands_high_watermarks_back_for_lag() -> TestResult {
     let cluster = Cluster::start(3).await?;
@@ -74,25 +87,20 @@ async fn the_heartbeat_carries_partition_stats_and_hands_high_watermarks_back_fo
     produce(&producer, "lagging", 3, "m", 300).await?;
     let group = "lag-watchers";
     let coordinator = placed.consumer_groups[&kaas_groups::shard_of(group)].coordinator;
-    tokio::task::block_in_place(|| -> TestResult {
-        let consumer: BaseConsumer = cluster.client_config().set("group.id", group).set("enable.auto.commit", "false").create()?;
-        let mut offsets = TopicPartitionList::new();
-        for p in 0..3 {
-            offsets.add_partition_offset("lagging", p, Offset::Offset(40))?;
-        }
-        consumer.commit(&offsets, CommitMode::Sync)?;
-        Ok(())
-    })?;
+    commit(&cluster, group, 40)?;
 
-    // The coordinator reports the lag of every partition, not only the one it leads.
+    // The coordinator reports the lag of every partition, not only the one it leads, and a lag
+    // in time for each (estimated for the others).
     let node = &cluster.nodes[&coordinator];
+    let per_partition = |text: &str, name: &str| -> Vec<Option<f64>> {
+        (0..3).map(|p| series(text, name, &format!("group=\"{group}\",topic=\"lagging\",partition=\"{p}\""))).collect()
+    };
     eventually("the coordinator's lag for every partition", || {
         let text = render_metrics(&node.broker)?;
-        let lag: Vec<Option<f64>> = (0..3)
-            .map(|p| series(&text, "kaas_consumer_group_lag", &format!("group=\"{group}\",topic=\"lagging\",partition=\"{p}\"")))
-            .collect();
         let sum = series(&text, "kaas_consumer_group_lag_sum", &format!("group=\"{group}\",topic=\"lagging\""));
-        Ok((lag == [Some(60.0); 3] && sum == Some(180.0)).then_some(()))
+        let seconds = per_partition(&text, "kaas_consumer_group_lag_seconds");
+        Ok((per_partition(&text, "kaas_consumer_group_lag") == [Some(60.0); 3] && sum == Some(180.0) && seconds.iter().all(Option::is_some))
+            .then_some(()))
     })
     .await?;
 
@@ -134,5 +142,14 @@ async fn the_heartbeat_carries_partition_stats_and_hands_high_watermarks_back_fo
     let summary = view.consumer_groups.iter().find(|g| g.summary.group_id == group).ok_or("the group is listed")?;
     assert_eq!(summary.coordinator, coordinator);
     assert_eq!(view.consumer_group_count, 1);
+
+    // Caught up: lag and lag in time return to 0 on every partition.
+    commit(&cluster, group, 200)?;
+    eventually("lag back to 0 everywhere", || {
+        let text = render_metrics(&node.broker)?;
+        let zero = [Some(0.0); 3];
+        Ok((per_partition(&text, "kaas_consumer_group_lag") == zero && per_partition(&text, "kaas_consumer_group_lag_seconds") == zero).then_some(()))
+    })
+    .await?;
     Ok(())
 }
