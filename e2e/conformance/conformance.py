@@ -406,11 +406,18 @@ def java_cmd(libs: Path, classes: Path, *props: str, main: str = "Conformance", 
 CONNECT_RELEASE = "4.3.1"
 
 
-def connect_cmd(libs: Path, classes: Path) -> list[str]:
-    """ConnectApp on Kafka Connect CONNECT_RELEASE, logging through the pinned Kafka's log4j2."""
-    connect = java_client_libs(CONNECT_RELEASE, "connect-runtime", "connect-file")
+def connect_cmd(libs: Path, classes: Path, main: str) -> list[str]:
+    """An application on Kafka Connect CONNECT_RELEASE (ConnectApp, MirrorApp), logging through the
+    pinned Kafka's log4j2."""
+    connect = java_client_libs(CONNECT_RELEASE, "connect-runtime", "connect-file", "connect-mirror")
     log4j = "".join(f"{j}:" for j in sorted(libs.glob("log4j-*.jar")))
-    return java_cmd(connect, classes, main="ConnectApp", extra_cp=log4j)
+    return java_cmd(connect, classes, main=main, extra_cp=log4j)
+
+
+# Programs that work between two clusters: they take the peer's address before the broker's.
+# MirrorMaker 2 mirrors between Apache Kafka (the peer) and kaas, so it runs only against kaas
+# and only when the suite runs both brokers.
+NEEDS_PEER = {"kafka-mirrormaker"}
 
 
 def build_go(name: str) -> Path:
@@ -497,19 +504,21 @@ class Broker:
 
 
 def run_suite(broker: Broker, stem: str, programs: dict[str, list[str]], logroot: Path,
-              only_clients: set[str] | None, jobs: int, tools_version: str) -> list[Result]:
+              only_clients: set[str] | None, jobs: int, tools_version: str, peer: str | None) -> list[Result]:
     logdir = logroot / broker.name
     logdir.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     # The client programs run first, `jobs` at a time (each names its topics, groups and
     # transactional id apart): the Java client's transaction is what kafka-transactions then
     # lists and describes.
-    chosen = [(c, cmd) for c, cmd in programs.items() if not only_clients or c in only_clients]
+    chosen = [(c, cmd) for c, cmd in programs.items() if (not only_clients or c in only_clients)
+              and (c not in NEEDS_PEER or (broker.name == "kaas" and peer))]
 
     def one(client: str, cmd: list[str]) -> list[Result]:
         log(f"[{broker.name}] {client}")
         start = time.monotonic()
-        rs = run_program(client, [*cmd, broker.bootstrap], broker.name, logdir, timeout=300)
+        addresses = [peer, broker.bootstrap] if client in NEEDS_PEER else [broker.bootstrap]
+        rs = run_program(client, [*cmd, *addresses], broker.name, logdir, timeout=300)
         log(f"[{broker.name}] {client} done in {time.monotonic() - start:.0f} s: {sum(r.ok for r in rs)}/{len(rs)} pass")
         return rs
 
@@ -648,7 +657,8 @@ def main() -> int:
         "java": lambda: java_cmd(libs, java_classes),
         # Applications on top of the Java client (java/StreamsApp.java, java/ConnectApp.java).
         "kafka-streams": lambda: java_cmd(libs, java_classes, main="StreamsApp"),
-        "kafka-connect": lambda: connect_cmd(libs, java_classes),
+        "kafka-connect": lambda: connect_cmd(libs, java_classes, "ConnectApp"),
+        "kafka-mirrormaker": lambda: connect_cmd(libs, java_classes, "MirrorApp"),
     }
     for release in java_releases():
         # One client per older release: java-<major>.<minor> (a patch release replaces its line
@@ -691,7 +701,8 @@ def main() -> int:
             log(f"{BROKER_TITLE[b]} on {o.bootstrap}")
         with concurrent.futures.ThreadPoolExecutor(max_workers=1 if args.sequential else len(objs)) as pool:
             kafka_version = libs.parent.name.removeprefix("kafka-")
-            futs = [pool.submit(run_suite, o, stem, programs, logroot, only, args.jobs, kafka_version)
+            peer = objs["kafka"].bootstrap if "kafka" in objs else None
+            futs = [pool.submit(run_suite, o, stem, programs, logroot, only, args.jobs, kafka_version, peer)
                     for o in objs.values()]
             for f in futs:
                 results += f.result()
