@@ -83,7 +83,7 @@ pub async fn add_partitions(broker: &Arc<Broker>, name: &str, total: i32, valida
 pub async fn set_configs(broker: &Arc<Broker>, name: &str, configs: BTreeMap<String, String>, validate_only: bool) -> Result<()> {
     let Some(catalog) = catalog(broker) else { return broker.topics.set_configs(name, configs, validate_only) };
     followed(broker, name, DEFAULT_TIMEOUT).await?;
-    topic_config::validate_all(&configs)?;
+    topic_config::validate_all(&configs, broker.topics.log_defaults())?;
     if validate_only {
         return Ok(());
     }

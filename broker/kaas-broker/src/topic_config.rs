@@ -132,9 +132,18 @@ pub fn validate(name: &str, value: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks every entry of a topic's config map.
-pub fn validate_all<'a>(configs: impl IntoIterator<Item = (&'a String, &'a String)>) -> Result<()> {
-    configs.into_iter().try_for_each(|(k, v)| validate(k, v))
+/// Checks every entry of a topic's config map, then what Kafka's `LogConfig.validateValues`
+/// checks across entries, on the topic's configs over the broker's defaults.
+pub fn validate_all(configs: &BTreeMap<String, String>, broker: &LogConfig) -> Result<()> {
+    configs.iter().try_for_each(|(k, v)| validate(k, v))?;
+    let merged = broker.with_topic_configs(configs).map_err(|e| Error::InvalidConfig(e.to_string()))?;
+    if merged.min_compaction_lag_ms > merged.max_compaction_lag_ms {
+        return Err(Error::InvalidConfig(format!(
+            "conflict topic config setting min.compaction.lag.ms ({}) > max.compaction.lag.ms ({})",
+            merged.min_compaction_lag_ms, merged.max_compaction_lag_ms
+        )));
+    }
+    Ok(())
 }
 
 /// The value a topic sees for `def` when it does not set it: the broker's setting where the
@@ -150,6 +159,11 @@ pub fn default_value(def: &ConfigDef, broker: &LogConfig) -> String {
         "message.timestamp.type" => timestamp_type_name(broker.timestamp_type).to_string(),
         "message.timestamp.before.max.ms" => broker.message_timestamp_before_max_ms.to_string(),
         "message.timestamp.after.max.ms" => broker.message_timestamp_after_max_ms.to_string(),
+        "cleanup.policy" => cleanup_policy_name(broker).to_string(),
+        "min.cleanable.dirty.ratio" => broker.min_cleanable_dirty_ratio.to_string(),
+        "min.compaction.lag.ms" => broker.min_compaction_lag_ms.to_string(),
+        "max.compaction.lag.ms" => broker.max_compaction_lag_ms.to_string(),
+        "delete.retention.ms" => broker.delete_retention_ms.to_string(),
         _ => def.default.to_string(),
     }
 }
@@ -157,6 +171,15 @@ pub fn default_value(def: &ConfigDef, broker: &LogConfig) -> String {
 /// The default a topic sees for the config `name`, if Kafka defines one.
 pub fn default_value_of(name: &str, broker: &LogConfig) -> Option<String> {
     definition(name).map(|def| default_value(def, broker))
+}
+
+fn cleanup_policy_name(broker: &LogConfig) -> &'static str {
+    match (broker.cleanup_delete, broker.cleanup_compact) {
+        (true, true) => "compact,delete",
+        (false, true) => "compact",
+        (true, false) => "delete",
+        (false, false) => "",
+    }
 }
 
 fn timestamp_type_name(t: TimestampType) -> &'static str {
@@ -193,6 +216,47 @@ mod tests {
         assert!(matches!(validate("segment.bytes", "10"), Err(Error::InvalidConfig(_))));
         assert!(matches!(validate("max.message.bytes", "99999999999"), Err(Error::InvalidConfig(_))));
         assert!(matches!(validate("preallocate", "yes"), Err(Error::InvalidConfig(_))));
+    }
+
+    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_minimum_compaction_lag_above_the_maximum_is_refused_as_kafka_refuses_it() {
+        let broker = LogConfig::default();
+        assert!(validate_all(&configs(&[("min.compaction.lag.ms", "5000"), ("max.compaction.lag.ms", "5000")]), &broker).is_ok());
+        let err = validate_all(&configs(&[("min.compaction.lag.ms", "5001"), ("max.compaction.lag.ms", "5000")]), &broker);
+        assert!(
+            matches!(&err, Err(Error::InvalidConfig(m)) if m.contains("min.compaction.lag.ms (5001) > max.compaction.lag.ms (5000)")),
+            "{err:?}"
+        );
+        // Against the broker's default when the topic sets only one side.
+        let broker = LogConfig { max_compaction_lag_ms: 60_000, ..LogConfig::default() };
+        assert!(validate_all(&configs(&[("min.compaction.lag.ms", "60000")]), &broker).is_ok());
+        assert!(matches!(validate_all(&configs(&[("min.compaction.lag.ms", "60001")]), &broker), Err(Error::InvalidConfig(_))));
+    }
+
+    #[test]
+    fn the_broker_cleaner_defaults_are_what_topics_that_set_nothing_report() {
+        let broker = LogConfig {
+            cleanup_delete: false,
+            cleanup_compact: true,
+            min_cleanable_dirty_ratio: 0.1,
+            min_compaction_lag_ms: 1000,
+            max_compaction_lag_ms: 3_600_000,
+            delete_retention_ms: 2000,
+            ..LogConfig::default()
+        };
+        let reported = |name| default_value_of(name, &broker);
+        assert_eq!(reported("cleanup.policy").as_deref(), Some("compact"));
+        assert_eq!(reported("min.cleanable.dirty.ratio").as_deref(), Some("0.1"));
+        assert_eq!(reported("min.compaction.lag.ms").as_deref(), Some("1000"));
+        assert_eq!(reported("max.compaction.lag.ms").as_deref(), Some("3600000"));
+        assert_eq!(reported("delete.retention.ms").as_deref(), Some("2000"));
+        let kafka = LogConfig::default();
+        assert_eq!(default_value_of("cleanup.policy", &kafka).as_deref(), Some("delete"));
+        assert_eq!(default_value_of("max.compaction.lag.ms", &kafka).as_deref(), Some("9223372036854775807"));
     }
 
     #[test]

@@ -160,7 +160,7 @@ impl TopicRegistry {
                 new.partitions
             )));
         }
-        topic_config::validate_all(&new.configs)?;
+        topic_config::validate_all(&new.configs, &self.log_defaults)?;
         if self.get(&new.name).is_some() {
             return Err(Error::TopicExists(new.name.clone()));
         }
@@ -248,7 +248,7 @@ impl TopicRegistry {
     pub fn set_configs(&self, name: &str, configs: BTreeMap<String, String>, validate_only: bool) -> Result<()> {
         let _admin = self.admin.lock();
         let topic = self.get(name).ok_or_else(|| Error::UnknownTopicOrPartition(name.to_string()))?;
-        topic_config::validate_all(&configs)?;
+        topic_config::validate_all(&configs, &self.log_defaults)?;
         if validate_only {
             return Ok(());
         }

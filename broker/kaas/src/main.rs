@@ -101,6 +101,26 @@ struct Args {
     /// a dirty section with more keys is cleaned in prefixes that fit.
     #[arg(long, env = "KAAS_LOG_CLEANER_DEDUPE_BUFFER_SIZE", default_value_t = 128 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
     log_cleaner_dedupe_buffer_size: u64,
+    /// cleanup.policy of topics that do not set it: delete, compact or compact,delete
+    /// (log.cleanup.policy).
+    #[arg(long, env = "KAAS_LOG_CLEANUP_POLICY")]
+    log_cleanup_policy: Option<String>,
+    /// min.cleanable.dirty.ratio of topics that do not set it (log.cleaner.min.cleanable.ratio).
+    #[arg(long, env = "KAAS_LOG_CLEANER_MIN_CLEANABLE_RATIO")]
+    log_cleaner_min_cleanable_ratio: Option<f64>,
+    /// min.compaction.lag.ms of topics that do not set it (log.cleaner.min.compaction.lag.ms).
+    #[arg(long, env = "KAAS_LOG_CLEANER_MIN_COMPACTION_LAG_MS")]
+    log_cleaner_min_compaction_lag_ms: Option<i64>,
+    /// max.compaction.lag.ms of topics that do not set it (log.cleaner.max.compaction.lag.ms).
+    #[arg(long, env = "KAAS_LOG_CLEANER_MAX_COMPACTION_LAG_MS")]
+    log_cleaner_max_compaction_lag_ms: Option<i64>,
+    /// delete.retention.ms of topics that do not set it: how long tombstones outlive the clean
+    /// that first saw them (log.cleaner.delete.retention.ms).
+    #[arg(long, env = "KAAS_LOG_CLEANER_DELETE_RETENTION_MS")]
+    log_cleaner_delete_retention_ms: Option<i64>,
+    /// segment.ms of topics that do not set it (log.roll.ms).
+    #[arg(long, env = "KAAS_LOG_ROLL_MS")]
+    log_roll_ms: Option<i64>,
     /// How often retention and time-based segment rolls run, in milliseconds.
     #[arg(long, env = "KAAS_HOUSEKEEPING_INTERVAL_MS", default_value_t = 30_000)]
     housekeeping_interval_ms: u64,
@@ -203,6 +223,26 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(run(args))
 }
 
+/// The broker's defaults of Kafka's topic configs (`log.cleanup.policy`, `log.cleaner.*`,
+/// `log.roll.ms`), checked and applied as a topic's own configs would be, so that a value a
+/// topic could not have is refused at start with the topic config's message.
+fn topic_defaults(args: &Args, defaults: kaas_storage::LogConfig) -> anyhow::Result<kaas_storage::LogConfig> {
+    let mut configs = std::collections::BTreeMap::new();
+    let mut set = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            configs.insert(name.to_string(), value);
+        }
+    };
+    set("cleanup.policy", args.log_cleanup_policy.clone());
+    set("min.cleanable.dirty.ratio", args.log_cleaner_min_cleanable_ratio.map(|v| v.to_string()));
+    set("min.compaction.lag.ms", args.log_cleaner_min_compaction_lag_ms.map(|v| v.to_string()));
+    set("max.compaction.lag.ms", args.log_cleaner_max_compaction_lag_ms.map(|v| v.to_string()));
+    set("delete.retention.ms", args.log_cleaner_delete_retention_ms.map(|v| v.to_string()));
+    set("segment.ms", args.log_roll_ms.map(|v| v.to_string()));
+    kaas_broker::topic_config::validate_all(&configs, &defaults).context("broker defaults of topic configs")?;
+    Ok(kaas_broker::topic_config::log_config(&configs, &defaults))
+}
+
 async fn run(args: Args) -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let bound = listener.local_addr()?;
@@ -215,6 +255,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         log_defaults.retention_ms = ms;
     }
     log_defaults.cleaner_dedupe_buffer_bytes = usize::try_from(args.log_cleaner_dedupe_buffer_size).unwrap_or(usize::MAX);
+    let log_defaults = topic_defaults(&args, log_defaults)?;
     let storage = if args.in_memory { StorageMode::InMemory } else { StorageMode::Disk(args.data_dir.clone()) };
     let cluster = match &args.pod_name {
         None => None,

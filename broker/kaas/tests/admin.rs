@@ -167,3 +167,50 @@ fn auto_creation_is_rate_limited() -> TestResult {
     assert_eq!(again.topics.iter().filter(|t| t.error_code == 0).count(), 3);
     Ok(())
 }
+
+/// The broker's defaults of the compaction configs (`log.cleanup.policy`, `log.cleaner.*`) are
+/// what a topic that sets nothing reports and runs with; a topic whose minimum compaction lag
+/// would exceed the maximum is refused (INVALID_CONFIG), as is a broker started that way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_compaction_defaults_reach_topics_and_conflicting_lags_are_refused() -> TestResult {
+    let kaas = Kaas::start_with(&[
+        "--auto-create-topics",
+        "false",
+        "--log-cleanup-policy",
+        "compact",
+        "--log-cleaner-max-compaction-lag-ms",
+        "60000",
+        "--log-cleaner-delete-retention-ms",
+        "5000",
+    ])?;
+    let admin = kaas.admin()?;
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let r = admin.create_topics([&NewTopic::new("table", 1, TopicReplication::Fixed(1))], &opts).await?;
+    assert!(r[0].is_ok(), "{r:?}");
+    let described = admin.describe_configs([&ResourceSpecifier::Topic("table")], &opts).await?;
+    let resource = described.into_iter().next().ok_or("no result")?.map_err(|e| format!("{e:?}"))?;
+    for (name, value) in [("cleanup.policy", "compact"), ("max.compaction.lag.ms", "60000"), ("delete.retention.ms", "5000")] {
+        let entry = resource.get(name).ok_or(format!("{name} missing"))?;
+        assert_eq!((entry.value.as_deref(), entry.is_default), (Some(value), true), "{name}");
+    }
+
+    let conflicting = [
+        NewTopic::new("lagging", 1, TopicReplication::Fixed(1)).set("min.compaction.lag.ms", "60001"),
+        NewTopic::new("lagging2", 1, TopicReplication::Fixed(1))
+            .set("min.compaction.lag.ms", "10")
+            .set("max.compaction.lag.ms", "9"),
+        NewTopic::new("fine", 1, TopicReplication::Fixed(1)).set("min.compaction.lag.ms", "60000"),
+    ];
+    let r = admin.create_topics(conflicting.iter(), &opts).await?;
+    assert!(matches!(r[0], Err((_, Code::InvalidConfig))), "{:?}", r[0]);
+    assert!(matches!(r[1], Err((_, Code::InvalidConfig))), "{:?}", r[1]);
+    assert!(r[2].is_ok(), "{:?}", r[2]);
+
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_kaas"))
+        .args(["--in-memory", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .args(["--log-cleaner-min-compaction-lag-ms", "10", "--log-cleaner-max-compaction-lag-ms", "5"])
+        .output()?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("min.compaction.lag.ms (10) > max.compaction.lag.ms (5)"), "{stderr}");
+    Ok(())
+}
