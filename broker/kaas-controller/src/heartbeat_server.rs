@@ -123,7 +123,8 @@ impl HeartbeatHub {
             }
         }
         if beat.groups_reported {
-            report.groups = beat.groups.clone();
+            // Bounded here too: the status shows no more than this of all brokers together.
+            report.groups = beat.groups.iter().take(crate::status::MAX_GROUPS_SHOWN).cloned().collect();
         }
         report.group_count = beat.group_count;
         for (_, other) in reports.iter_mut().filter(|(id, _)| **id != beat.broker_id) {
