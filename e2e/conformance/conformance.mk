@@ -12,7 +12,7 @@ CONFORMANCE_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 CONFORMANCE_ARGS ?=
 KAFKA_UP_DIR ?= /tmp/kaas-kafka-up
 
-.PHONY: conformance conformance-deps bench-compare kafka-up kafka-down
+.PHONY: conformance conformance-deps bench-compare kafka-up kafka-down compat-table compat-table-check
 
 conformance-deps: deps
 	@$(CONFORMANCE_DIR)/bin/install-deps.sh
@@ -23,6 +23,15 @@ conformance-deps: deps
 ## workspace once); KAAS_BIN=target/release/kaas after `make build` runs it on the release build.
 conformance: conformance-deps dev-build
 	KAAS_BIN=$${KAAS_BIN:-$(DEBUG_BIN)/kaas} nice -n 10 python3 $(CONFORMANCE_DIR)/conformance.py $(CONFORMANCE_ARGS)
+
+## The README's compatibility table, from the last `make conformance` and `make
+## conformance-cluster` results (target/conformance/*.json); `make test` checks that the README
+## says what they show.
+compat-table:
+	python3 $(CONFORMANCE_DIR)/compat_table.py --write README.md
+
+compat-table-check:
+	python3 $(CONFORMANCE_DIR)/compat_table.py --check README.md
 
 ## kaas vs Apache Kafka (defaults and flush.messages=1): ProducerPerformance, ConsumerPerformance,
 ## kaas-bench, end-to-end latency. About 15 min with the default BENCH_SECONDS=10.

@@ -727,6 +727,8 @@ def main() -> int:
     table = render(rows, header, brokers)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(table + ("\n" + "\n".join(f"- {p}" for p in problems) + "\n" if problems else ""))
+    # The same rows for compat_table.py, which makes the README's compatibility table from them.
+    Path(args.out).with_suffix(".json").write_text(json.dumps({"header": header, "rows": rows}, indent=1) + "\n")
     print(table)
     passed = {b: sum(1 for r in results if r.broker == b and r.ok) for b in brokers}
     counts = ", ".join(f"{BROKER_TITLE[b]} {passed[b]}/{sum(1 for r in results if r.broker == b)} pass" for b in brokers)
