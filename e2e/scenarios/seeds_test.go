@@ -245,6 +245,49 @@ func TestSeeds(t *testing.T) {
 			t.Errorf("kubectl get kafkaclusterassignments:\n%s", out)
 		}
 		t.Logf("\n%s", out)
+
+		// The controller broker publishes what the heartbeats report: each topic's size and end
+		// offset, each broker's partitions led, the groups' lag (a topic is rewritten at most once
+		// a minute, hence the wait).
+		e.Eventually(3*time.Minute, "the kubectl views of topics, brokers and groups", func() (bool, error) {
+			a, err := readAssignment(export)
+			if err != nil {
+				return false, err
+			}
+			end := e.JSONPath(ns, "kafkatopic", "orders", ".status.logEndOffset")
+			reported := e.JSONPath(ns, "kafkatopic", "orders", ".status.partitionsReported")
+			size, _ := strconv.Atoi(e.JSONPath(ns, "kafkatopic", "orders", ".status.sizeBytes"))
+			led := strings.Fields(e.JSONPath(ns, "kafkacluster", "kc", ".status.brokers[*].partitionsLed"))
+			total := 0
+			for _, n := range led {
+				count, _ := strconv.Atoi(n)
+				total += count
+			}
+			lag := e.JSONPath(ns, "kafkacluster", "kc", `.status.consumerGroups[?(@.name=="steady-group")].lag`)
+			return end == "3000" && reported == "3" && size > 3000 && len(led) == 3 && total == len(a.Partitions) && lag == "0",
+				fmt.Errorf("orders: end offset %q over %q partitions, %d bytes; partitions led %v of %d; steady-group lag %q",
+					end, reported, size, led, len(a.Partitions), lag)
+		})
+		// Two field managers share the status; neither's apply removed the other's fields.
+		managers := e.JSONPath(ns, "kafkacluster", "kc", ".metadata.managedFields[*].manager")
+		if !strings.Contains(managers, "kaas-controller") || !strings.Contains(managers, "kaas-operator") {
+			t.Errorf("KafkaCluster kc managed by %q, want kaas-controller and kaas-operator", managers)
+		}
+		if ready, servers := e.JSONPath(ns, "kafkacluster", "kc", ".status.readyBrokers"), e.JSONPath(ns, "kafkacluster", "kc", ".status.bootstrapServers"); ready != "3" || servers == "" {
+			t.Errorf("the operator's status fields: readyBrokers %q, bootstrapServers %q", ready, servers)
+		}
+		if id := e.JSONPath(ns, "kafkatopic", "orders", ".status.topicId"); id == "" {
+			t.Error("the volume agent's topicId is gone from KafkaTopic orders")
+		}
+		topics := e.MustKubectl("-n", ns, "get", "kafkatopics")
+		clusters := e.MustKubectl("-n", ns, "get", "kafkaclusters")
+		if !strings.Contains(topics, "SIZE") || !strings.Contains(topics, "END OFFSET") || !strings.Contains(topics, "3000") {
+			t.Errorf("kubectl get kafkatopics:\n%s", topics)
+		}
+		if !strings.Contains(clusters, "IN B/S") || !strings.Contains(clusters, "OUT B/S") {
+			t.Errorf("kubectl get kafkaclusters:\n%s", clusters)
+		}
+		t.Logf("\n%s\n%s", topics, clusters)
 	})
 
 	t.Run("broker kill -9", func(t *testing.T) {
