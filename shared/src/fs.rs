@@ -5,6 +5,7 @@
 //! what the contract needs: positioned reads/writes, fdatasync/fsync, directory fsync, rename,
 //! hard link and exclusive create.
 
+mod faulty;
 mod mem;
 mod real;
 
@@ -13,6 +14,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use faulty::{FaultSwitch, FaultyFs, MountFault};
 pub use mem::MemFs;
 pub use real::RealFs;
 

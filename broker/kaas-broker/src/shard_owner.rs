@@ -31,13 +31,19 @@ pub trait ShardOwner {
         self.shard_log(shard)?.epoch()
     }
 
-    /// Local mode: takes every shard not owned yet over at one past the newest epoch on the
-    /// volume. A shard that cannot be taken over (a stray file in its directory, an I/O error)
-    /// costs that shard, not the broker: it is logged and left for the next call (housekeeping
-    /// re-drives this). Returns how many shards are still not owned.
+    /// Why the owned `shard` refuses writes (a failed write or fsync poisoned its log), if it
+    /// does. Owned at the right epoch is not enough: such a shard needs a new take-over.
+    fn storage_failure(&self, shard: u32) -> Option<String> {
+        self.shard_log(shard)?.storage_failure()
+    }
+
+    /// Local mode: takes every shard not owned yet, or whose storage failed, over at one past
+    /// the newest epoch on the volume. A shard that cannot be taken over (a stray file in its
+    /// directory, an I/O error) costs that shard, not the broker: it is logged and left for the
+    /// next call (housekeeping re-drives this). Returns how many shards are still not owned.
     fn take_over_all(&self, lease: &LocalLease) -> usize {
         let mut missing = 0;
-        for shard in (0..kaas_groups::SHARD_COUNT).filter(|s| self.owned_epoch(*s).is_none()) {
+        for shard in (0..kaas_groups::SHARD_COUNT).filter(|s| self.owned_epoch(*s).is_none() || self.storage_failure(*s).is_some()) {
             let taken = self.stored_epoch(shard).and_then(|stored| self.take_over(shard, lease.takeover_epoch(stored)));
             if let Err(e) = taken {
                 tracing::error!(kind = Self::KIND, shard, error = %e, "cannot take the shard over; its groups or transactions are unavailable until it is fixed (retried every housekeeping round)");

@@ -81,10 +81,13 @@ pub fn reconcile_shards<O: ShardOwner>(owner: &O, placed: &BTreeMap<u32, ShardAs
     for shard in 0..kaas_groups::SHARD_COUNT {
         let desired = placed.get(&shard).filter(|s| s.coordinator == me).map(|s| s.epoch);
         let owned = owner.owned_epoch(shard);
-        if owned == desired {
+        let failure = owner.storage_failure(shard);
+        if owned == desired && failure.is_none() {
             continue;
         }
-        if let Some(epoch) = owned {
+        if let Some(epoch) = owned
+            && owned != desired
+        {
             let reason = match placed.get(&shard) {
                 Some(s) if s.coordinator != me => format!("assignment v{version} moved it to broker {}", s.coordinator),
                 Some(s) => format!("assignment v{version} re-assigned it at epoch {}", s.epoch),
@@ -96,6 +99,11 @@ pub fn reconcile_shards<O: ShardOwner>(owner: &O, placed: &BTreeMap<u32, ShardAs
             }
         }
         if let Some(epoch) = desired {
+            if let Some(failure) = failure.filter(|_| owned == desired) {
+                // A failed write or fsync poisoned the log: re-running the take-over recovers it
+                // from the volume once the volume works again (retried every round until then).
+                info!(kind, shard, epoch, %failure, "re-taking over shard after a storage failure");
+            }
             let started = std::time::Instant::now();
             let outcome = owner.take_over(shard, epoch);
             durations.observe(started.elapsed().as_secs_f64());
@@ -120,5 +128,60 @@ impl Default for TakeoverDurations {
         // 1 ms .. ~65 s.
         let buckets = || Histogram::new(exponential_buckets(0.001, 2.0, 17));
         TakeoverDurations { partitions: buckets(), group_shards: buckets(), transaction_shards: buckets() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use kaas_groups::{Entry, ShardLog};
+    use kaas_shared::fs::{FaultSwitch, FaultyFs, MemFs, MountFault};
+
+    use super::*;
+
+    /// One shard log on a mount that can fail.
+    struct OneShard(ShardLog);
+
+    impl ShardOwner for OneShard {
+        const KIND: &'static str = "test";
+
+        fn shard_log(&self, shard: u32) -> Option<&ShardLog> {
+            (shard == 0).then_some(&self.0)
+        }
+        fn take_over(&self, _: u32, epoch: i32) -> crate::Result<()> {
+            self.0.take_over(epoch)?;
+            Ok(())
+        }
+        fn relinquish(&self, _: u32) -> crate::Result<()> {
+            Ok(self.0.relinquish()?)
+        }
+    }
+
+    fn entry(key: &str) -> Vec<Entry> {
+        vec![Entry { key: key.into(), value: Some(b"v".to_vec()) }]
+    }
+
+    #[tokio::test]
+    async fn a_shard_poisoned_by_a_failed_write_is_taken_over_again_once_the_volume_works() -> crate::Result<()> {
+        let mount = FaultSwitch::default();
+        let owner = OneShard(ShardLog::open(FaultyFs::wrap(Arc::new(MemFs::new()), mount.clone()), "/data/__cluster/groups/0000")?);
+        let mut assignment = Assignment::default();
+        assignment.consumer_groups.insert(0, ShardAssignment { coordinator: 1, epoch: 3 });
+        let reconcile =
+            || reconcile_shards(&owner, &assignment.consumer_groups, &assignment, 1, &Histogram::new(exponential_buckets(0.001, 2.0, 4)));
+        reconcile();
+        owner.0.wait_durable(owner.0.append(&entry("before"))?).await?;
+
+        mount.set(MountFault::Eio);
+        assert!(owner.0.append(&entry("during")).is_err(), "a write on a failing mount fails");
+        reconcile(); // still failing: the take-over fails and is retried
+        mount.clear();
+        reconcile();
+
+        assert_eq!(owner.0.epoch(), Some(3));
+        assert_eq!(owner.0.storage_failure(), None, "the shard was recovered by a new take-over");
+        owner.0.wait_durable(owner.0.append(&entry("after"))?).await?;
+        Ok(())
     }
 }

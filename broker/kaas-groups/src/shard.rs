@@ -112,6 +112,12 @@ impl ShardLog {
         self.lock().owner.as_ref().map(|o| o.epoch)
     }
 
+    /// Why the owned log refuses writes (a failed write or fsync), if it does: only a new
+    /// take-over, once the volume works again, recovers it.
+    pub fn storage_failure(&self) -> Option<String> {
+        self.lock().owner.as_ref().and_then(|o| o.poisoned.clone())
+    }
+
     pub fn stats(&self) -> ShardStats {
         let st = self.lock();
         ShardStats {
