@@ -50,7 +50,7 @@ impl Broker {
         let engine = match &config.storage {
             // Every sync on the volume is timed for /metrics (fsync latency, bytes per commit).
             StorageMode::Disk(root) => {
-                let fs = crate::timed_fs::TimedFs::wrap(Arc::new(kaas_shared::fs::RealFs), root, metrics.syncs.clone());
+                let fs = crate::timed_fs::TimedFs::wrap(config.volume_fs.clone().unwrap_or_else(|| Arc::new(kaas_shared::fs::RealFs)), root, metrics.syncs.clone());
                 Engine::with_fs(fs, root)?
             }
             StorageMode::InMemory => Engine::in_memory(),

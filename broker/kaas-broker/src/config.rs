@@ -91,6 +91,9 @@ pub struct BrokerConfig {
     /// The cluster id reported in Metadata and DescribeCluster.
     pub cluster_id: String,
     pub storage: StorageMode,
+    /// The filesystem a `Disk` volume is opened through; `None` is the operating system's.
+    /// The fault campaign puts a fault-injecting one here (`kaas_shared::fs::FaultyFs`).
+    pub volume_fs: Option<kaas_shared::fs::FsRef>,
     /// `auto.create.topics.enable`.
     pub auto_create_topics: bool,
     /// At most this many topics auto-created a minute (bursts up to as many): one Metadata
@@ -148,6 +151,7 @@ impl BrokerConfig {
             advertise_port: 0,
             cluster_id: "kaas-local".to_string(),
             storage: StorageMode::InMemory,
+            volume_fs: None,
             auto_create_topics: true,
             auto_create_topics_per_minute: 300,
             default_partitions: 1,

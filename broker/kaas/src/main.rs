@@ -271,6 +271,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         cluster_id: args.cluster_id,
         storage,
         auto_create_topics: args.auto_create_topics.unwrap_or(args.pod_name.is_none()),
+        volume_fs: None,
         auto_create_topics_per_minute: args.auto_create_topics_per_minute,
         default_partitions: args.default_partitions,
         max_request_bytes: args.max_request_bytes,

@@ -2,8 +2,9 @@
 //!
 //! A pass (Kafka's `LogCleaner` for one log): under the lock, plan — which closed segments are
 //! dirty (from the in-memory cleaner checkpoint to the first uncleanable offset: the active
-//! segment, the last stable offset, `min.compaction.lag.ms`) and whether the dirty ratio,
-//! `max.compaction.lag.ms` or an expired delete horizon calls for a clean. Outside the lock,
+//! segment, the last stable offset, `min.compaction.lag.ms`) and whether the dirty ratio or an
+//! expired delete horizon calls for a clean; after it, whether `max.compaction.lag.ms` does
+//! (that reads batch headers). Outside the lock,
 //! map the dirty section's keys (bounded by the dedupe buffer: a section that does not fit is
 //! cleaned as far as it fits), then rewrite the closed segments from the log start in groups
 //! (consecutive, one epoch, at most segment.bytes): each group becomes one cleaned segment
@@ -236,8 +237,22 @@ impl Partition {
         Ok(Some(report))
     }
 
-    /// Decides under the lock whether a pass is due, and captures what it needs.
+    /// Decides whether a pass is due, and captures what it needs: under the lock, except the
+    /// `max.compaction.lag.ms` check, which reads the first batch header of each dirty segment
+    /// (a network round trip each on NFS) after the lock is released, so that appends never
+    /// wait for it. The plan stays valid without the lock: the swap re-checks its generation.
     fn plan_clean(&self, config: &LogConfig, now_ms: i64) -> Result<Option<Plan>> {
+        let Some((plan, due)) = self.plan_under_lock(config, now_ms)? else { return Ok(None) };
+        if due || max_lag_exceeded(&plan.sources, plan.first_dirty, plan.first_uncleanable, config, now_ms)? {
+            return Ok(Some(plan));
+        }
+        Ok(None)
+    }
+
+    /// The part of [`Partition::plan_clean`] that needs the lock: the plan, and whether the dirty
+    /// ratio or a delete horizon already calls for it (`None` when nothing can: no dirty bytes,
+    /// or neither those nor a maximum compaction lag).
+    fn plan_under_lock(&self, config: &LogConfig, now_ms: i64) -> Result<Option<(Plan, bool)>> {
         let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
         let mut st = self.lock();
         if st.role != Role::Leader || st.poisoned.is_some() {
@@ -279,15 +294,15 @@ impl Partition {
         let ratio = if total == 0 { 0.0 } else { dirty_bytes as f64 / total as f64 };
         st.cleaner.stats.dirty_ratio = ratio;
         let horizon_due = st.cleaner.next_horizon.is_some_and(|h| h <= now_ms);
-        let lag_due = dirty_bytes > 0 && max_lag_exceeded(&sources, first_dirty, first_uncleanable, config, now_ms)?;
         let ratio_due = dirty_bytes > 0 && ratio >= config.min_cleanable_dirty_ratio;
-        if !(ratio_due || lag_due || horizon_due) {
+        let lag_may_be_due = dirty_bytes > 0 && config.max_compaction_lag_ms != i64::MAX;
+        if !(ratio_due || horizon_due || lag_may_be_due) {
             return Ok(None);
         }
         self.shared.check_incarnation()?;
         let last_of_producer =
             st.producers.entries().into_iter().map(|e| (e.producer_id, (e.batches.back().map(|b| b.last_offset), e.epoch))).collect();
-        Ok(Some(Plan {
+        let plan = Plan {
             generation: st.generation,
             first_dirty,
             first_uncleanable,
@@ -295,7 +310,8 @@ impl Partition {
             sources,
             aborted: st.producers.txns.aborted_between(log_start, i64::MAX),
             last_of_producer,
-        }))
+        };
+        Ok(Some((plan, ratio_due || horizon_due)))
     }
 
     /// Writes one group's cleaned segment under a temp name and swaps it in. Returns the bytes
