@@ -7,6 +7,7 @@
 
 pub mod assignment;
 pub mod atomic_file;
+pub mod broker_settings;
 #[cfg(feature = "crd")]
 pub mod crd;
 pub mod brokers;

@@ -4,6 +4,7 @@
 //! apply that carries the resourceVersion it was decided on, so the API server refuses it with
 //! 409 Conflict if anyone wrote in between — the optimistic lock the election relies on.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
@@ -11,6 +12,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kaas_controller::lease::{LeaseState, LeaseStore, VersionedLease};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+
+use crate::kube_owner::ClusterOwner;
 
 /// The field manager of every broker's Lease writes.
 const FIELD_MANAGER: &str = "kaas-broker";
@@ -20,6 +23,8 @@ const FIELD_MANAGER: &str = "kaas-broker";
 pub(crate) struct KubeLease {
     api: Api<Lease>,
     name: String,
+    /// The KafkaCluster whose deletion deletes the Lease (none outside a KafkaCluster).
+    owner: Option<Arc<ClusterOwner>>,
 }
 
 impl std::fmt::Debug for KubeLease {
@@ -29,14 +34,22 @@ impl std::fmt::Debug for KubeLease {
 }
 
 impl KubeLease {
-    pub(crate) fn new(client: kube::Client, namespace: &str, name: &str) -> KubeLease {
-        KubeLease { api: Api::namespaced(client, namespace), name: name.to_string() }
+    pub(crate) fn new(client: kube::Client, namespace: &str, name: &str, owner: Option<Arc<ClusterOwner>>) -> KubeLease {
+        KubeLease { api: Api::namespaced(client, namespace), name: name.to_string(), owner }
     }
 
     fn object(&self, state: &LeaseState, resource_version: Option<String>) -> Lease {
         let micro = |t: SystemTime| k8s_openapi::jiff::Timestamp::try_from(t).ok().map(MicroTime);
+        // Every write carries the owner, so a Lease created before the owner could be read
+        // gains it on a later renewal.
+        let owner = self.owner.as_ref().and_then(|owner| owner.reference());
         Lease {
-            metadata: ObjectMeta { name: Some(self.name.clone()), resource_version, ..ObjectMeta::default() },
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                resource_version,
+                owner_references: owner.map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
             spec: Some(LeaseSpec {
                 holder_identity: state.holder.clone(),
                 lease_duration_seconds: Some(i32::try_from(state.duration.as_secs()).unwrap_or(i32::MAX).max(1)),

@@ -17,6 +17,11 @@ use kaas_shared::crd::topic::{TopicLog, human_size};
 use kaas_shared::crd::{KafkaCluster, KafkaTopic};
 use kube::Resource;
 
+use crate::kube_owner::ClusterOwner;
+
+/// How long a mirror write waits for the owner's look-up before going out without it.
+const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The field manager of the mirror's writes.
 const FIELD_MANAGER: &str = "kaas-controller";
 
@@ -27,7 +32,7 @@ pub(crate) struct KubeMirror {
 }
 
 impl KubeMirror {
-    pub(crate) fn start(client: kube::Client, namespace: &str, cluster: &str) -> KubeMirror {
+    pub(crate) fn start(client: kube::Client, namespace: &str, cluster: &str, owner: Arc<ClusterOwner>) -> KubeMirror {
         let api: Api<KafkaClusterAssignments> = Api::namespaced(client, namespace);
         let (latest, mut next) = watch::channel(None::<Assignment>);
         let name = cluster.to_string();
@@ -35,7 +40,10 @@ impl KubeMirror {
             // Only the newest assignment matters: a burst of publishes collapses into one write.
             while next.changed().await.is_ok() {
                 let Some(assignment) = next.borrow_and_update().clone() else { continue };
-                let object = KafkaClusterAssignments::new(&name, KafkaClusterAssignmentsSpec::of(&assignment));
+                let mut object = KafkaClusterAssignments::new(&name, KafkaClusterAssignmentsSpec::of(&assignment));
+                // Owned by the KafkaCluster (deleted with it). The next write may be long in
+                // coming, so this one waits a little for the owner's look-up.
+                object.metadata.owner_references = owner.wait(OWNER_WAIT).await.map(|o| vec![o]);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 match api.patch(&name, &params, &Patch::Apply(&object)).await {
                     Ok(_) => debug!(version = assignment.assignment_version, "assignment mirrored"),

@@ -22,6 +22,12 @@ use tokio::sync::Notify;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::kube_owner::ClusterOwner;
+
+/// How long a CreateTopics waits for the owner's look-up (done long before, but for a request
+/// racing the broker's start) before creating the topic without an owner.
+const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The field manager of the brokers' KafkaTopic writes.
 const FIELD_MANAGER: &str = "kaas-broker";
 
@@ -29,6 +35,8 @@ const FIELD_MANAGER: &str = "kaas-broker";
 pub(crate) struct KubeTopics {
     api: Api<KafkaTopic>,
     cluster: String,
+    /// Topics created through the Kafka API are owned by the KafkaCluster (deleted with it).
+    owner: Arc<ClusterOwner>,
     store: Store<KafkaTopic>,
     /// Set once the first complete list is in the store.
     synced: Arc<AtomicBool>,
@@ -43,7 +51,7 @@ impl std::fmt::Debug for KubeTopics {
 
 impl KubeTopics {
     /// Starts the watch; the catalog reports no live set until its first complete list.
-    pub(crate) fn start(client: kube::Client, namespace: &str, cluster: &str) -> Arc<KubeTopics> {
+    pub(crate) fn start(client: kube::Client, namespace: &str, cluster: &str, owner: Arc<ClusterOwner>) -> Arc<KubeTopics> {
         let api: Api<KafkaTopic> = Api::namespaced(client, namespace);
         let (store, writer) = reflector::store();
         let changed = Arc::new(Notify::new());
@@ -69,7 +77,7 @@ impl KubeTopics {
                 }
             }
         });
-        Arc::new(KubeTopics { api, cluster: cluster.to_string(), store, synced, changed })
+        Arc::new(KubeTopics { api, cluster: cluster.to_string(), owner, store, synced, changed })
     }
 
     /// The resource of the Kafka topic `name` in this cluster, if any.
@@ -123,6 +131,7 @@ impl TopicCatalog for KubeTopics {
                 },
             );
             object.meta_mut().labels = Some(BTreeMap::from([("app.kubernetes.io/managed-by".to_string(), FIELD_MANAGER.to_string())]));
+            object.meta_mut().owner_references = self.owner.wait(OWNER_WAIT).await.map(|o| vec![o]);
             match self.api.create(&PostParams { field_manager: Some(FIELD_MANAGER.to_string()), ..PostParams::default() }, &object).await {
                 Ok(_) => {
                     info!(topic = %topic.name, resource = %resource_name, partitions = topic.partitions, "KafkaTopic created for a Kafka-API request");

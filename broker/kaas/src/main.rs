@@ -10,9 +10,12 @@ mod group_flags;
 mod kube_endpoints;
 mod kube_lease;
 mod kube_mirror;
+mod kube_owner;
 mod kube_topics;
 mod scram_cli;
 mod security_flags;
+#[cfg(test)]
+mod settings_check;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -345,23 +348,24 @@ async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSetti
         None => client.default_namespace().to_string(),
     };
     let ms = std::time::Duration::from_millis;
-    let (catalog, mirror, status_sink) = match &args.cluster_name {
+    let (catalog, mirror, owner, status_sink) = match &args.cluster_name {
         Some(cluster) => {
-            let topics = kube_topics::KubeTopics::start(client.clone(), &namespace, cluster);
+            let owner = kube_owner::ClusterOwner::start(client.clone(), &namespace, cluster);
+            let topics = kube_topics::KubeTopics::start(client.clone(), &namespace, cluster, owner.clone());
             let status: std::sync::Arc<dyn kaas_controller::status::StatusSink> =
                 std::sync::Arc::new(kube_mirror::KubeStatus::new(client.clone(), &namespace, cluster, topics.clone()));
             let catalog: std::sync::Arc<dyn kaas_broker::catalog::TopicCatalog> = topics;
             let mirror: std::sync::Arc<dyn kaas_controller::mirror::AssignmentMirror> =
-                std::sync::Arc::new(kube_mirror::KubeMirror::start(client.clone(), &namespace, cluster));
-            (Some(catalog), Some(mirror), Some(status))
+                std::sync::Arc::new(kube_mirror::KubeMirror::start(client.clone(), &namespace, cluster, owner.clone()));
+            (Some(catalog), Some(mirror), Some(owner), Some(status))
         }
-        None => (None, None, None),
+        None => (None, None, None, None),
     };
     Ok(ClusterSettings {
         identity: pod.to_string(),
         heartbeat_listen: args.heartbeat_listen,
         heartbeat_advertise: args.heartbeat_advertise.clone().unwrap_or_default(),
-        lease: std::sync::Arc::new(kube_lease::KubeLease::new(client.clone(), &namespace, &args.lease_name)),
+        lease: std::sync::Arc::new(kube_lease::KubeLease::new(client.clone(), &namespace, &args.lease_name, owner)),
         lease_duration: ms(args.lease_duration_ms),
         renew_interval: ms((args.lease_duration_ms / 5).clamp(200, 2_000)),
         fence_timeout: ms(args.fence_timeout_ms),
