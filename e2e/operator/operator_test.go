@@ -62,15 +62,21 @@ func TestOperator(t *testing.T) {
 		}
 		// The brokers' RBAC allows exactly what brokers use.
 		sa := "system:serviceaccount:demo:kc-broker"
-		for _, allowed := range [][]string{{"patch", "leases"}, {"create", "kafkatopics"}, {"watch", "endpointslices.discovery.k8s.io"}, {"patch", "kafkaclusterassignments"}} {
+		for _, allowed := range [][]string{{"patch", "leases"}, {"create", "kafkatopics"}, {"watch", "endpointslices.discovery.k8s.io"}, {"patch", "kafkaclusterassignments"}, {"get", "kafkaclusters"}} {
 			if out, _ := c.Kubectl("auth", "can-i", "-n", ns, "--as", sa, allowed[0], allowed[1]); strings.TrimSpace(out) != "yes" {
 				t.Errorf("broker cannot %v: %s", allowed, out)
 			}
 		}
-		for _, denied := range [][]string{{"delete", "leases"}, {"get", "secrets"}, {"patch", "kafkaclusters"}} {
+		for _, denied := range [][]string{{"delete", "leases"}, {"get", "secrets"}, {"patch", "kafkaclusters"}, {"list", "kafkaclusters"}} {
 			if out, _ := c.Kubectl("auth", "can-i", "-n", ns, "--as", sa, denied[0], denied[1]); strings.TrimSpace(out) != "no" {
 				t.Errorf("broker may %v: %s", denied, out)
 			}
+		}
+		// What the brokers create is owned by the KafkaCluster (garbage-collected with it): the
+		// controller Lease and the assignment mirror; the brokers look the cluster's uid up.
+		uid := c.JSONPath(ns, "kafkacluster", "kc", ".metadata.uid")
+		for _, owned := range [][2]string{{"lease", "kc-controller"}, {"kafkaclusterassignments", "kc"}} {
+			c.WaitJSONPath(time.Minute, ns, owned[0], owned[1], `.metadata.ownerReferences[?(@.kind=="KafkaCluster")].uid`, uid)
 		}
 	})
 
@@ -256,6 +262,7 @@ spec:
 			{"kafkacluster", "kc", "merge", `{"spec":{"storage":{"existingClaim":"other"}}}`, "storage is immutable"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"storage":{"existingClaim":null,"size":"1Gi"}}}`, "storage is immutable"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"version":"latest"}}`, "spec.version in body should match"},
+			{"kafkacluster", "kc", "merge", `{"spec":{"config":{"log.retention.hours":"1"}}}`, "config has keys kaas does not take"},
 			{"kafkatopic", "orders", "merge", `{"spec":{"topicName":"orders"}}`, "topicName cannot be added or removed after creation"},
 			{"kafkatopic", "renamed", "json", `[{"op":"remove","path":"/spec/topicName"}]`, "topicName cannot be added or removed after creation"},
 			{"kafkatopic", "renamed", "merge", `{"spec":{"topicName":"Other"}}`, "topicName is immutable"},
@@ -375,6 +382,97 @@ spec:
 		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
 	})
 
+	t.Run("a refused config is reported and stops nothing else", func(t *testing.T) {
+		c := c.For(t)
+		// A value the schema cannot judge: the operator refuses it in status, keeps the brokers'
+		// template (no restart) and still reconciles the rest (here a scale-up).
+		hash := c.JSONPath(ns, "statefulset", "kc", `.spec.template.metadata.annotations.kaas\.dev/pod-inputs-hash`)
+		replicas := c.JSONPath(ns, "kafkacluster", "kc", ".spec.replicas")
+		if hash == "" || replicas != "2" {
+			t.Fatalf("hash %q, replicas %q", hash, replicas)
+		}
+		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"replicas":3,"config":{"num.partitions":"0"}}}`)
+		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Degraded")].reason`, "InvalidConfig")
+		if msg := c.JSONPath(ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Degraded")].message`); !strings.Contains(msg, `broker config "num.partitions": value "0" must be at least 1`) {
+			t.Errorf("Degraded message %q", msg)
+		}
+		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "kc", ".status.readyBrokers", "3")
+		if got := c.JSONPath(ns, "statefulset", "kc", `.spec.template.metadata.annotations.kaas\.dev/pod-inputs-hash`); got != hash {
+			t.Errorf("a refused config was rolled out: template %s -> %s", hash, got)
+		}
+		c.Eventually(time.Minute, "an InvalidConfig event", func() (bool, error) {
+			out, _ := c.Kubectl("-n", ns, "get", "events", "--field-selector", "involvedObject.kind=KafkaCluster,involvedObject.name=kc", "-o", "jsonpath={.items[*].reason}")
+			return strings.Contains(out, "InvalidConfig"), fmt.Errorf("events %q", out)
+		})
+		// A Kafka-named setting the brokers take goes out as their flag.
+		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p", `{"spec":{"config":{"num.partitions":"2"}}}`)
+		c.WaitJSONPath(time.Minute, ns, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="KAAS_DEFAULT_PARTITIONS")].value`, "2")
+		c.WaitJSONPath(3*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if got := c.JSONPath(ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Degraded")].status`); got != "False" {
+			t.Errorf("still Degraded: %q", got)
+		}
+	})
+
+	t.Run("a namespace-scoped install beside the cluster-wide one takes its namespace's clusters", func(t *testing.T) {
+		c := c.For(t)
+		const team = "team-a"
+		// config/namespaced, into namespace team-a, as a user would with kustomize.
+		dir := t.TempDir()
+		base, err := filepath.Rel(dir, filepath.Join(root, "config", "namespaced")) // kustomize takes no absolute base
+		if err != nil {
+			t.Fatal(err)
+		}
+		kustomization := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nnamespace: " + team + "\nresources: [" + base + "]\n"
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c.Apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: " + team + "}\n")
+		defer c.Kubectl("delete", "namespace", team, "--wait=false")
+		c.MustKubectl("apply", "-k", dir)
+		// Its RBAC is a Role in its namespace: nothing outside it, nothing cluster-wide.
+		sa := "system:serviceaccount:" + team + ":kaas-operator"
+		for _, check := range []struct {
+			ns, verb, resource, want string
+		}{
+			{team, "patch", "statefulsets", "yes"},
+			{team, "list", "kafkaclusters", "yes"},
+			{ns, "list", "kafkaclusters", "no"},
+			{"", "get", "storageclasses", "no"},
+		} {
+			args := []string{"auth", "can-i", "--as", sa, check.verb, check.resource}
+			if check.ns != "" {
+				args = append(args, "-n", check.ns)
+			}
+			// The answer is the last line (kubectl warns first that storageclasses have no namespace).
+			if out, _ := c.Kubectl(args...); !strings.HasSuffix(strings.TrimSpace(out), "\n"+check.want) && strings.TrimSpace(out) != check.want {
+				t.Errorf("%s may %s %s in %q: %s, want %s", sa, check.verb, check.resource, check.ns, out, check.want)
+			}
+		}
+		c.Eventually(2*time.Minute, "two ready operator replicas in "+team, func() (bool, error) {
+			out, err := c.Kubectl("-n", team, "get", "pods", "-l", "app.kubernetes.io/name=kaas-operator", "-o", `jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}`)
+			return err == nil && strings.TrimSpace(out) == "True True", fmt.Errorf("ready: %q", out)
+		})
+		// A cluster in team-a: both installs watch it; the namespaced one reconciles it.
+		c.Apply("apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: tk, namespace: " + team + "}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: missing}}\n")
+		c.WaitJSONPath(time.Minute, team, "kafkacluster", "tk", `.metadata.annotations.kaas\.dev/operator`, team+"/namespaced")
+		c.WaitJSONPath(time.Minute, team, "kafkacluster", "tk", `.status.conditions[?(@.type=="Degraded")].reason`, "StorageClaimMissing")
+		c.WaitJSONPath(time.Minute, team, "statefulset", "tk", ".metadata.ownerReferences[0].name", "tk")
+		c.Eventually(time.Minute, "the cluster-wide install says it leaves tk alone", func() (bool, error) {
+			out, _ := c.Kubectl("-n", team, "get", "events", "--field-selector", "involvedObject.kind=KafkaCluster,involvedObject.name=tk", "-o", "jsonpath={.items[*].reason}")
+			return strings.Contains(out, "ManagedByAnotherOperator"), fmt.Errorf("events %q", out)
+		})
+		// The namespaced install's leader reconciled it; the cluster in demo stays the
+		// cluster-wide install's.
+		if got := c.JSONPath(ns, "kafkacluster", "kc", `.metadata.annotations.kaas\.dev/operator`); got != operatorNS+"/all-namespaces" {
+			t.Errorf("kc claimed by %q", got)
+		}
+		holder := strings.Split(c.JSONPath(team, "lease", "kaas-operator", ".spec.holderIdentity"), "_")[0]
+		c.Eventually(time.Minute, "the namespaced leader counts its reconciles", func() (bool, error) {
+			_, text := httpGet(c.PodAddr(team, holder, 9096), "/metrics")
+			return strings.Contains(text, `kaas_operator_reconciles_total{controller="kafkacluster"}`), fmt.Errorf("metrics: %s", text)
+		})
+	})
+
 	t.Run("a reconcile error reaches status and an event", func(t *testing.T) {
 		c := c.For(t)
 		// A name that makes the headless Service's name longer than 63 characters: the API
@@ -435,6 +533,23 @@ spec:
 		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Degraded")].reason`, "UnsupportedBrokerVersion")
 		if got := c.JSONPath(ns, "statefulset", "kc", ".spec.template.spec.containers[0].image"); got != image {
 			t.Fatalf("an unsupported version was rolled out: %s", got)
+		}
+	})
+
+	t.Run("deleting the cluster deletes what it owns, not the data or users' topics", func(t *testing.T) {
+		c := c.For(t)
+		c.MustKubectl("-n", ns, "delete", "kafkacluster", "kc", "--wait=false")
+		for _, owned := range [][2]string{{"lease", "kc-controller"}, {"lease", "kc-volume-agent"}, {"kafkaclusterassignments", "kc"}, {"statefulset", "kc"}} {
+			c.Eventually(2*time.Minute, owned[0]+"/"+owned[1]+" garbage-collected", func() (bool, error) {
+				out, err := c.Kubectl("-n", ns, "get", owned[0], owned[1], "--ignore-not-found", "-o", "name")
+				return err == nil && strings.TrimSpace(out) == "", fmt.Errorf("still there: %q (%v)", out, err)
+			})
+		}
+		// KafkaTopics made with kubectl are the user's; the claim holds the data.
+		for _, kept := range [][2]string{{"kafkatopic", "payments"}, {"persistentvolumeclaim", "shared"}} {
+			if _, err := c.Kubectl("-n", ns, "get", kept[0], kept[1]); err != nil {
+				t.Errorf("%s/%s deleted with the cluster: %v", kept[0], kept[1], err)
+			}
 		}
 	})
 }

@@ -194,6 +194,13 @@ func TestSeeds(t *testing.T) {
 		if resource == "" {
 			t.Fatal("CreateTopics made no KafkaTopic")
 		}
+		// It is owned by its KafkaCluster (garbage-collected with it); one made with kubectl is not.
+		if owner, uid := e.JSONPath(ns, "kafkatopic", resource, `.metadata.ownerReferences[?(@.kind=="KafkaCluster")].uid`), e.JSONPath(ns, "kafkacluster", "kc", ".metadata.uid"); uid == "" || owner != uid {
+			t.Errorf("KafkaTopic %s owned by %q, want KafkaCluster kc (%s)", resource, owner, uid)
+		}
+		if owner := e.JSONPath(ns, "kafkatopic", "orders", ".metadata.ownerReferences"); owner != "" {
+			t.Errorf("kubectl's KafkaTopic orders has owners %s", owner)
+		}
 		e.WaitJSONPath(time.Minute, ns, "kafkatopic", resource, `.status.conditions[?(@.type=="Ready")].status`, "True")
 		if again, _ := admin.CreateTopics(ctx, 1, 1, nil, "Payments_v1"); again["Payments_v1"].Err == nil {
 			t.Error("creating Payments_v1 twice succeeded")

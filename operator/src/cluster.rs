@@ -6,7 +6,8 @@
 //! for the previous one's `/readyz`, which the broker answers only once the assignment is
 //! applied and its partitions are led; the pod's termination grace period covers the drain.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
@@ -27,6 +28,7 @@ use tracing::warn;
 
 use crate::backoff::Backoff;
 use crate::conditions::{Cond, RECONCILED, failed, merge};
+use crate::install::{self, Claim, Install};
 use crate::metrics::ReconcileMetrics;
 use crate::resources::{self, Names};
 use crate::{Error, FIELD_MANAGER, Result, diagnosis, events, validate, versions};
@@ -44,17 +46,28 @@ pub struct Context {
     pub metrics: ReconcileMetrics,
     /// Retry delays of failing clusters.
     pub backoff: Arc<Backoff>,
+    /// This install, and which clusters are its ([`install`]).
+    pub install: Install,
+    /// Clusters another install reconciles that this one has said so about (one event each).
+    pub announced_elsewhere: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 impl Context {
     /// A context reporting events as the operator.
-    pub fn new(client: Client, agent_image: String, metrics: ReconcileMetrics) -> Context {
+    pub fn new(
+        client: Client,
+        agent_image: String,
+        metrics: ReconcileMetrics,
+        install: Install,
+    ) -> Context {
         Context {
             recorder: events::recorder(&client, FIELD_MANAGER),
             client,
             agent_image,
             metrics,
             backoff: Arc::default(),
+            install,
+            announced_elsewhere: Arc::default(),
         }
     }
 }
@@ -63,6 +76,7 @@ impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
             .field("agent_image", &self.agent_image)
+            .field("install", &self.install)
             .finish_non_exhaustive()
     }
 }
@@ -159,6 +173,31 @@ pub fn conditions(
             Cond::new(DEGRADED, false, "AsExpected", ""),
         ],
     }
+}
+
+/// The conditions while the spec is refused: the brokers' readiness as it is (they run the
+/// template they had), not progressing (nothing is rolled out) for the refusal's reason, and
+/// `Degraded` saying why. With no StatefulSet yet, the refusal is why nothing is ready.
+pub fn with_refusal(conditions: Vec<Cond>, refused: Cond, running: bool) -> Vec<Cond> {
+    let mut out: Vec<Cond> = conditions
+        .into_iter()
+        .filter(|c| c.type_ != DEGRADED && c.type_ != PROGRESSING)
+        .map(|c| {
+            if c.type_ == READY && !running {
+                Cond::new(READY, false, refused.reason, refused.message.clone())
+            } else {
+                c
+            }
+        })
+        .collect();
+    out.push(Cond::new(
+        PROGRESSING,
+        false,
+        refused.reason,
+        format!("not rolled out: {}", refused.message),
+    ));
+    out.push(refused);
+    out
 }
 
 /// Reads what explains brokers that are not ready: the shared claim (and its StorageClass while
@@ -371,24 +410,51 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
     let previous = kc.status.clone().unwrap_or_default();
     let now = Timestamp::now();
 
-    if let Some(refused) = refusal(&kc) {
-        // Leave whatever runs untouched: an unsupported spec must not take a working cluster
-        // down, and the next supported spec resumes from it.
-        let wanted = [
-            Cond::new(READY, false, refused.reason, refused.message.clone()),
-            Cond::new(PROGRESSING, false, refused.reason, refused.message.clone()),
-            refused,
-            Cond::new(RECONCILED, true, "Success", ""),
-        ];
-        let conditions = merge(&previous.conditions, &wanted, generation, now);
-        announce(ctx, &kc, &previous.conditions, &conditions).await;
-        let status = KafkaClusterStatus {
-            conditions,
-            observed_generation: generation,
-            ..previous.clone()
-        };
-        patch_status(client, &kc, &names, status).await?;
-        return Ok(Action::requeue(Duration::from_secs(300)));
+    // A refused spec (an unsupported version, a config key or value the brokers cannot take)
+    // is not rolled out, but it stops nothing else: the brokers keep the pod template they run,
+    // and everything else (scaling, Services, RBAC, the volume agent, status) is reconciled.
+    let refused = refusal(&kc);
+
+    // Another install's cluster is left alone; an unclaimed one is claimed first.
+    let claim = kc
+        .annotations()
+        .get(install::CLAIM_ANNOTATION)
+        .map(String::as_str);
+    match ctx.install.decide(claim) {
+        Claim::Ours => {}
+        Claim::Take => {
+            if !install::claim(client, &kc, &ctx.install).await? {
+                // Someone wrote in between (another install's claim, perhaps): decide again
+                // on the new object, which the watch brings.
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            }
+            ctx.announced_elsewhere
+                .lock()
+                .map(|mut a| a.retain(|(k, _)| *k != key(&kc)))
+                .ok();
+        }
+        Claim::Theirs(holder) => {
+            let first = ctx
+                .announced_elsewhere
+                .lock()
+                .map(|mut a| a.insert((key(&kc), holder.clone())))
+                .unwrap_or(false);
+            if first {
+                events::publish(
+                    &ctx.recorder,
+                    &kc.object_ref(&()),
+                    false,
+                    "ManagedByAnotherOperator",
+                    format!(
+                        "reconciled by the operator install {holder}; the install {} leaves it alone",
+                        ctx.install.claim_value()
+                    ),
+                    "Skip",
+                )
+                .await;
+            }
+            return Ok(Action::await_change());
+        }
     }
 
     if let Some(pvc) = resources::claim(&kc, &names)? {
@@ -432,31 +498,44 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
 
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
     let live = sts_api.get_opt(&names.cluster).await?;
-    let template =
-        resources::choose_template(resources::broker_pod_template(&kc, &names)?, live.as_ref());
+    let template = match (&refused, &live) {
+        (None, _) => Some(resources::choose_template(
+            resources::broker_pod_template(&kc, &names)?,
+            live.as_ref(),
+        )),
+        (Some(_), Some(live)) => Some(live.spec.template.clone()),
+        // Nothing runs yet: nothing is created until the spec can be rolled out.
+        (Some(_), None) => None,
+    };
     let hash = template
-        .metadata
         .as_ref()
+        .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get(resources::INPUTS_HASH_ANNOTATION).cloned());
-    let decision = rollout_decision(live.as_ref(), kc.spec.replicas, hash.as_deref());
-    let sts = apply(
-        client,
-        &names.namespace,
-        &resources::statefulset(&kc, &names, &template)?,
-    )
-    .await?;
-    if let Some((reason, note)) = decision {
-        events::publish(
-            &ctx.recorder,
-            &kc.object_ref(&()),
-            false,
-            reason,
-            note,
-            "Apply",
-        )
-        .await;
-    }
+    let sts = match &template {
+        Some(template) => {
+            let decision = rollout_decision(live.as_ref(), kc.spec.replicas, hash.as_deref());
+            let sts = apply(
+                client,
+                &names.namespace,
+                &resources::statefulset(&kc, &names, template)?,
+            )
+            .await?;
+            if let Some((reason, note)) = decision {
+                events::publish(
+                    &ctx.recorder,
+                    &kc.object_ref(&()),
+                    false,
+                    reason,
+                    note,
+                    "Apply",
+                )
+                .await;
+            }
+            Some(sts)
+        }
+        None => None,
+    };
     apply(
         client,
         &names.namespace,
@@ -472,40 +551,36 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
             warn!(error = %e, "cannot read KafkaClusterAssignments; status shows no controller");
             None
         });
-    let ready = sts
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
-    let problem = if ready < kc.spec.replicas {
+    let sts_status = sts.as_ref().and_then(|s| s.status.as_ref());
+    let ready = sts_status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    let problem = if ready < kc.spec.replicas && sts.is_some() {
         diagnose(client, &kc, &names).await
     } else {
         None
     };
-    let degraded = problem.is_some();
+    let degraded = problem.is_some() || refused.is_some();
     let mut wanted = conditions(
         kc.spec.replicas,
-        sts.status.as_ref(),
-        sts.metadata.generation,
+        sts_status,
+        sts.as_ref().and_then(|s| s.metadata.generation),
         problem,
     );
+    if let Some(refused) = refused {
+        wanted = with_refusal(wanted, refused, sts.is_some());
+    }
     wanted.push(Cond::new(RECONCILED, true, "Success", ""));
     let conditions = merge(&previous.conditions, &wanted, generation, now);
     announce(ctx, &kc, &previous.conditions, &conditions).await;
     let status = KafkaClusterStatus {
         conditions,
         observed_generation: generation,
-        ready_brokers: sts
-            .status
-            .as_ref()
-            .and_then(|s| s.ready_replicas)
-            .unwrap_or(0),
+        ready_brokers: ready,
         current_controller: mirror
             .as_ref()
             .map(|m| format!("{}-{}", names.cluster, m.spec.controller_id)),
         assignment_version: mirror.as_ref().map(|m| m.spec.assignment_version),
         bootstrap_servers: Some(resources::bootstrap_servers(&kc, &names)),
-        replicas: sts.status.as_ref().map_or(0, |s| s.replicas),
+        replicas: sts_status.map_or(0, |s| s.replicas),
         selector: Some(resources::selector_string(&names, "broker")),
         pod_template_hash: hash,
         traffic: Default::default(),
@@ -657,59 +732,160 @@ mod tests {
         assert_eq!(refusal(&kc).unwrap().reason, "InvalidConfig");
     }
 
-    /// An unsupported version: the reconciler writes only status (Degraded) and an event, and
-    /// creates nothing.
+    #[test]
+    fn a_refusal_stops_the_rollout_but_not_the_report_of_running_brokers() {
+        let refused = || {
+            Cond::new(
+                DEGRADED,
+                true,
+                "InvalidConfig",
+                "broker config \"x\" is not a broker setting kaas knows",
+            )
+        };
+        // Brokers run (the old template) and are ready: they say so; nothing progresses.
+        let c = with_refusal(
+            conditions(3, Some(&sts_status(3, 3, 3, 2)), Some(2), None),
+            refused(),
+            true,
+        );
+        let get = |c: &[Cond], t: &str| c.iter().find(|c| c.type_ == t).cloned().unwrap();
+        assert_eq!(c.len(), 3);
+        assert_eq!(
+            (get(&c, READY).status, get(&c, READY).reason),
+            (true, "Ready")
+        );
+        assert_eq!(
+            (get(&c, PROGRESSING).status, get(&c, PROGRESSING).reason),
+            (false, "InvalidConfig")
+        );
+        assert!(get(&c, PROGRESSING).message.starts_with("not rolled out: "));
+        assert_eq!(
+            (get(&c, DEGRADED).status, get(&c, DEGRADED).reason),
+            (true, "InvalidConfig")
+        );
+        // Nothing runs yet: the refusal is why nothing is ready.
+        let c = with_refusal(conditions(3, None, None, None), refused(), false);
+        assert_eq!(
+            (get(&c, READY).status, get(&c, READY).reason),
+            (false, "InvalidConfig")
+        );
+    }
+
+    fn not_found() -> Response<Body> {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"});
+        Response::builder()
+            .status(404)
+            .body(Body::from(serde_json::to_vec(&status).unwrap()))
+            .unwrap()
+    }
+
+    fn ok(body: &serde_json::Value) -> Response<Body> {
+        Response::builder()
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap()
+    }
+
+    /// A refused spec (here an unsupported version and an unknown config key) is not rolled
+    /// out, and stops nothing else: the StatefulSet keeps the brokers' template but takes the
+    /// new replica count, the Services, RBAC and agent are applied, and status says why.
     #[tokio::test]
-    async fn an_unsupported_version_touches_nothing_but_status() {
+    async fn a_refused_spec_keeps_the_brokers_template_and_reconciles_the_rest() {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, "ns");
+        let install = Install::new("kaas-system", &[]);
         let ctx = Arc::new(Context::new(
             client,
             "img".into(),
             ReconcileMetrics::default(),
+            install.clone(),
         ));
+        let mut kc = cluster("9.0.0");
+        kc.spec.replicas = 5;
+        kc.annotations_mut()
+            .insert(install::CLAIM_ANNOTATION.into(), install.claim_value());
+        kc.spec
+            .config
+            .insert("log.retention.hours".into(), "1".into());
+        let live_template = json!({"metadata": {"annotations": {resources::INPUTS_HASH_ANNOTATION: "livehash"}}, "spec": {"containers": [{"name": "kaas", "image": "ghcr.io/kaas/kaas:0.1.0"}]}});
+        let live = live_template.clone();
         let server = tokio::spawn(async move {
-            let mut status_patched = false;
-            let mut events = 0;
+            let (mut applied, mut sts_patch, mut status_patch) = (Vec::new(), None, None);
             while let Some((request, send)) = handle.next_request().await {
-                let path = request.uri().path().to_owned();
-                let method = request.method().clone();
+                let (path, method) = (request.uri().path().to_owned(), request.method().clone());
                 let body = request.into_body().collect_bytes().await.unwrap();
-                if path.starts_with("/apis/events.k8s.io/v1/namespaces/ns/events") {
-                    events += 1;
+                let body: serde_json::Value = if body.is_empty() {
+                    json!(null)
+                } else {
+                    serde_json::from_slice(&body).unwrap()
+                };
+                if path.contains("/events") {
                     send.send_response(
                         Response::builder()
                             .status(201)
-                            .body(Body::from(body.to_vec()))
+                            .body(Body::from(serde_json::to_vec(&body).unwrap()))
                             .unwrap(),
                     );
-                    continue;
+                } else if method == http::Method::GET && path.ends_with("/statefulsets/prod") {
+                    send.send_response(ok(&json!({
+                        "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "prod", "namespace": "ns"},
+                        "spec": {"replicas": 3, "selector": {}, "serviceName": "prod-brokers", "template": live},
+                    })));
+                } else if method == http::Method::GET {
+                    // The assignment mirror: none yet.
+                    send.send_response(not_found());
+                } else if path.ends_with("/kafkaclusters/prod/status") {
+                    let mut updated = serde_json::to_value(cluster("9.0.0")).unwrap();
+                    updated["status"] = body["status"].clone();
+                    status_patch = Some(body);
+                    send.send_response(ok(&updated));
+                } else {
+                    assert_eq!(method, http::Method::PATCH, "{path}");
+                    let mut echoed = body.clone();
+                    if path.ends_with("/statefulsets/prod") {
+                        echoed["status"] = json!({"replicas": 5, "readyReplicas": 5, "updatedReplicas": 5, "observedGeneration": 1});
+                        echoed["metadata"]["generation"] = json!(1);
+                        sts_patch = Some(body);
+                    }
+                    applied.push(path);
+                    send.send_response(ok(&echoed));
                 }
-                assert_eq!(method, http::Method::PATCH);
-                assert_eq!(
-                    path,
-                    "/apis/kaas.dev/v1alpha1/namespaces/ns/kafkaclusters/prod/status"
-                );
-                let patch: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                let conds = patch["status"]["conditions"].as_array().unwrap();
-                let degraded = conds.iter().find(|c| c["type"] == "Degraded").unwrap();
-                assert_eq!(degraded["status"], "True");
-                assert_eq!(degraded["reason"], "UnsupportedBrokerVersion");
-                assert_eq!(patch["status"]["observedGeneration"], 4);
-                let mut updated = serde_json::to_value(cluster("9.0.0")).unwrap();
-                updated["status"] = patch["status"].clone();
-                send.send_response(
-                    Response::builder()
-                        .body(Body::from(serde_json::to_vec(&updated).unwrap()))
-                        .unwrap(),
-                );
-                status_patched = true;
             }
-            assert!(status_patched);
-            assert_eq!(events, 1, "one UnsupportedBrokerVersion event");
+            (applied, sts_patch.unwrap(), status_patch.unwrap())
         });
-        let action = reconcile(Arc::new(cluster("9.0.0")), ctx).await.unwrap();
-        assert_eq!(action, Action::requeue(Duration::from_secs(300)));
-        server.await.unwrap();
+        reconcile(Arc::new(kc), ctx).await.unwrap();
+        let (applied, sts, status) = server.await.unwrap();
+        assert_eq!(sts["spec"]["replicas"], 5, "the scale goes out");
+        assert_eq!(
+            sts["spec"]["template"], live_template,
+            "the brokers keep their template"
+        );
+        for object in [
+            "/services/prod-brokers",
+            "/services/prod-bootstrap",
+            "/roles/prod-broker",
+            "/deployments/prod-volume-agent",
+            "/poddisruptionbudgets/prod",
+        ] {
+            assert!(
+                applied.iter().any(|p| p.ends_with(object)),
+                "{object} not applied: {applied:?}"
+            );
+        }
+        let conds = status["status"]["conditions"].as_array().unwrap();
+        let cond = |t: &str| conds.iter().find(|c| c["type"] == t).unwrap().clone();
+        assert_eq!(
+            (
+                cond("Degraded")["status"].as_str(),
+                cond("Degraded")["reason"].as_str()
+            ),
+            (Some("True"), Some("UnsupportedBrokerVersion"))
+        );
+        assert_eq!(
+            cond("Ready")["status"],
+            "True",
+            "the running brokers are ready"
+        );
+        assert_eq!(cond("Progressing")["status"], "False");
+        assert_eq!(status["status"]["readyBrokers"], 5);
     }
 }

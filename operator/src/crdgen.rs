@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, ValidationRule,
+};
 use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
@@ -19,13 +21,52 @@ pub const OPERATOR_NAME: &str = "kaas-operator";
 /// The three CRDs with their file names.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
-        ("kaas.dev_kafkaclusters.yaml", KafkaCluster::crd()),
+        (
+            "kaas.dev_kafkaclusters.yaml",
+            with_config_keys_rule(KafkaCluster::crd()),
+        ),
         ("kaas.dev_kafkatopics.yaml", KafkaTopic::crd()),
         (
             "kaas.dev_kafkaclusterassignments.yaml",
             KafkaClusterAssignments::crd(),
         ),
     ]
+}
+
+/// At most this many `config` keys (bounds the CEL rule's cost; kaas has fewer settings).
+const MAX_CONFIG_KEYS: i64 = 64;
+
+/// Adds to KafkaCluster's `spec.config` a CEL rule that refuses, at admission and with a
+/// message, keys that are not broker settings kaas takes
+/// ([`kaas_shared::broker_settings::SETTINGS`], the table the operator renders from). Values
+/// are checked by the operator (`validate::broker_configs`, reported as `InvalidConfig`).
+fn with_config_keys_rule(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let keys = kaas_shared::broker_settings::SETTINGS
+        .iter()
+        .map(|s| format!("'{}'", s.key))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let config = crd
+        .spec
+        .versions
+        .iter_mut()
+        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut())
+        .filter_map(|schema| schema.properties.as_mut()?.get_mut("spec"))
+        .filter_map(|spec| spec.properties.as_mut()?.get_mut("config"));
+    for config in config {
+        config.max_properties = Some(MAX_CONFIG_KEYS);
+        config.x_kubernetes_validations = Some(vec![ValidationRule {
+            rule: format!("self.all(k, k in [{keys}])"),
+            // NB: a messageExpression naming the keys is refused by the API server's cost
+            // estimate (map keys have no length bound); the operator's InvalidConfig condition
+            // names each key for objects stored before this rule.
+            message: Some(
+                "config has keys kaas does not take: only broker settings by Kafka's names are accepted (docs/operator.md lists them)".into(),
+            ),
+            ..ValidationRule::default()
+        }]);
+    }
+    crd
 }
 
 fn yaml<T: serde::Serialize>(value: &T) -> String {
@@ -76,8 +117,23 @@ pub fn operator_container(name: &str, image: &str, role: &str, env: Vec<Value>) 
     container
 }
 
-/// The operator's Deployment spec (shared by `config/manager` and the CSV).
-pub fn deployment_spec(image: &str) -> Value {
+/// Where an install's manager takes the namespaces it watches from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// OLM's `olm.targetNamespaces` annotation on the pod (empty for AllNamespaces, and where
+    /// there is no such annotation: a plain cluster-wide install).
+    OlmTargetNamespaces,
+    /// Its own namespace only (`config/namespaced`).
+    OwnNamespace,
+}
+
+/// The operator's Deployment spec (shared by `config/manager`, `config/namespaced` and the
+/// CSV).
+pub fn deployment_spec(image: &str, watch: Watch) -> Value {
+    let watched = match watch {
+        Watch::OlmTargetNamespaces => "metadata.annotations['olm.targetNamespaces']",
+        Watch::OwnNamespace => "metadata.namespace",
+    };
     let mut container = operator_container(
         "manager",
         image,
@@ -86,6 +142,7 @@ pub fn deployment_spec(image: &str) -> Value {
             json!({"name": "KAAS_AGENT_IMAGE", "value": image}),
             // The manager's Lease lives in its own namespace.
             json!({"name": "KAAS_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}),
+            json!({"name": "KAAS_WATCH_NAMESPACES", "valueFrom": {"fieldRef": {"fieldPath": watched}}}),
         ],
     );
     container["resources"] =
@@ -152,6 +209,55 @@ pub fn samples() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// `config/namespaced`: an install that reconciles only the KafkaClusters of its own namespace,
+/// with a Role there instead of a ClusterRole (set the namespace with kustomize's `namespace:`;
+/// the CRDs are cluster-wide and installed with it).
+pub fn namespaced_install() -> Vec<(&'static str, Value)> {
+    let meta =
+        |name: &str| json!({"name": name, "labels": {"app.kubernetes.io/name": OPERATOR_NAME}});
+    vec![
+        (
+            "kustomization.yaml",
+            json!({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+                "namespace": "kaas-operator",
+                "resources": ["../crd", "service_account.yaml", "role.yaml", "role_binding.yaml", "deployment.yaml", "service.yaml"],
+            }),
+        ),
+        (
+            "service_account.yaml",
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(OPERATOR_NAME)}),
+        ),
+        (
+            "role.yaml",
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                "metadata": meta(OPERATOR_NAME),
+                "rules": rbac::namespaced_operator_rules(),
+            }),
+        ),
+        (
+            "role_binding.yaml",
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": meta(OPERATOR_NAME),
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": OPERATOR_NAME},
+                // No namespace: kustomize's `namespace:` fills it in (it rewrites no set one).
+                "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_NAME}],
+            }),
+        ),
+        (
+            "deployment.yaml",
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": meta(OPERATOR_NAME),
+                "spec": deployment_spec(&versions::operator_image(), Watch::OwnNamespace),
+            }),
+        ),
+        ("service.yaml", metrics_service(None)),
+    ]
+}
+
 /// Files under the repository root that `crdgen write` produces.
 pub fn repo_files() -> Vec<(PathBuf, String)> {
     let mut files = Vec::new();
@@ -169,13 +275,16 @@ pub fn repo_files() -> Vec<(PathBuf, String)> {
         yaml(&json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": OPERATOR_NAME, "namespace": OPERATOR_NAMESPACE},
-            "spec": deployment_spec(&versions::operator_image()),
+            "spec": deployment_spec(&versions::operator_image(), Watch::OlmTargetNamespaces),
         })),
     ));
     files.push((
         PathBuf::from("config/manager/service.yaml"),
         yaml(&metrics_service(Some(OPERATOR_NAMESPACE))),
     ));
+    for (name, object) in namespaced_install() {
+        files.push((PathBuf::from("config/namespaced").join(name), yaml(&object)));
+    }
     for (name, sample) in samples() {
         files.push((PathBuf::from("config/samples").join(name), yaml(&sample)));
     }
@@ -239,10 +348,14 @@ pub fn pod_monitors() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// A CSV descriptor: `(path, display name, description, x-descriptors)`.
+type Descriptor<'a> = (&'a str, &'a str, &'a str, &'a [&'a str]);
+
 fn owned_crd(
     crd: &CustomResourceDefinition,
     display: &str,
     description: &str,
+    spec: &[Descriptor],
     status: &[(&str, &str, &str)],
 ) -> Value {
     let version = crd
@@ -257,8 +370,21 @@ fn owned_crd(
         "kind": crd.spec.names.kind,
         "displayName": display,
         "description": description,
+        "specDescriptors": spec.iter().map(|(path, name, desc, x)| json!({"path": path, "displayName": name, "description": desc, "x-descriptors": x})).collect::<Vec<_>>(),
         "statusDescriptors": status.iter().map(|(path, name, desc)| json!({"path": path, "displayName": name, "description": desc})).collect::<Vec<_>>(),
     })
+}
+
+/// The images a CSV names in `relatedImages`: the operator's and the broker image of the
+/// newest broker version the samples use.
+fn related_images(image: &str) -> Vec<Value> {
+    let mut images = vec![json!({"name": "kaas-operator", "image": image})];
+    for (_, sample) in samples() {
+        if let Some(version) = sample["spec"]["version"].as_str() {
+            images.push(json!({"name": format!("kaas-broker-{}", version.replace('.', "-")), "image": versions::broker_image(version, None)}));
+        }
+    }
+    images
 }
 
 /// The ClusterServiceVersion of this operator version.
@@ -271,6 +397,50 @@ pub fn csv(image: &str) -> Value {
             &crds[0].1,
             "Kafka Cluster",
             "A set of kaas brokers sharing one ReadWriteMany volume.",
+            &[
+                (
+                    "replicas",
+                    "Brokers",
+                    "Number of brokers; a scale-down drains the removed ones",
+                    &["urn:alm:descriptor:com.tectonic.ui:podCount"],
+                ),
+                (
+                    "version",
+                    "Broker version",
+                    "kaas broker version (MAJOR.MINOR.PATCH)",
+                    &["urn:alm:descriptor:com.tectonic.ui:text"],
+                ),
+                (
+                    "storage.existingClaim",
+                    "Existing claim",
+                    "A ReadWriteMany claim to use (immutable)",
+                    &["urn:alm:descriptor:io.kubernetes:PersistentVolumeClaim"],
+                ),
+                (
+                    "storage.storageClassName",
+                    "Storage class",
+                    "Class of the claim the operator creates (immutable)",
+                    &["urn:alm:descriptor:io.kubernetes:StorageClass"],
+                ),
+                (
+                    "storage.size",
+                    "Storage size",
+                    "Size of the claim the operator creates (immutable)",
+                    &["urn:alm:descriptor:com.tectonic.ui:text"],
+                ),
+                (
+                    "config",
+                    "Broker settings",
+                    "Broker settings by Kafka's name (log.retention.ms, num.partitions, ...)",
+                    &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+                ),
+                (
+                    "resources",
+                    "Resources",
+                    "Compute resources of each broker",
+                    &["urn:alm:descriptor:com.tectonic.ui:resourceRequirements"],
+                ),
+            ],
             &[
                 (
                     "conditions",
@@ -295,6 +465,32 @@ pub fn csv(image: &str) -> Value {
             "A Kafka topic; its uid is the topic ID.",
             &[
                 (
+                    "clusterRef",
+                    "Cluster",
+                    "The KafkaCluster serving the topic (immutable)",
+                    &["urn:alm:descriptor:com.tectonic.ui:text"],
+                ),
+                (
+                    "partitions",
+                    "Partitions",
+                    "Partition count; may grow, never shrink",
+                    &["urn:alm:descriptor:com.tectonic.ui:number"],
+                ),
+                (
+                    "topicName",
+                    "Topic name",
+                    "The Kafka name when it is not a valid resource name (immutable)",
+                    &["urn:alm:descriptor:com.tectonic.ui:text"],
+                ),
+                (
+                    "config",
+                    "Topic configs",
+                    "Kafka topic configs (retention.ms, cleanup.policy, ...)",
+                    &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+                ),
+            ],
+            &[
+                (
                     "conditions",
                     "Conditions",
                     "Ready, with the reason a spec is refused",
@@ -311,9 +507,10 @@ pub fn csv(image: &str) -> Value {
             "Kafka Cluster Assignments",
             "The controller broker's mirror of assignment.json (read only).",
             &[],
+            &[],
         ),
     ];
-    json!({
+    let mut csv = json!({
         "apiVersion": "operators.coreos.com/v1alpha1",
         "kind": "ClusterServiceVersion",
         "metadata": {
@@ -321,7 +518,11 @@ pub fn csv(image: &str) -> Value {
             "namespace": "placeholder",
             "annotations": {
                 "alm-examples": serde_json::to_string_pretty(&examples).unwrap_or_default(),
-                "capabilities": "Seamless Upgrades",
+                // NB: not "Seamless Upgrades" until an operator upgrade with traffic running has
+                // been tested end to end on the real control plane (issue #21).
+                "capabilities": "Basic Install",
+                // The upgrade graph: this version replaces any older one directly.
+                "olm.skipRange": format!("<{version}"),
                 "categories": "Streaming & Messaging",
                 "containerImage": image,
                 "description": "Kafka-compatible streaming on a shared ReadWriteMany volume.",
@@ -344,19 +545,29 @@ pub fn csv(image: &str) -> Value {
             "installModes": [
                 {"type": "OwnNamespace", "supported": true},
                 {"type": "SingleNamespace", "supported": true},
-                {"type": "MultiNamespace", "supported": false},
+                {"type": "MultiNamespace", "supported": true},
                 {"type": "AllNamespaces", "supported": true},
             ],
             "install": {
                 "strategy": "deployment",
                 "spec": {
-                    "clusterPermissions": [{"serviceAccountName": OPERATOR_NAME, "rules": rbac::operator_rules()}],
-                    "deployments": [{"name": OPERATOR_NAME, "spec": deployment_spec(image)}],
+                    // OLM makes Roles of `permissions` in the target namespaces (ClusterRoles
+                    // for AllNamespaces) and ClusterRoles of `clusterPermissions`.
+                    "permissions": [{"serviceAccountName": OPERATOR_NAME, "rules": rbac::namespaced_operator_rules()}],
+                    "clusterPermissions": [{"serviceAccountName": OPERATOR_NAME, "rules": rbac::cluster_scoped_operator_rules()}],
+                    "deployments": [{"name": OPERATOR_NAME, "spec": deployment_spec(image, Watch::OlmTargetNamespaces)}],
                 }
             },
             "customresourcedefinitions": {"owned": owned},
+            // Every image the operator runs, for disconnected mirrors: itself (also the volume
+            // agents) and the brokers of the versions it manages by default.
+            "relatedImages": related_images(image),
         }
-    })
+    });
+    if let Some(previous) = versions::REPLACES_OPERATOR_VERSION {
+        csv["spec"]["replaces"] = json!(format!("{OPERATOR_NAME}.v{previous}"));
+    }
+    csv
 }
 
 /// The bundle's files, relative to the bundle directory.
@@ -436,6 +647,33 @@ mod tests {
         assert_eq!(cluster["spec"]["group"], "kaas.dev");
     }
 
+    #[test]
+    fn config_keys_are_checked_at_admission_from_the_settings_table() {
+        let (_, cluster) = crds().remove(0);
+        let cluster = serde_json::to_value(cluster).unwrap();
+        let config = &cluster["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["config"];
+        assert_eq!(config["maxProperties"], MAX_CONFIG_KEYS);
+        let rule = config["x-kubernetes-validations"][0]["rule"]
+            .as_str()
+            .unwrap();
+        for setting in kaas_shared::broker_settings::SETTINGS {
+            assert!(
+                rule.contains(&format!("'{}'", setting.key)),
+                "{}",
+                setting.key
+            );
+        }
+        assert!(
+            !rule.contains("'listen'"),
+            "an operator-owned key is no setting"
+        );
+        assert!(
+            (kaas_shared::broker_settings::SETTINGS.len() as i64) < MAX_CONFIG_KEYS,
+            "every setting fits"
+        );
+    }
+
     /// Each PodMonitor selects the pods it is for and names a port they have.
     #[test]
     fn pod_monitors_select_the_pods_and_ports_they_scrape() {
@@ -448,7 +686,7 @@ mod tests {
         let agent =
             serde_json::to_value(resources::volume_agent(&kc, &names, "img:1").unwrap()).unwrap();
         let agent = agent["spec"]["template"].clone();
-        let manager = deployment_spec("img:1")["template"].clone();
+        let manager = deployment_spec("img:1", Watch::OlmTargetNamespaces)["template"].clone();
         let scraped = |pod: &Value, monitor: &Value| {
             let selected = monitor["spec"]["selector"]["matchLabels"]
                 .as_object()
@@ -472,6 +710,38 @@ mod tests {
         assert!(scraped(&broker, b) && !scraped(&agent, b) && !scraped(&manager, b));
         assert!(scraped(&agent, a) && !scraped(&broker, a) && !scraped(&manager, a));
         assert!(scraped(&manager, m) && !scraped(&broker, m) && !scraped(&agent, m));
+    }
+
+    #[test]
+    fn the_csv_has_an_upgrade_graph_related_images_and_descriptors_and_claims_no_seamless_upgrades()
+    {
+        let csv = csv("img:1");
+        let annotations = &csv["metadata"]["annotations"];
+        assert_eq!(annotations["capabilities"], "Basic Install");
+        assert_eq!(
+            annotations["olm.skipRange"],
+            format!("<{}", versions::OPERATOR_VERSION)
+        );
+        let images = csv["spec"]["relatedImages"].as_array().unwrap();
+        assert_eq!(images[0]["image"], "img:1");
+        assert!(
+            images
+                .iter()
+                .any(|i| i["image"] == "ghcr.io/kaas/kaas:0.1.0")
+        );
+        let owned = csv["spec"]["customresourcedefinitions"]["owned"]
+            .as_array()
+            .unwrap();
+        let paths: Vec<&str> = owned[0]["specDescriptors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|d| d["path"].as_str())
+            .collect();
+        assert!(
+            paths.contains(&"replicas") && paths.contains(&"config"),
+            "{paths:?}"
+        );
     }
 
     #[test]

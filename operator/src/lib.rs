@@ -25,6 +25,7 @@ pub mod conditions;
 pub mod crdgen;
 pub mod diagnosis;
 pub mod events;
+pub mod install;
 pub mod leader;
 pub mod metrics;
 pub mod rbac;

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use kaas_operator::cluster::{self, Context};
+use kaas_operator::install::Install;
 use kaas_operator::leader::{self, Elector, KubeLease, Leadership};
 use kaas_operator::metrics::ReconcileMetrics;
 use kaas_operator::topic::{self, AgentContext};
@@ -50,6 +51,16 @@ enum Command {
         /// Namespace of the manager's Lease (its own namespace; the client's default if unset).
         #[arg(long, env = "KAAS_POD_NAMESPACE")]
         lease_namespace: Option<String>,
+        /// Reconcile only the KafkaClusters of these namespaces (comma-separated; OLM passes
+        /// its `olm.targetNamespaces`), with Roles there instead of a ClusterRole. Empty: every
+        /// namespace.
+        #[arg(
+            long,
+            env = "KAAS_WATCH_NAMESPACES",
+            value_delimiter = ',',
+            default_value = ""
+        )]
+        watch_namespaces: Vec<String>,
         #[command(flatten)]
         common: Common,
     },
@@ -89,13 +100,15 @@ async fn main() -> anyhow::Result<()> {
         Command::Run {
             agent_image,
             lease_namespace,
+            watch_namespaces,
             common,
         } => {
             let namespace =
                 lease_namespace.unwrap_or_else(|| client.default_namespace().to_owned());
+            let install = Install::new(&namespace, &watch_namespaces);
             let lease = KubeLease::new(client.clone(), &namespace, "kaas-operator", None);
             let process = Process::start(&client, &common, lease).await?;
-            run(client, agent_image, process).await
+            run(client, agent_image, install, process).await
         }
         Command::VolumeAgent {
             namespace,
@@ -254,51 +267,92 @@ fn managed() -> watcher::Config {
     ))
 }
 
-async fn run(client: Client, agent_image: String, process: Process) -> anyhow::Result<()> {
+/// An API of `K` in `namespace`, or in every namespace.
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The KafkaCluster controller over one namespace (or all), until `stop`.
+async fn cluster_controller(
+    client: Client,
+    namespace: Option<String>,
+    ctx: Arc<Context>,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = namespace.as_deref();
+    Controller::new(api::<KafkaCluster>(&client, ns), watcher::Config::default())
+        // Only what this operator manages is watched and cached, not every StatefulSet
+        // and Deployment in the cluster: everything it applies carries this label.
+        .owns(api::<StatefulSet>(&client, ns), managed())
+        .owns(api::<Deployment>(&client, ns), managed())
+        // The controller broker's assignment mirror, named after its cluster: status
+        // shows the current controller and assignment version as soon as they change.
+        .watches(
+            api::<KafkaClusterAssignments>(&client, ns),
+            watcher::Config::default(),
+            |mirror| {
+                mirror
+                    .metadata
+                    .name
+                    .clone()
+                    .zip(mirror.metadata.namespace.clone())
+                    .map(|(name, namespace)| {
+                        ObjectRef::<KafkaCluster>::new(&name).within(&namespace)
+                    })
+            },
+        )
+        .graceful_shutdown_on(stop)
+        .run(cluster::reconcile, cluster::error_policy, ctx)
+        .for_each(|result| async move {
+            if let Ok((obj, _)) = result {
+                tracing::debug!(cluster = %obj.name, "reconciled");
+            }
+        })
+        .await;
+}
+
+async fn run(
+    client: Client,
+    agent_image: String,
+    install: Install,
+    process: Process,
+) -> anyhow::Result<()> {
     info!(
         version = versions::OPERATOR_VERSION,
+        install = %install.claim_value(),
+        watched = ?install.watched,
         "kaas-operator manager starting"
     );
     let ctx = Arc::new(Context::new(
         client.clone(),
         agent_image,
         process.metrics.clone(),
+        install.clone(),
     ));
+    // One controller per watched namespace (a namespace-scoped install may list, watch and
+    // cache nothing outside them), or one over every namespace.
+    let namespaces: Vec<Option<String>> = if install.is_namespaced() {
+        install.watched.iter().cloned().map(Some).collect()
+    } else {
+        vec![None]
+    };
     process
         .run(|stop| {
-            let (client, ctx) = (client.clone(), ctx.clone());
+            let (client, ctx, namespaces) = (client.clone(), ctx.clone(), namespaces.clone());
             async move {
-                Controller::new(
-                    Api::<KafkaCluster>::all(client.clone()),
-                    watcher::Config::default(),
+                let stop = stop.shared();
+                futures::future::join_all(
+                    namespaces.into_iter().map(|ns| {
+                        cluster_controller(client.clone(), ns, ctx.clone(), stop.clone())
+                    }),
                 )
-                // Only what this operator manages is watched and cached, not every StatefulSet
-                // and Deployment in the cluster: everything it applies carries this label.
-                .owns(Api::<StatefulSet>::all(client.clone()), managed())
-                .owns(Api::<Deployment>::all(client.clone()), managed())
-                // The controller broker's assignment mirror, named after its cluster: status
-                // shows the current controller and assignment version as soon as they change.
-                .watches(
-                    Api::<KafkaClusterAssignments>::all(client),
-                    watcher::Config::default(),
-                    |mirror| {
-                        mirror
-                            .metadata
-                            .name
-                            .clone()
-                            .zip(mirror.metadata.namespace.clone())
-                            .map(|(name, namespace)| {
-                                ObjectRef::<KafkaCluster>::new(&name).within(&namespace)
-                            })
-                    },
-                )
-                .graceful_shutdown_on(stop)
-                .run(cluster::reconcile, cluster::error_policy, ctx)
-                .for_each(|result| async move {
-                    if let Ok((obj, _)) = result {
-                        tracing::debug!(cluster = %obj.name, "reconciled");
-                    }
-                })
                 .await;
             }
         })

@@ -16,9 +16,12 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 
 /// Exactly the verbs a broker uses: the controller Lease; KafkaTopics (watched, and created,
 /// patched, deleted for Kafka-API topic admin); EndpointSlices (the alive set); the assignment
-/// mirror; events.
+/// mirror; events; and its KafkaCluster, read for the uid that owns the Lease, the mirror and
+/// the topics it creates (looked up rather than passed in the pod template, whose change would
+/// restart every broker on an operator upgrade).
 pub fn broker_rules() -> Vec<PolicyRule> {
     vec![
+        rule("kaas.dev", &["kafkaclusters"], &["get"]),
         rule(
             "coordination.k8s.io",
             &["leases"],
@@ -62,8 +65,24 @@ pub fn volume_agent_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// The operator's ClusterRole.
+/// The operator's ClusterRole (a cluster-wide install): [`namespaced_operator_rules`] in every
+/// namespace and [`cluster_scoped_operator_rules`].
 pub fn operator_rules() -> Vec<PolicyRule> {
+    let mut rules = namespaced_operator_rules();
+    rules.extend(cluster_scoped_operator_rules());
+    rules
+}
+
+/// What the operator reads outside any namespace. A namespace-scoped install may go without
+/// (the status diagnosis then does not say whether a Pending claim's StorageClass exists).
+pub fn cluster_scoped_operator_rules() -> Vec<PolicyRule> {
+    // To say whether a Pending claim's StorageClass exists (status diagnosis).
+    vec![rule("storage.k8s.io", &["storageclasses"], &["get"])]
+}
+
+/// What the operator uses in each namespace it watches: a namespace-scoped install's Role
+/// there (and in its own namespace, for its Lease).
+pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
     const MANAGE: &[&str] = &[
         "get", "list", "watch", "create", "patch", "update", "delete",
     ];
@@ -95,8 +114,6 @@ pub fn operator_rules() -> Vec<PolicyRule> {
             MANAGE,
         ),
         rule("", &["pods"], &["get", "list", "watch"]),
-        // To say whether a Pending claim's StorageClass exists (status diagnosis).
-        rule("storage.k8s.io", &["storageclasses"], &["get"]),
         rule("", &["events"], &["create", "patch"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule(
@@ -131,21 +148,36 @@ mod tests {
         })
     }
 
-    /// Kubernetes refuses a Role that grants more than its creator holds.
+    /// Kubernetes refuses a Role that grants more than its creator holds: a cluster-wide
+    /// install holds it everywhere, a namespace-scoped one in the namespaces it watches.
     #[test]
     fn the_operator_holds_everything_it_grants() {
-        for granted in broker_rules().into_iter().chain(volume_agent_rules()) {
-            for group in granted.api_groups.iter().flatten() {
-                for resource in granted.resources.iter().flatten() {
-                    for verb in &granted.verbs {
-                        assert!(
-                            allows(&operator_rules(), group, resource, verb),
-                            "{group}/{resource} {verb}"
-                        );
+        for holder in [operator_rules(), namespaced_operator_rules()] {
+            for granted in broker_rules().into_iter().chain(volume_agent_rules()) {
+                for group in granted.api_groups.iter().flatten() {
+                    for resource in granted.resources.iter().flatten() {
+                        for verb in &granted.verbs {
+                            assert!(
+                                allows(&holder, group, resource, verb),
+                                "{group}/{resource} {verb}"
+                            );
+                        }
                     }
                 }
             }
         }
+        assert!(!allows(
+            &namespaced_operator_rules(),
+            "storage.k8s.io",
+            "storageclasses",
+            "get"
+        ));
+        assert!(allows(
+            &operator_rules(),
+            "storage.k8s.io",
+            "storageclasses",
+            "get"
+        ));
     }
 
     #[test]
@@ -153,7 +185,9 @@ mod tests {
         let b = broker_rules();
         assert!(allows(&b, "coordination.k8s.io", "leases", "patch"));
         assert!(!allows(&b, "coordination.k8s.io", "leases", "delete"));
-        assert!(!allows(&b, "kaas.dev", "kafkaclusters", "get"));
+        assert!(allows(&b, "kaas.dev", "kafkaclusters", "get"));
+        assert!(!allows(&b, "kaas.dev", "kafkaclusters", "list"));
+        assert!(!allows(&b, "kaas.dev", "kafkaclusters", "patch"));
         assert!(!allows(&b, "", "secrets", "get"));
         assert!(!allows(&b, "discovery.k8s.io", "endpointslices", "get"));
     }

@@ -210,11 +210,11 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         json!({"name": "KAAS_FENCE_TIMEOUT_MS", "value": spec.timeouts.fence_timeout_ms.to_string()}),
         json!({"name": "KAAS_SESSION_TIMEOUT_MS", "value": spec.timeouts.session_timeout_ms.to_string()}),
     ];
-    env.extend(
-        spec.config
-            .iter()
-            .map(|(k, v)| json!({"name": validate::broker_env_name(k), "value": v})),
-    );
+    // Each key becomes its flag's variable; a key without one is refused by validation, and a
+    // refused spec is not rolled out (it is never passed on to be silently ignored).
+    env.extend(spec.config.iter().filter_map(|(k, v)| {
+        validate::broker_env_name(k).map(|name| json!({"name": name, "value": v}))
+    }));
     let overrides = spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = overrides.labels.clone();
     pod_labels.extend(labels(names, "broker")); // selector labels win

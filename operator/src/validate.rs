@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use kaas_shared::broker_settings::{self, ValueKind};
+
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 
@@ -111,23 +113,8 @@ fn topic_config(key: &str, value: &str) -> Result<(), String> {
     };
     let bad = |what: String| format!("config {key:?}: value {value:?} {what}");
     match kind {
-        Kind::Long { min } | Kind::Int { min } => {
-            let max = if matches!(kind, Kind::Int { .. }) {
-                i64::from(i32::MAX)
-            } else {
-                i64::MAX
-            };
-            let n: i64 = value
-                .trim()
-                .parse()
-                .map_err(|_| bad("is not a whole number".into()))?;
-            if n < *min {
-                return Err(bad(format!("must be at least {min}")));
-            }
-            if n > max {
-                return Err(bad(format!("must be at most {max}")));
-            }
-        }
+        Kind::Long { min } => whole(value, *min, i64::MAX).map_err(bad),
+        Kind::Int { min } => whole(value, *min, i64::from(i32::MAX)).map_err(bad),
         Kind::Ratio => {
             let r: f64 = value
                 .trim()
@@ -136,17 +123,10 @@ fn topic_config(key: &str, value: &str) -> Result<(), String> {
             if !(0.0..=1.0).contains(&r) {
                 return Err(bad("must be between 0 and 1".into()));
             }
+            Ok(())
         }
-        Kind::Bool => {
-            if !value.eq_ignore_ascii_case("true") && !value.eq_ignore_ascii_case("false") {
-                return Err(bad("must be true or false".into()));
-            }
-        }
-        Kind::OneOf(allowed) => {
-            if !allowed.contains(&value) {
-                return Err(bad(format!("must be one of {}", allowed.join(", "))));
-            }
-        }
+        Kind::Bool => boolean(value).map_err(bad),
+        Kind::OneOf(allowed) => one_of(value, allowed).map_err(bad),
         Kind::ListOf(allowed) => {
             let items: Vec<&str> = value.split(',').map(str::trim).collect();
             if items.is_empty() || items.iter().any(|i| !allowed.contains(i)) {
@@ -155,42 +135,64 @@ fn topic_config(key: &str, value: &str) -> Result<(), String> {
                     allowed.join(", ")
                 )));
             }
+            Ok(())
         }
-        Kind::Text => {}
+        Kind::Text => Ok(()),
+    }
+}
+
+/// A whole number in `min..=max`; the error completes "value \"x\" ...".
+fn whole(value: &str, min: i64, max: i64) -> Result<(), String> {
+    let n: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| "is not a whole number".to_owned())?;
+    if n < min {
+        return Err(format!("must be at least {min}"));
+    }
+    if n > max {
+        return Err(format!("must be at most {max}"));
     }
     Ok(())
 }
 
-/// Broker settings the operator renders itself; an override would break the pod.
-const OPERATOR_OWNED_BROKER_KEYS: &[&str] = &[
-    "listen",
-    "advertise",
-    "data.dir",
-    "in.memory",
-    "http.listen",
-    "heartbeat.listen",
-    "fence.timeout.ms",
-    "session.timeout.ms",
-];
+fn boolean(value: &str) -> Result<(), String> {
+    if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false") {
+        Ok(())
+    } else {
+        Err("must be true or false".into())
+    }
+}
 
-/// Checks a KafkaCluster's broker config overrides: flag-shaped keys the operator does not own.
+fn one_of(value: &str, allowed: &[&str]) -> Result<(), String> {
+    if allowed.contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("must be one of {}", allowed.join(", ")))
+    }
+}
+
+/// Checks a KafkaCluster's `config`: every key must be a broker setting kaas knows
+/// ([`broker_settings::SETTINGS`], by Kafka's name) with a value of its kind; keys the operator
+/// sets itself, Kafka settings kaas does not take and unknown keys are refused, each with a
+/// message that says why (never passed on and silently ignored).
 pub fn broker_configs(configs: &BTreeMap<String, String>) -> Result<(), Vec<String>> {
     let problems: Vec<String> = configs
-        .keys()
-        .filter_map(|key| {
-            let shaped = !key.is_empty()
-                && key.split('.').all(|part| {
-                    !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-                });
-            if !shaped {
-                Some(format!(
-                    "broker config {key:?} is not a broker setting name (lower-case words separated by '.')"
-                ))
-            } else if OPERATOR_OWNED_BROKER_KEYS.contains(&key.as_str()) {
-                Some(format!("broker config {key:?} is set by the operator and cannot be overridden"))
-            } else {
-                None
-            }
+        .iter()
+        .filter_map(|(key, value)| {
+            let setting = match broker_settings::lookup(key) {
+                Ok(setting) => setting,
+                Err(why) => return Some(why),
+            };
+            let checked = match setting.kind {
+                ValueKind::Whole { min, max } => whole(value, min, max),
+                ValueKind::Bool => boolean(value),
+                ValueKind::OneOf(allowed) => one_of(value, allowed),
+                ValueKind::Text => Ok(()),
+            };
+            checked
+                .err()
+                .map(|what| format!("broker config {key:?}: value {value:?} {what}"))
         })
         .collect();
     if problems.is_empty() {
@@ -200,10 +202,9 @@ pub fn broker_configs(configs: &BTreeMap<String, String>) -> Result<(), Vec<Stri
     }
 }
 
-/// The environment variable a broker setting is passed in (`log.retention.ms` →
-/// `KAAS_LOG_RETENTION_MS`); every broker flag has one.
-pub fn broker_env_name(key: &str) -> String {
-    format!("KAAS_{}", key.replace(['.', '-'], "_").to_ascii_uppercase())
+/// The environment variable of a broker setting's flag, for a key [`broker_configs`] accepts.
+pub fn broker_env_name(key: &str) -> Option<&'static str> {
+    broker_settings::lookup(key).ok().map(|s| s.env)
 }
 
 #[cfg(test)]
@@ -288,14 +289,46 @@ mod tests {
 
     #[test]
     fn broker_config_keys() {
-        assert!(broker_configs(&configs(&[("log.retention.ms", "1000")])).is_ok());
+        assert!(
+            broker_configs(&configs(&[
+                ("log.retention.ms", "-1"),
+                ("auto.create.topics.enable", "TRUE"),
+                ("num.partitions", "3"),
+                ("log.format", "json"),
+            ]))
+            .is_ok()
+        );
         let problems = broker_configs(&configs(&[
             ("Log.Retention", "1"),
             ("listen", "x"),
-            ("a..b", "1"),
+            ("advertised.listeners", "PLAINTEXT://x:9092"),
+            ("log.retention.hours", "1"),
+            ("num.partitions", "0"),
+            ("log.cleaner.enable", "yes"),
+            ("log.format", "xml"),
         ]))
         .unwrap_err();
-        assert_eq!(problems.len(), 3, "{problems:?}");
-        assert_eq!(broker_env_name("log.retention.ms"), "KAAS_LOG_RETENTION_MS");
+        assert_eq!(problems.len(), 7, "{problems:?}");
+        let all = problems.join("\n");
+        for says in [
+            r#""Log.Retention" is not a broker setting kaas knows"#,
+            r#""listen" is set by the operator from spec.listener"#,
+            r#""advertised.listeners" is set by the operator from spec.listener"#,
+            r#""log.retention.hours" is not supported by kaas: set log.retention.ms"#,
+            r#""num.partitions": value "0" must be at least 1"#,
+            r#""log.cleaner.enable": value "yes" must be true or false"#,
+            r#""log.format": value "xml" must be one of text, json"#,
+        ] {
+            assert!(all.contains(says), "missing {says:?} in {all}");
+        }
+        assert_eq!(
+            broker_env_name("log.retention.ms"),
+            Some("KAAS_LOG_RETENTION_MS")
+        );
+        assert_eq!(
+            broker_env_name("num.partitions"),
+            Some("KAAS_DEFAULT_PARTITIONS")
+        );
+        assert_eq!(broker_env_name("listen"), None);
     }
 }

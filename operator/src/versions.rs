@@ -5,6 +5,10 @@
 /// The operator's own version (independent of the broker's).
 pub const OPERATOR_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The operator version this one replaces in the OLM upgrade graph (`spec.replaces` of the
+/// CSV); `None` for the first release. `olm.skipRange` lets any older version upgrade directly.
+pub const REPLACES_OPERATOR_VERSION: Option<&str> = None;
+
 /// Broker versions this operator manages, as `major.minor` prefixes of the `version` field.
 pub const SUPPORTED_BROKER_MINORS: &[&str] = &["0.1"];
 

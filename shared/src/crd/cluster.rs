@@ -80,8 +80,9 @@ pub struct KafkaClusterSpec {
     /// Client listener.
     #[serde(default)]
     pub listener: ListenerSpec,
-    /// Broker configuration overrides by broker flag name (`log.retention.ms` is passed as
-    /// `KAAS_LOG_RETENTION_MS`). A change restarts brokers one at a time.
+    /// Broker settings by Kafka's broker config name (`log.retention.ms`, `num.partitions`,
+    /// `auto.create.topics.enable`, ...; docs/operator.md lists them). Keys the operator sets
+    /// and unknown keys are refused. A change restarts brokers one at a time.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
     /// Compute resources of each broker container.
