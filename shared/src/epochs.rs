@@ -28,6 +28,12 @@ pub struct Manifest {
     pub high_watermark: i64,
     /// First offset consumers may read (raised by DeleteRecords and retention).
     pub log_start_offset: i64,
+    /// The log cleaner's checkpoint (compacted topics): offsets below it were cleaned, so the
+    /// next leader's first pass maps only the keys above it. Written with the rest at
+    /// hand-over and take-over; absent in manifests written before it existed, and ignored by
+    /// brokers from before it (serde skips unknown fields), which then clean from the log start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleaned_up_to: Option<i64>,
 }
 
 /// Reads a partition directory's manifest, if any.
@@ -91,7 +97,7 @@ mod tests {
         fs.open(&dir.join("stray.txt"), OpenMode::CreateNew).unwrap();
         assert_eq!(stored_partition_epoch(&fs, dir).unwrap(), 3);
         // A take-over claims its epoch in the manifest before it rolls a segment.
-        write_json(&fs, &dir.join(MANIFEST_FILE), &Manifest { epoch: 5, high_watermark: 0, log_start_offset: 0 }).unwrap();
+        write_json(&fs, &dir.join(MANIFEST_FILE), &Manifest { epoch: 5, high_watermark: 0, log_start_offset: 0, cleaned_up_to: None }).unwrap();
         assert_eq!(stored_partition_epoch(&fs, dir).unwrap(), 5);
     }
 

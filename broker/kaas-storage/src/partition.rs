@@ -311,6 +311,7 @@ impl State {
             epoch: self.leader_epoch,
             high_watermark: self.high_watermark,
             log_start_offset: self.log_start_offset,
+            cleaned_up_to: self.cleaner.checkpoint(),
         }
     }
 

@@ -24,7 +24,8 @@
 //! offset map), never a later range cleaned over an earlier one left old (which could resurrect
 //! a deleted key). A crash or a leadership move at any step leaves such a log; the next
 //! leader's take-over removes an unfinished temp file (it is garbage by name), and its first
-//! pass (the checkpoint is in memory, so it starts from the log start) re-cleans the rest.
+//! pass re-cleans the rest (from the checkpoint persisted in manifest.json at the last
+//! hand-over or take-over, or from the log start).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -75,9 +76,12 @@ pub struct CleanReport {
 /// The cleaner's bookkeeping in the partition state.
 #[derive(Debug, Default)]
 pub(super) struct CleanerState {
-    /// Kafka's cleaner checkpoint: offsets below are clean. Kept in memory only (a file would
-    /// be a new name in the partition directory, which older brokers refuse): a new leader
-    /// starts from the log start, one full pass, as Kafka does without its checkpoint file.
+    /// Kafka's cleaner checkpoint: offsets below are clean. Persisted in manifest.json when
+    /// the leader writes it (hand-over, take-over; not a new file: a new name in the partition
+    /// directory is one older brokers refuse), so a leadership move by drain resumes where the
+    /// last pass stopped; after a crash the next leader resumes from the last persisted one,
+    /// or from the log start. Too low only costs work: a pass removes a record only for a
+    /// newer one of its key, so re-cleaning a clean section changes nothing.
     first_dirty: Option<i64>,
     /// The earliest delete horizon of a tombstone or marker the last pass kept: a pass is due
     /// then even if the dirty ratio is low.
@@ -86,10 +90,17 @@ pub(super) struct CleanerState {
 }
 
 impl CleanerState {
-    /// A take-over: the log may have been cleaned (or grown) by another leader meanwhile.
-    pub(super) fn forget_progress(&mut self) {
-        self.first_dirty = None;
+    /// A take-over: the log may have been cleaned (or grown) by another leader meanwhile; it
+    /// resumes from the checkpoint that leader persisted (`None`: from the log start). The
+    /// next delete horizon is not persisted: the first pass finds it again.
+    pub(super) fn resume_from(&mut self, checkpoint: Option<i64>) {
+        self.first_dirty = checkpoint;
         self.next_horizon = None;
+    }
+
+    /// The checkpoint to persist.
+    pub(super) fn checkpoint(&self) -> Option<i64> {
+        self.first_dirty
     }
 }
 

@@ -101,6 +101,7 @@ impl Partition {
                 epoch,
                 high_watermark: manifest.map_or(0, |m| m.high_watermark),
                 log_start_offset: manifest.map_or(0, |m| m.log_start_offset),
+                cleaned_up_to: manifest.and_then(|m| m.cleaned_up_to),
             };
             manifest::write(fs, dir, &claim)?;
         }
@@ -141,7 +142,7 @@ impl Partition {
         st.log_start_offset = manifest_start.max(first_base).min(log_end);
         st.leader_epoch = epoch;
         st.role = Role::Leader;
-        st.cleaner.forget_progress();
+        st.cleaner.resume_from(manifest.and_then(|m| m.cleaned_up_to));
         st.restore_producers(&self.shared)?;
         st.roll_for_epoch(&self.shared, epoch)?;
         // A deposed leader's DeleteRecords may have renamed its manifest over our claim while

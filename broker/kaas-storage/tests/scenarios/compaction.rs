@@ -312,3 +312,32 @@ fn a_deposed_leader_does_not_swap(v: &Volume) {
     assert_eq!(read_all(&q), before, "the old set, whole");
 }
 scenario!(a_deposed_leader_does_not_swap);
+
+/// The cleaner checkpoint travels with the partition on a hand-over: the next leader's first
+/// pass finds nothing dirty instead of re-cleaning the whole log; a leader from before the
+/// checkpoint existed (no field in manifest.json) starts from the log start.
+fn a_hand_over_keeps_the_cleaner_checkpoint(v: &Volume) {
+    let config = LogConfig { min_cleanable_dirty_ratio: 0.5, ..compacted() };
+    let p = v.leader(1, config);
+    let before = fill(v, &p, 40);
+    let report = p.clean(NOW).unwrap().expect("a new leader's first pass sees the whole log dirty");
+    p.relinquish().unwrap();
+    let manifest: kaas_shared::epochs::Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    assert_eq!(manifest.cleaned_up_to, Some(report.clean_up_to));
+
+    let q = v.leader(2, config);
+    // Dirty now: only what was the active segment (the take-over closed it).
+    assert_eq!(q.clean(NOW).unwrap(), None, "the cleaned section is not dirty again");
+    assert!(q.cleaner_stats().dirty_ratio < config.min_cleanable_dirty_ratio, "{:?}", q.cleaner_stats());
+    assert_eq!(latest(&read_all(&q)), latest(&before));
+    q.relinquish().unwrap();
+
+    // A manifest without the checkpoint, as brokers before it wrote them.
+    let dir = v.partition_dir();
+    let mut old: serde_json::Value = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    old.as_object_mut().unwrap().remove("cleanedUpTo");
+    kaas_shared::atomic_file::write_json(&*v.fs(), &dir.join("manifest.json"), &old).unwrap();
+    let r = v.leader(3, config);
+    assert!(r.clean(NOW).unwrap().is_some(), "without a checkpoint the whole log is dirty");
+}
+scenario!(a_hand_over_keeps_the_cleaner_checkpoint);

@@ -40,7 +40,8 @@ fn take_over_after_relinquish_keeps_data(v: &Volume) {
         Manifest {
             epoch: 2,
             high_watermark: 3,
-            log_start_offset: 0
+            log_start_offset: 0,
+            cleaned_up_to: None
         }
     );
     q.close().unwrap();
