@@ -6,19 +6,21 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use kaas_broker::config::{ClusterSettings, StorageMode};
 use kaas_broker::{Broker, BrokerConfig, Server, cluster};
 use kaas_controller::lease::MemoryLease;
 use kaas_shared::assignment::{self, Assignment};
-use kaas_shared::fs::RealFs;
+use kaas_shared::fs::{FaultSwitch, FaultyFs, RealFs};
 use kaas_shared::layout::Layout;
 use rdkafka::ClientConfig;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::TestResult;
+use super::faults::CuttableLease;
 
 /// One in-process broker.
 pub struct Node {
@@ -34,6 +36,11 @@ pub struct Cluster {
     pub data: PathBuf,
     pub lease: Arc<MemoryLease>,
     pub nodes: BTreeMap<i32, Node>,
+    /// Each broker's volume mount, healthy until a test switches a fault on (kept across the
+    /// broker's restarts, as a node's mount is).
+    pub mounts: BTreeMap<i32, FaultSwitch>,
+    /// Each broker's way to the Lease: set, the API server is unreachable from that broker.
+    pub lease_cuts: BTreeMap<i32, Arc<AtomicBool>>,
     _tmp: tempfile::TempDir,
 }
 
@@ -43,7 +50,14 @@ impl Cluster {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
         let tmp = tempfile::tempdir()?;
-        let mut cluster = Cluster { data: tmp.path().join("data"), lease: Arc::new(MemoryLease::new()), nodes: BTreeMap::new(), _tmp: tmp };
+        let mut cluster = Cluster {
+            data: tmp.path().join("data"),
+            lease: Arc::new(MemoryLease::new()),
+            nodes: BTreeMap::new(),
+            mounts: BTreeMap::new(),
+            lease_cuts: BTreeMap::new(),
+            _tmp: tmp,
+        };
         for id in 0..brokers {
             cluster.start_node(id).await?;
         }
@@ -58,14 +72,17 @@ impl Cluster {
     pub async fn start_node_on(&mut self, id: i32, address: &str) -> TestResult {
         let listener = tokio::net::TcpListener::bind(address).await?;
         let addr = listener.local_addr()?;
+        let mount = self.mounts.entry(id).or_default().clone();
+        let lease = Arc::new(CuttableLease::new(self.lease.clone(), self.lease_cuts.entry(id).or_default().clone()));
         let config = BrokerConfig {
             node_id: id,
             listen: addr,
             advertise_host: "127.0.0.1".into(),
             advertise_port: addr.port(),
             storage: StorageMode::Disk(self.data.clone()),
+            volume_fs: Some(FaultyFs::wrap(Arc::new(RealFs), mount)),
             auto_create_topics: true,
-            cluster: Some(ClusterSettings::for_tests(&format!("kaas-{id}"), self.lease.clone())),
+            cluster: Some(ClusterSettings::for_tests(&format!("kaas-{id}"), lease)),
             // A first member joins at once (as local mode and Kafka's shipped config do).
             groups: kaas_broker::groups::GroupConfig { initial_rebalance_delay: Duration::ZERO, ..Default::default() },
             ..BrokerConfig::local_in_memory()

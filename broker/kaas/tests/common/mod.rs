@@ -16,6 +16,7 @@ use rdkafka::producer::FutureProducer;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 pub mod cluster;
+pub mod faults;
 pub mod wire;
 pub mod workload;
 
