@@ -140,6 +140,16 @@ pub fn human_size(bytes: u64) -> String {
     format!("{value:.1}{}", UNITS[unit])
 }
 
+impl KafkaTopic {
+    /// The Kafka topic name: `spec.topicName`, else `metadata.name`.
+    pub fn topic_name(&self) -> &str {
+        match &self.spec.topic_name {
+            Some(name) => name,
+            None => self.metadata.name.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -148,15 +158,5 @@ mod tests {
         assert_eq!(super::human_size(1023), "1023");
         assert_eq!(super::human_size(1536), "1.5Ki");
         assert_eq!(super::human_size(12_900_000), "12.3Mi");
-    }
-}
-
-impl KafkaTopic {
-    /// The Kafka topic name: `spec.topicName`, else `metadata.name`.
-    pub fn topic_name(&self) -> &str {
-        match &self.spec.topic_name {
-            Some(name) => name,
-            None => self.metadata.name.as_deref().unwrap_or_default(),
-        }
     }
 }
