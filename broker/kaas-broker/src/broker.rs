@@ -111,6 +111,8 @@ impl Broker {
         if !settings.enable {
             return;
         }
+        // One budget for every round and thread, as Kafka's cleaner throttler.
+        let throttle = Arc::new(kaas_storage::IoThrottle::new(settings.io_max_bytes_per_second));
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(settings.backoff) => {}
@@ -118,8 +120,9 @@ impl Broker {
             }
             let broker = self.clone();
             let stopping = stop.clone();
+            let throttle = throttle.clone();
             // Cleaning reads and rewrites segment files: off the executor.
-            let _ = tokio::task::spawn_blocking(move || broker.topics.clean(now_ms, || *stopping.borrow())).await;
+            let _ = tokio::task::spawn_blocking(move || broker.topics.clean(now_ms, || *stopping.borrow(), settings.threads, &throttle)).await;
         }
     }
 

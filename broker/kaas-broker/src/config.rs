@@ -127,17 +127,22 @@ pub struct BrokerConfig {
     pub slow_request: Option<std::time::Duration>,
 }
 
-/// `log.cleaner.enable` and `log.cleaner.backoff.ms`: whether compacted topics are cleaned,
-/// and how long the cleaner rests between rounds over the partitions this broker leads.
+/// `log.cleaner.enable`, `log.cleaner.backoff.ms`, `log.cleaner.threads` and
+/// `log.cleaner.io.max.bytes.per.second`: whether compacted topics are cleaned, how long the
+/// cleaner rests between rounds over the partitions this broker leads, how many it cleans at
+/// once, and the bytes per second its threads may read and write together.
 #[derive(Debug, Clone, Copy)]
 pub struct LogCleanerSettings {
     pub enable: bool,
     pub backoff: Duration,
+    pub threads: usize,
+    /// Not finite: no limit (Kafka's default).
+    pub io_max_bytes_per_second: f64,
 }
 
 impl Default for LogCleanerSettings {
     fn default() -> Self {
-        LogCleanerSettings { enable: true, backoff: Duration::from_millis(15_000) }
+        LogCleanerSettings { enable: true, backoff: Duration::from_millis(15_000), threads: 1, io_max_bytes_per_second: f64::INFINITY }
     }
 }
 

@@ -6,8 +6,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kaas_storage::{Engine, Partition};
+use kaas_storage::{Engine, IoThrottle, Partition};
 use parking_lot::{Mutex, RwLock};
 use tracing::{error, info, warn};
 use uuid::Uuid;
@@ -298,20 +299,35 @@ impl TopicRegistry {
     /// One log-cleaner round: a pass on every compacted partition this broker leads, until
     /// `stopping` says the broker is shutting down. A failed pass is retried next round (the
     /// swap is re-drivable, see `kaas_storage`'s compaction).
-    pub fn clean(&self, now_ms: impl Fn() -> i64, stopping: impl Fn() -> bool) {
-        for topic in self.list() {
-            for (index, partition) in topic.partitions().iter().enumerate() {
+    pub fn clean(&self, now_ms: impl Fn() -> i64 + Sync, stopping: impl Fn() -> bool + Sync, threads: usize, throttle: &IoThrottle) {
+        let work: Vec<(Arc<str>, usize, Arc<Partition>)> = self
+            .list()
+            .iter()
+            .flat_map(|topic| {
+                let name: Arc<str> = Arc::from(topic.name.as_str());
+                topic.partitions().into_iter().enumerate().map(move |(index, p)| (name.clone(), index, p))
+            })
+            .filter(|(_, _, p)| p.is_leader() && p.config().cleanup_compact)
+            .collect();
+        // `threads` workers (this one and the others) take partitions in turn: one pass per
+        // partition at a time, several partitions at once.
+        let next = AtomicUsize::new(0);
+        let worker = || {
+            while let Some((topic, index, partition)) = work.get(next.fetch_add(1, Ordering::Relaxed)) {
                 if stopping() {
                     return;
                 }
-                if !partition.is_leader() || !partition.config().cleanup_compact {
-                    continue;
-                }
-                if let Err(e) = partition.clean_until(now_ms(), &stopping) {
-                    warn!(topic = %topic.name, partition = index, error = %e, "log cleaning failed; retrying next round");
+                if let Err(e) = partition.clean_throttled(now_ms(), &stopping, throttle) {
+                    warn!(%topic, partition = index, error = %e, "log cleaning failed; retrying next round");
                 }
             }
-        }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..threads.clamp(1, work.len().max(1)) {
+                scope.spawn(&worker);
+            }
+            worker();
+        });
     }
 
     fn open_partition(&self, topic: &str, id: Uuid, index: i32, configs: &BTreeMap<String, String>) -> Result<Arc<Partition>> {

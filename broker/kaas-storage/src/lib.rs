@@ -25,6 +25,7 @@ mod producer_snapshot;
 mod producer_state;
 mod scan;
 mod segment;
+mod throttle;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 mod txn_index;
@@ -41,6 +42,7 @@ pub use partition::{
     AppendOptions, AppendOutcome, CleanReport, CleanStep, CleanerStats, Partition, ReadBound, ReadOutcome, TakeoverReport,
 };
 pub use producer_state::ProducerSummary;
+pub use throttle::{IoThrottle, ThrottleClock};
 pub use txn_index::AbortedTxn;
 
 /// Re-exported so callers can name the filesystem types without depending on kaas-shared.

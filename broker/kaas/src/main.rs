@@ -104,6 +104,13 @@ struct Args {
     /// a dirty section with more keys is cleaned in prefixes that fit.
     #[arg(long, env = "KAAS_LOG_CLEANER_DEDUPE_BUFFER_SIZE", default_value_t = 128 << 20, value_parser = clap::value_parser!(u64).range(1024..))]
     log_cleaner_dedupe_buffer_size: u64,
+    /// Compacted partitions cleaned at once (log.cleaner.threads).
+    #[arg(long, env = "KAAS_LOG_CLEANER_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    log_cleaner_threads: u16,
+    /// Bytes per second the cleaner threads may read and write together, on average
+    /// (log.cleaner.io.max.bytes.per.second) [default: no limit].
+    #[arg(long, env = "KAAS_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND", default_value_t = f64::INFINITY, hide_default_value = true)]
+    log_cleaner_io_max_bytes_per_second: f64,
     /// cleanup.policy of topics that do not set it: delete, compact or compact,delete
     /// (log.cleanup.policy).
     #[arg(long, env = "KAAS_LOG_CLEANUP_POLICY")]
@@ -290,6 +297,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         log_cleaner: kaas_broker::config::LogCleanerSettings {
             enable: args.log_cleaner_enable,
             backoff: std::time::Duration::from_millis(args.log_cleaner_backoff_ms),
+            threads: usize::from(args.log_cleaner_threads),
+            io_max_bytes_per_second: args.log_cleaner_io_max_bytes_per_second,
         },
         groups: args.groups.config(args.pod_name.is_some()),
         fetch: args.fetch.config(),

@@ -40,6 +40,7 @@ use crate::cleaner::{FilterContext, Filtered, OffsetMap, TxnTracker};
 use crate::config::LogConfig;
 use crate::scan::{BIG_CHUNK, Scanner, Step};
 use crate::segment::Segment;
+use crate::throttle::IoThrottle;
 use crate::txn_index::AbortedTxn;
 use crate::{Error, Result};
 
@@ -200,6 +201,13 @@ impl Partition {
     /// [`Partition::clean`], given up (its unfinished segment discarded, `None` returned) as
     /// soon as `stop` says so: a broker shutting down does not wait for a long pass.
     pub fn clean_until(&self, now_ms: i64, stop: &dyn Fn() -> bool) -> Result<Option<CleanReport>> {
+        static UNLIMITED: std::sync::LazyLock<IoThrottle> = std::sync::LazyLock::new(IoThrottle::unlimited);
+        self.clean_throttled(now_ms, stop, &UNLIMITED)
+    }
+
+    /// [`Partition::clean_until`] within an I/O budget: every byte the pass reads or writes is
+    /// taken from `throttle` (shared by all the broker's cleaner threads).
+    pub fn clean_throttled(&self, now_ms: i64, stop: &dyn Fn() -> bool, throttle: &IoThrottle) -> Result<Option<CleanReport>> {
         let config = self.config();
         if !config.cleanup_compact {
             return Ok(None);
@@ -208,7 +216,7 @@ impl Partition {
         let Some(_pass) = self.shared.cleaning.try_lock() else { return Ok(None) };
         let Some(plan) = self.plan_clean(&config, now_ms)? else { return Ok(None) };
         let mut map = OffsetMap::new(config.cleaner_dedupe_buffer_bytes);
-        build_map(&plan, &mut map, stop)?;
+        build_map(&plan, &mut map, stop, throttle)?;
         if stop() {
             return Ok(None);
         }
@@ -221,7 +229,7 @@ impl Partition {
         let mut next_horizon: Option<i64> = None;
         let cleanable: Vec<Source> = plan.sources.iter().filter(|s| s.base < limit).cloned().collect();
         for group in groups(&cleanable, config.effective_segment_bytes()) {
-            let (written, horizon) = self.clean_group(&plan, group, &ctx, &mut txns, config.index_interval_bytes, stop)?;
+            let (written, horizon) = self.clean_group(&plan, group, &ctx, &mut txns, config.index_interval_bytes, stop, throttle)?;
             let Some(written) = written else {
                 return Ok(None); // Stopped, or the log moved under the pass (role change, retention).
             };
@@ -336,6 +344,7 @@ impl Partition {
         txns: &mut TxnTracker,
         interval: usize,
         stop: &dyn Fn() -> bool,
+        throttle: &IoThrottle,
     ) -> Result<(Option<u64>, Option<i64>)> {
         let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
         let first = &group[0];
@@ -348,7 +357,7 @@ impl Partition {
         let mut horizon: Option<i64> = None;
         let written = (|| -> Result<bool> {
             for source in group {
-                let whole = for_each_batch(source, |header, bytes| {
+                let whole = for_each_batch(source, throttle, stop, |header, bytes| {
                     if stop() {
                         return Ok(false);
                     }
@@ -364,6 +373,7 @@ impl Partition {
                     let header = batch::parse_header(out)?;
                     let at = cleaned.size;
                     file.write_all_at(out, at).map_err(|e| Error::io("write", &temp, e))?;
+                    throttle.take(out.len() as u64, stop);
                     cleaned.on_batch(at, &header, interval);
                     Ok(true)
                 })?;
@@ -506,12 +516,12 @@ fn discard(fs: &dyn kaas_shared::fs::Fs, temp: &Path) {
 }
 
 /// Maps the dirty section `[first_dirty, first_uncleanable)` until the map is full.
-fn build_map(plan: &Plan, map: &mut OffsetMap, stop: &dyn Fn() -> bool) -> Result<()> {
+fn build_map(plan: &Plan, map: &mut OffsetMap, stop: &dyn Fn() -> bool, throttle: &IoThrottle) -> Result<()> {
     // The aborted transactions the dirty section overlaps (Kafka's collectAbortedTransactions).
     let aborted = plan.aborted.iter().filter(|a| a.last_offset >= plan.first_dirty).copied().collect();
     let mut txns = TxnTracker::new(aborted);
     for source in plan.sources.iter().filter(|s| s.next_base > plan.first_dirty) {
-        let more = for_each_batch(source, |header, bytes| {
+        let more = for_each_batch(source, throttle, stop, |header, bytes| {
             if header.last_offset() >= plan.first_uncleanable || stop() {
                 return Ok(false);
             }
@@ -525,8 +535,13 @@ fn build_map(plan: &Plan, map: &mut OffsetMap, stop: &dyn Fn() -> bool) -> Resul
 }
 
 /// Calls `f` with every batch of a closed segment (header and whole bytes), in order, while it
-/// returns `true`; returns whether it always did.
-fn for_each_batch(source: &Source, mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool>) -> Result<bool> {
+/// returns `true`; returns whether it always did. Each batch read is taken from the budget.
+fn for_each_batch(
+    source: &Source,
+    throttle: &IoThrottle,
+    stop: &dyn Fn() -> bool,
+    mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool>,
+) -> Result<bool> {
     let mut scan = Scanner::new(&*source.file, 0, source.size, false, BIG_CHUNK);
     let mut bytes = Vec::new();
     loop {
@@ -534,6 +549,7 @@ fn for_each_batch(source: &Source, mut f: impl FnMut(&BatchHeader, &[u8]) -> Res
             Step::Batch { pos, header } if header.base_offset < source.next_base => {
                 bytes.resize(header.size, 0);
                 source.file.read_exact_at(&mut bytes, pos).map_err(|e| Error::io("read", "segment", e))?;
+                throttle.take(bytes.len() as u64, stop);
                 if !f(&header, &bytes)? {
                     return Ok(false);
                 }
