@@ -70,12 +70,16 @@ enum Previous {
 
 /// Places every partition of `topics`, every group shard and every transaction shard on
 /// `alive` minus `draining` (or on the draining ones, if nothing else is alive), starting from
-/// `previous`; `stored` gives the epoch floor of items `previous` does not place.
+/// `previous`; `stored` gives the epoch floor of items `previous` does not place. Brokers in
+/// `readdressed` came back at a new address: they keep or get no coordinator shard this round
+/// (unless nobody else can take it), because a client that keeps a coordinator's address by
+/// its broker id (librdkafka) looks the coordinator up again only when that id changes.
 pub fn balance(
     previous: &Placement,
     topics: &[TopicInfo],
     alive: &BTreeSet<i32>,
     draining: &BTreeSet<i32>,
+    readdressed: &BTreeSet<i32>,
     shards: ShardCounts,
     stored: &dyn StoredEpochs,
 ) -> Placement {
@@ -105,8 +109,12 @@ pub fn balance(
         .into_iter()
         .map(|(key, (leader, epoch, id))| (key, PartitionAssignment { topic_id: id, leader, leader_epoch: epoch }))
         .collect();
-    let consumer_groups = place_shards(&eligible, &previous.consumer_groups, shards.groups, |s| stored.group_shard(s));
-    let transactions = place_shards(&eligible, &previous.transactions, shards.transactions, |s| stored.txn_shard(s));
+    let mut coordinators: BTreeSet<i32> = eligible.difference(readdressed).copied().collect();
+    if coordinators.is_empty() {
+        coordinators = eligible.clone();
+    }
+    let consumer_groups = place_shards(&coordinators, &previous.consumer_groups, shards.groups, |s| stored.group_shard(s));
+    let transactions = place_shards(&coordinators, &previous.transactions, shards.transactions, |s| stored.txn_shard(s));
     Placement { partitions, consumer_groups, transactions }
 }
 
@@ -202,7 +210,7 @@ mod tests {
 
     #[test]
     fn even_across_alive_brokers() {
-        let p = balance(&Placement::default(), &[topic("a", 7), topic("bb", 5)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(16), &NothingStored);
+        let p = balance(&Placement::default(), &[topic("a", 7), topic("bb", 5)], &brokers(&[0, 1, 2]), &BTreeSet::new(), &BTreeSet::new(), counts(16), &NothingStored);
         assert_eq!(p.partitions.len(), 12);
         assert!(loads(&p).values().all(|l| *l == 4), "{:?}", loads(&p));
         assert!(p.partitions.values().all(|a| a.leader_epoch == 0));
@@ -213,9 +221,24 @@ mod tests {
     }
 
     #[test]
+    fn a_broker_back_at_a_new_address_hands_its_coordinator_shards_over_for_a_round() {
+        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), &BTreeSet::new(), counts(6), &NothingStored);
+        let moved = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), &brokers(&[1]), counts(6), &NothingStored);
+        assert_eq!(moved.partitions, before.partitions, "partitions stay: clients follow a leader's new address by its id");
+        for (shard, s) in moved.consumer_groups.iter().chain(&moved.transactions) {
+            assert_ne!(s.coordinator, 1, "shard {shard} still on the readdressed broker");
+        }
+        assert!(before.consumer_groups.values().any(|s| s.coordinator == 1), "broker 1 coordinated something to begin with");
+        let back = balance(&moved, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), &BTreeSet::new(), counts(6), &NothingStored);
+        assert!(back.consumer_groups.values().any(|s| s.coordinator == 1), "the next round evens the shards out again");
+        let alone = balance(&before, &[topic("a", 6)], &brokers(&[1]), &BTreeSet::new(), &brokers(&[1]), counts(6), &NothingStored);
+        assert!(alone.consumer_groups.values().all(|s| s.coordinator == 1), "with nobody else, it keeps them");
+    }
+
+    #[test]
     fn sticky_and_minimal_when_a_broker_joins() {
-        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1]), &BTreeSet::new(), counts(0), &NothingStored);
-        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(0), &NothingStored);
+        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1]), &BTreeSet::new(), &BTreeSet::new(), counts(0), &NothingStored);
+        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), &BTreeSet::new(), counts(0), &NothingStored);
         let moved: Vec<_> = before.partitions.iter().filter(|(k, a)| after.partitions[*k].leader != a.leader).collect();
         assert_eq!(moved.len(), 2, "exactly the moves that even 3/3 out to 2/2/2");
         for (k, a) in &moved {
@@ -228,8 +251,8 @@ mod tests {
 
     #[test]
     fn dead_and_draining_brokers_lose_everything_and_epochs_grow() {
-        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), counts(4), &NothingStored);
-        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &brokers(&[1]), counts(4), &NothingStored);
+        let before = balance(&Placement::default(), &[topic("a", 6)], &brokers(&[0, 1, 2]), &BTreeSet::new(), &BTreeSet::new(), counts(4), &NothingStored);
+        let after = balance(&before, &[topic("a", 6)], &brokers(&[0, 1, 2]), &brokers(&[1]), &BTreeSet::new(), counts(4), &NothingStored);
         assert!(after.partitions.values().all(|a| a.leader != 1));
         assert!(after.consumer_groups.values().all(|s| s.coordinator != 1));
         assert!(after.transactions.values().all(|s| s.coordinator != 1));
@@ -237,7 +260,7 @@ mod tests {
             let was = before.transactions[shard];
             assert!(s.epoch == was.epoch || (s.epoch > was.epoch && was.coordinator == 1), "only moved shards change epoch");
         }
-        let dead = balance(&after, &[topic("a", 6)], &brokers(&[0]), &BTreeSet::new(), counts(4), &NothingStored);
+        let dead = balance(&after, &[topic("a", 6)], &brokers(&[0]), &BTreeSet::new(), &BTreeSet::new(), counts(4), &NothingStored);
         assert!(dead.partitions.values().all(|a| a.leader == 0));
         for (k, a) in &dead.partitions {
             assert!(a.leader_epoch >= before.partitions[k].leader_epoch);
@@ -246,16 +269,16 @@ mod tests {
 
     #[test]
     fn never_empty_and_new_incarnations_start_over() {
-        let before = balance(&Placement::default(), &[topic("a", 2)], &brokers(&[0]), &BTreeSet::new(), counts(1), &NothingStored);
-        assert_eq!(balance(&before, &[topic("a", 2)], &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored), before);
+        let before = balance(&Placement::default(), &[topic("a", 2)], &brokers(&[0]), &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored);
+        assert_eq!(balance(&before, &[topic("a", 2)], &BTreeSet::new(), &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored), before);
         // Everyone draining: they keep leading rather than nobody.
-        let all_draining = balance(&before, &[topic("a", 2)], &brokers(&[0]), &brokers(&[0]), counts(1), &NothingStored);
+        let all_draining = balance(&before, &[topic("a", 2)], &brokers(&[0]), &brokers(&[0]), &BTreeSet::new(), counts(1), &NothingStored);
         assert_eq!(all_draining, before);
         // A recreated topic (new id) is placed afresh at epoch 0; a deleted one disappears.
         let recreated = TopicInfo { id: Uuid::from_u128(99), ..topic("a", 2) };
-        let p = balance(&before, &[recreated], &brokers(&[0]), &BTreeSet::new(), counts(1), &NothingStored);
+        let p = balance(&before, &[recreated], &brokers(&[0]), &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored);
         assert!(p.partitions.values().all(|a| a.topic_id == Uuid::from_u128(99) && a.leader_epoch == 0));
-        assert!(balance(&before, &[], &brokers(&[0]), &BTreeSet::new(), counts(1), &NothingStored).partitions.is_empty());
+        assert!(balance(&before, &[], &brokers(&[0]), &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored).partitions.is_empty());
     }
 
     /// Epochs on the volume from an earlier life of the cluster; partition 1 cannot be read.
@@ -277,13 +300,13 @@ mod tests {
     #[test]
     fn an_unplaced_item_starts_above_the_epoch_on_the_volume() {
         // A lost assignment.json (or a topic that dropped out of one): nothing previous.
-        let p = balance(&Placement::default(), &[topic("a", 3)], &brokers(&[0, 1]), &BTreeSet::new(), counts(3), &Stored);
+        let p = balance(&Placement::default(), &[topic("a", 3)], &brokers(&[0, 1]), &BTreeSet::new(), &BTreeSet::new(), counts(3), &Stored);
         let epochs: Vec<(String, i32)> = p.partitions.iter().map(|(k, a)| (k.clone(), a.leader_epoch)).collect();
         assert_eq!(epochs, [(names::partition_key("a", 0), 5), (names::partition_key("a", 2), 5)], "partition 1 waits for a readable volume");
         assert_eq!(p.consumer_groups.values().map(|s| s.epoch).collect::<Vec<_>>(), [1, 2, 3]);
         assert!(p.transactions.values().all(|s| s.epoch == 0));
         // Once placed, the previous placement is the authority: no volume read, no epoch change.
-        let again = balance(&p, &[topic("a", 3)], &brokers(&[0, 1]), &BTreeSet::new(), counts(3), &NothingStored);
+        let again = balance(&p, &[topic("a", 3)], &brokers(&[0, 1]), &BTreeSet::new(), &BTreeSet::new(), counts(3), &NothingStored);
         for (k, a) in &p.partitions {
             assert_eq!(again.partitions[k], *a);
         }

@@ -233,7 +233,16 @@ impl Controller {
             transactions: previous.transactions.clone(),
         };
         let stored = crate::stored_epochs::VolumeEpochs { fs: &self.fs, layout: &self.layout };
-        let placement = balancer::balance(&before, &topics, &alive, &draining, self.config.shards, &stored);
+        // Brokers that came back at another address than the previous assignment gives them.
+        let readdressed: BTreeSet<i32> = alive
+            .iter()
+            .filter(|id| match (previous.brokers.get(id), registered.get(id)) {
+                (Some(was), Some(now)) => was.host != now.host || was.port != now.port,
+                _ => false,
+            })
+            .copied()
+            .collect();
+        let placement = balancer::balance(&before, &topics, &alive, &draining, &readdressed, self.config.shards, &stored);
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
             .iter()
             .filter(|id| !draining.contains(id) || placement.partitions.values().any(|p| p.leader == **id))

@@ -645,10 +645,17 @@ async fn campaign() -> TestResult {
         match fault {
             Fault::Kill | Fault::KillController => {
                 let address = cluster.nodes.get(&victim).map(|n| n.bootstrap.clone()).ok_or("no victim")?;
+                let same_address = rng.below(2) == 0;
                 cluster.kill(victim).await;
                 tokio::time::sleep(pause).await;
-                // Back on the same address, as a restarted pod behind its stable name.
-                cluster.start_node_on(victim, &address).await?;
+                if same_address {
+                    // Back on its address, as a restarted pod behind a stable DNS name.
+                    cluster.start_node_on(victim, &address).await?;
+                } else {
+                    // Back on a new port, as a pod advertising its IP gets a new one.
+                    cluster.start_node(victim).await?;
+                    println!("chaos:   broker {victim} came back at {}", cluster.nodes.get(&victim).map_or("?", |n| n.bootstrap.as_str()));
+                }
             }
             Fault::Pause => {
                 let (broker, address) = cluster.pause(victim).await?;
@@ -767,5 +774,63 @@ async fn campaign() -> TestResult {
     nfs_ghosts(&cluster.data, &mut ghosts, &mut scanned)?;
     assert!(ghosts.is_empty(), "`.nfs` ghosts left on the volume: {ghosts:?}");
     println!("chaos: invariant 'no .nfs ghost': {scanned} volume entries checked");
+    Ok(())
+}
+
+/// A classic and a KIP-848 group keep committing when their coordinator is killed and comes back
+/// at once on a new port (a pod that advertises its IP gets a new one). librdkafka keeps a
+/// coordinator's address by its broker id and looks it up again only when the id changes, so
+/// the controller moves the coordinator shards of a broker back at a new address; before, the
+/// member dialled the dead address for over a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_coordinator_back_on_a_new_port_is_found_again() -> TestResult {
+    let mut cluster = Cluster::start(3).await?;
+    cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    create_topic(&cluster, TOPIC, PARTITIONS).await?;
+    create_topic(&cluster, OUTPUT, PARTITIONS).await?;
+    settle(&cluster).await?;
+    let producer = producer(&cluster)?;
+    common::workload::produce(&producer, TOPIC, PARTITIONS, "before", 600).await?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let _stop_on_drop = StopOnDrop(stop.clone());
+    let groups = [("classic", CLASSIC_GROUP), ("consumer", CONSUMER_GROUP)];
+    let mut outcomes = Vec::new();
+    for (protocol, group) in groups {
+        let (bootstrap, stop, outcome) = (cluster.bootstrap(), stop.clone(), Arc::new(Mutex::new(GroupOutcome::default())));
+        let shared = outcome.clone();
+        drop(on_thread(move || consume_and_commit(bootstrap, protocol, group, stop, shared)));
+        outcomes.push(outcome);
+    }
+    let commits = |outcomes: &[Arc<Mutex<GroupOutcome>>]| outcomes.iter().map(|o| lock(o).commits_acked).collect::<Vec<_>>();
+    let committed_past =
+        |outcomes: &[Arc<Mutex<GroupOutcome>>], since: &[u64]| commits(outcomes).iter().zip(since).all(|(now, was)| now > was);
+    let deadline = Instant::now() + SETTLE;
+    while !committed_past(&outcomes, &[0, 0]) {
+        assert!(Instant::now() < deadline, "the groups never committed: {:?}", commits(&outcomes));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    for (round, (_, group)) in groups.iter().enumerate() {
+        let assignment = cluster.assignment().ok_or("no assignment")?;
+        let coordinator =
+            assignment.consumer_groups.get(&kaas_groups::shard_of(group)).ok_or("the group's shard is not placed")?.coordinator;
+        let (old, since) = (cluster.nodes.get(&coordinator).map(|n| n.bootstrap.clone()), commits(&outcomes));
+        cluster.kill(coordinator).await;
+        cluster.start_node(coordinator).await?;
+        let new = cluster.nodes.get(&coordinator).map(|n| n.bootstrap.clone());
+        assert_ne!(old, new, "broker {coordinator} came back on another port");
+        settle(&cluster).await?;
+        common::workload::produce(&producer, TOPIC, PARTITIONS, &format!("after-{round}"), 600).await?;
+        let deadline = Instant::now() + SETTLE;
+        while !committed_past(&outcomes, &since) {
+            assert!(
+                Instant::now() < deadline,
+                "{group}'s coordinator {coordinator} came back at {new:?} (was {old:?}): the groups' commits went from {since:?} to {:?}",
+                commits(&outcomes)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     Ok(())
 }
