@@ -41,6 +41,8 @@ pub struct Broker {
     pub auto_creates: crate::rate_limit::RateLimiter,
     /// Requests and bytes in and out, for `/metrics`.
     pub metrics: crate::metrics::TrafficMetrics,
+    /// ACL authorization (`--authorizer standard`); `None` allows every request.
+    pub authorizer: Option<crate::authz::Authorizer>,
 }
 
 impl Broker {
@@ -77,7 +79,11 @@ impl Broker {
             .clone()
             .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
         let auto_creates = crate::rate_limit::RateLimiter::per_minute(config.auto_create_topics_per_minute);
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default(), metrics }))
+        let authorizer = match config.security.authorizer.clone() {
+            Some(settings) => Some(crate::authz::Authorizer::open(engine.fs().clone(), engine.layout(), settings)?),
+            None => None,
+        };
+        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default(), metrics, authorizer }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

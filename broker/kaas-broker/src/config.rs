@@ -176,11 +176,13 @@ impl BrokerConfig {
 }
 
 /// The listener's `security.protocol`: PLAINTEXT (neither), SSL (`tls`), SASL_PLAINTEXT
-/// (`sasl`) or SASL_SSL (both).
+/// (`sasl`) or SASL_SSL (both); and whether requests are authorized (`authorizer.class.name`).
 #[derive(Debug, Clone, Default)]
 pub struct ListenerSecurity {
     pub tls: Option<std::sync::Arc<crate::tls::TlsReloader>>,
     pub sasl: Option<crate::sasl::SaslSettings>,
+    /// ACL authorization; `None`: every request is allowed (the default).
+    pub authorizer: Option<crate::authz::AuthzSettings>,
 }
 
 impl ListenerSecurity {

@@ -223,12 +223,16 @@ pub async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAd
     }
     // Before SASL authentication only the exchange itself is served (and nothing after a
     // failed one or an expired session): the connection is closed, as Kafka closes it.
-    session.lock().admit(key)?;
+    let user = {
+        let session = session.lock();
+        session.admit(key)?;
+        session.shared_user()
+    };
     let header = router::decode_request_header(key, prefix.api_version, &mut frame).map_err(|source| {
         ConnectionError::Header { key, version: prefix.api_version, source }
     })?;
     tracing::trace!(%peer, ?key, version = prefix.api_version, correlation_id = prefix.correlation_id, "request");
-    let ctx = RequestContext { header, api_key: key, version: prefix.api_version, peer, closed: closed.clone(), session: session.clone() };
+    let ctx = RequestContext { header, api_key: key, version: prefix.api_version, peer, closed: closed.clone(), session: session.clone(), user };
     Ok(router::dispatch(broker, ctx, frame).await?)
 }
 

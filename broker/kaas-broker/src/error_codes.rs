@@ -103,6 +103,14 @@ error_codes! {
     ListTransactionsResponse => |r, f| f(r.error_code);
     SaslHandshakeResponse => |r, f| f(r.error_code);
     SaslAuthenticateResponse => |r, f| f(r.error_code);
+    CreateAclsResponse => |r, f| r.results.iter().for_each(|c| f(c.error_code));
+    DescribeAclsResponse => |r, f| f(r.error_code);
+    DeleteAclsResponse => |r, f| r.filter_results.iter().for_each(|c| f(c.error_code));
+    DescribeUserScramCredentialsResponse => |r, f| {
+        f(r.error_code);
+        r.results.iter().for_each(|u| f(u.error_code));
+    };
+    AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
 }
 
 /// The Kafka name of an error code (`NOT_LEADER_OR_FOLLOWER`), as Kafka labels its

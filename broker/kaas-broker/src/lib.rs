@@ -6,6 +6,7 @@
 //! engine, and the [`leadership`] view that says which partitions this broker leads.
 
 pub mod api;
+pub mod authz;
 pub mod broker;
 pub mod catalog;
 pub mod client_software;

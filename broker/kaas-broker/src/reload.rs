@@ -58,6 +58,15 @@ impl<T: Clone> Reloading<T> {
         Reloading { what, paths, load: Box::new(load), current: Mutex::new(Current { stamp: stamped_before, value: first, checked: Instant::now() }) }
     }
 
+    /// Uses `value`, which the caller just wrote to the files: readers see it at once, not
+    /// at the next check.
+    pub fn replace(&self, value: T) {
+        let mut current = self.current.lock();
+        current.stamp = Stamp::of(&self.paths);
+        current.value = value;
+        current.checked = Instant::now();
+    }
+
     /// The value of the files as they are now (checked at most once per [`RECHECK`]).
     pub fn get(&self) -> T {
         let mut current = self.current.lock();

@@ -76,6 +76,9 @@ pub struct RequestContext {
     /// The connection's SASL state: who it authenticated as (SaslHandshake and
     /// SaslAuthenticate advance it).
     pub session: Arc<parking_lot::Mutex<crate::sasl::Session>>,
+    /// Who sent the request: the SASL user when the connection authenticated before it, else
+    /// `None` (Kafka's `User:ANONYMOUS`). Requests are authorized as this principal.
+    pub user: Option<Arc<str>>,
 }
 
 /// One routed API: the versions this broker answers.
@@ -206,6 +209,11 @@ routes! {
     ListTransactions: messages::ListTransactionsRequest = 0..=1 => api::list_transactions::handle;
     SaslHandshake: messages::SaslHandshakeRequest = 1..=1 => api::sasl_handshake::handle;
     SaslAuthenticate: messages::SaslAuthenticateRequest = 0..=2 => api::sasl_authenticate::handle;
+    CreateAcls: messages::CreateAclsRequest = 1..=3 => api::create_acls::handle;
+    DescribeAcls: messages::DescribeAclsRequest = 1..=3 => api::describe_acls::handle;
+    DeleteAcls: messages::DeleteAclsRequest = 1..=3 => api::delete_acls::handle;
+    DescribeUserScramCredentials: messages::DescribeUserScramCredentialsRequest = 0..=0 => api::describe_user_scram_credentials::handle;
+    AlterUserScramCredentials: messages::AlterUserScramCredentialsRequest = 0..=0 => api::alter_user_scram_credentials::handle;
 }
 
 /// The route for an API key, if this broker handles it.

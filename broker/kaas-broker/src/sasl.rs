@@ -90,7 +90,7 @@ enum State {
     AwaitingHandshake { previous: Option<String> },
     Handshaken { mechanism: Mechanism, previous: Option<String> },
     Exchanging { scram: ScramServer, previous: Option<String> },
-    Authenticated { user: String, expires: Option<Instant> },
+    Authenticated { user: Arc<str>, expires: Option<Instant> },
     Failed,
 }
 
@@ -131,7 +131,15 @@ impl Session {
     /// The user this connection authenticated as; `None` before that or without SASL.
     pub fn user(&self) -> Option<&str> {
         match &self.state {
-            State::Authenticated { user, .. } => Some(user),
+            State::Authenticated { user, .. } => Some(user.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The authenticated user, shared (each request's authorization takes it without copying).
+    pub fn shared_user(&self) -> Option<Arc<str>> {
+        match &self.state {
+            State::Authenticated { user, .. } => Some(user.clone()),
             _ => None,
         }
     }
@@ -147,7 +155,7 @@ impl Session {
         let Some(settings) = &self.settings else { return Err(SaslError::IllegalState) };
         let previous = match &self.state {
             State::AwaitingHandshake { previous } => previous.clone(),
-            State::Authenticated { user, .. } => Some(user.clone()),
+            State::Authenticated { user, .. } => Some(user.to_string()),
             _ => return Err(SaslError::IllegalState),
         };
         let mechanism = settings.mechanisms.iter().copied().find(|m| m.name() == name);
@@ -192,7 +200,7 @@ impl Session {
         }
         let expires = settings.reauth.map(|d| Instant::now() + d);
         let session_lifetime_ms = settings.reauth.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        self.state = State::Authenticated { user, expires };
+        self.state = State::Authenticated { user: user.into(), expires };
         Ok(Step::Done(Authenticated { auth_bytes, session_lifetime_ms }))
     }
 }

@@ -220,10 +220,8 @@ fn main() -> anyhow::Result<()> {
         if ClusterSettings::broker_id_of(pod).is_none() {
             bail!("MY_POD_NAME={pod:?} does not end in -<ordinal>; cluster mode needs a StatefulSet pod name (unset MY_POD_NAME for local mode)");
         }
-        if args.security.secured() {
-            // NB: brokers call each other on the Kafka listener (transaction markers), and
-            // those calls cannot authenticate yet.
-            bail!("--security-protocol other than PLAINTEXT is not supported in cluster mode yet (inter-broker calls do not authenticate)");
+        if let Some(why) = args.security.unsupported_in_cluster_mode() {
+            bail!("{why}");
         }
         if args.session_timeout_ms <= args.fence_timeout_ms + 1_000 {
             bail!("session timeout ({} ms) must exceed the fence timeout ({} ms) by at least a second, or a zombie could acknowledge writes after its partitions moved", args.session_timeout_ms, args.fence_timeout_ms);

@@ -1,5 +1,6 @@
-//! The Kafka listener's security flags (Kafka's `security.protocol`, `ssl.*`, `sasl.*`), each
-//! with a `KAAS_*` environment variable, collected into a [`ListenerSecurity`].
+//! The Kafka listener's security flags (Kafka's `security.protocol`, `ssl.*`, `sasl.*`,
+//! `authorizer.class.name`, `super.users`), each with a `KAAS_*` environment variable, collected
+//! into a [`ListenerSecurity`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use kaas_broker::authz::{AuthzSettings, Policy};
 use kaas_broker::config::ListenerSecurity;
 use kaas_broker::sasl::credentials::CredentialStore;
 use kaas_broker::sasl::{Mechanism, SaslSettings};
@@ -20,6 +22,13 @@ pub(crate) enum SecurityProtocol {
     Ssl,
     SaslPlaintext,
     SaslSsl,
+}
+
+/// `authorizer.class.name`: none, or Kafka's StandardAuthorizer (ACLs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AuthorizerFlag {
+    None,
+    Standard,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -58,12 +67,41 @@ pub(crate) struct SecurityFlags {
     /// re-authenticate (KIP-368); 0: they do not expire.
     #[arg(long, env = "KAAS_CONNECTIONS_MAX_REAUTH_MS", default_value_t = 0)]
     connections_max_reauth_ms: u64,
+    /// authorizer.class.name: `standard` checks every request against ACLs (kept in
+    /// `__cluster/acls.json` on the data volume, managed with CreateAcls/DeleteAcls, e.g.
+    /// kafka-acls); `none` allows everything. Local mode only for now.
+    #[arg(long, env = "KAAS_AUTHORIZER", value_enum, default_value = "none")]
+    authorizer: AuthorizerFlag,
+    /// super.users: principals allowed everything, `User:<name>` separated by `;` (as Kafka
+    /// writes them) or `,`.
+    #[arg(long, env = "KAAS_SUPER_USERS", default_value = "")]
+    super_users: String,
+    /// allow.everyone.if.no.acl.found: allow a request on a resource no ACL names.
+    #[arg(long, env = "KAAS_ALLOW_EVERYONE_IF_NO_ACL_FOUND", default_value_t = false)]
+    allow_everyone_if_no_acl_found: bool,
+    /// The most ACLs the broker keeps (CreateAcls beyond it is refused).
+    #[arg(long, env = "KAAS_MAX_ACLS", default_value_t = 10_000)]
+    max_acls: usize,
 }
 
 impl SecurityFlags {
-    /// Whether the listener is anything but PLAINTEXT.
-    pub(crate) fn secured(&self) -> bool {
-        self.security_protocol != SecurityProtocol::Plaintext
+    /// Why these settings cannot run in cluster mode yet, if they cannot.
+    pub(crate) fn unsupported_in_cluster_mode(&self) -> Option<&'static str> {
+        if self.security_protocol != SecurityProtocol::Plaintext {
+            // NB: brokers call each other on the Kafka listener (transaction markers), and
+            // those calls cannot authenticate yet.
+            return Some(
+                "--security-protocol other than PLAINTEXT is not supported in cluster mode yet (inter-broker calls do not authenticate)",
+            );
+        }
+        if self.authorizer != AuthorizerFlag::None {
+            // NB: ACLs have one writer (the local broker); a cluster's would be the KafkaUser
+            // resources, which do not exist yet (docs/security.md).
+            return Some(
+                "--authorizer is not supported in cluster mode yet (ACLs are kept by a local-mode broker; a cluster's come with KafkaUser)",
+            );
+        }
+        None
     }
 
     /// Loads the certificate and credentials the protocol needs; a missing or unreadable one
@@ -78,7 +116,22 @@ impl SecurityFlags {
             P::SaslPlaintext | P::SaslSsl => Some(self.sasl()?),
             P::Plaintext | P::Ssl => None,
         };
-        Ok(ListenerSecurity { tls, sasl })
+        Ok(ListenerSecurity { tls, sasl, authorizer: self.authorizer()? })
+    }
+
+    fn authorizer(&self) -> anyhow::Result<Option<AuthzSettings>> {
+        if self.authorizer == AuthorizerFlag::None {
+            return Ok(None);
+        }
+        let mut super_users = Vec::new();
+        for principal in self.super_users.split([';', ',']).map(str::trim).filter(|p| !p.is_empty()) {
+            match principal.split_once(':') {
+                Some(("User", name)) if !name.is_empty() => super_users.push(name.to_string()),
+                _ => bail!("--super-users: {principal:?} is not of the form User:<name>"),
+            }
+        }
+        let policy = Policy { super_users, allow_if_no_acl: self.allow_everyone_if_no_acl_found };
+        Ok(Some(AuthzSettings { policy, max_acls: self.max_acls }))
     }
 
     fn tls(&self) -> anyhow::Result<TlsReloader> {

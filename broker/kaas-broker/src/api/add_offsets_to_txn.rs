@@ -7,16 +7,23 @@ use std::sync::Arc;
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 use tracing::debug;
 
+use super::access::{Op, Resource, check};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(
     broker: &Arc<Broker>,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     request: AddOffsetsToTxnRequest,
 ) -> Reply<AddOffsetsToTxnResponse> {
     let id = request.transactional_id.to_string();
     let group = request.group_id.to_string();
+    // Kafka: WRITE on the transactional id, then READ on the group.
+    let refused = check(broker, ctx, Op::Write, Resource::TransactionalId, &id)
+        .and_then(|()| check(broker, ctx, Op::Read, Resource::Group, &group));
+    if let Err(e) = refused {
+        return Reply::Now(AddOffsetsToTxnResponse::default().with_error_code(e.code()));
+    }
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
         let result = broker

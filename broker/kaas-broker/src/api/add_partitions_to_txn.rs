@@ -2,6 +2,7 @@
 //! transactions and carry `verify_only`, which brokers use to check that a partition is in a
 //! transaction before accepting a transactional write (KIP-890 part 1).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
@@ -14,6 +15,7 @@ use kafka_protocol::messages::{
 };
 use tracing::debug;
 
+use super::access::{Op, Resource, allowed, check, cluster_allowed};
 use super::{by_topic, topic_name};
 use crate::broker::Broker;
 use crate::txn::GROUP_OFFSETS_TOPIC;
@@ -26,6 +28,10 @@ struct Txn {
     producer_epoch: i16,
     verify_only: bool,
     topics: Vec<AddPartitionsToTxnTopic>,
+    /// Kafka's authorization: WRITE on the transactional id refused (every partition gets
+    /// it), or the topics whose WRITE is refused (TOPIC_AUTHORIZATION_FAILED).
+    refused: Option<ResponseError>,
+    unwritable_topics: HashSet<String>,
 }
 
 pub async fn handle(
@@ -34,6 +40,20 @@ pub async fn handle(
     request: AddPartitionsToTxnRequest,
 ) -> Reply<AddPartitionsToTxnResponse> {
     let batched = ctx.version >= 4;
+    // Kafka: v4+ come from brokers only (CLUSTER_ACTION on the cluster).
+    if batched && !cluster_allowed(broker, ctx, Op::ClusterAction) {
+        return Reply::Now(AddPartitionsToTxnResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code()));
+    }
+    let authorize = |txn: Txn| Txn {
+        refused: check(broker, ctx, Op::Write, Resource::TransactionalId, &txn.id).err(),
+        unwritable_topics: txn
+            .topics
+            .iter()
+            .map(|t| t.name.0.to_string())
+            .filter(|t| !allowed(broker, ctx, Op::Write, Resource::Topic, t))
+            .collect(),
+        ..txn
+    };
     let txns: Vec<Txn> = if batched {
         request
             .transactions
@@ -44,7 +64,10 @@ pub async fn handle(
                 producer_epoch: t.producer_epoch,
                 verify_only: t.verify_only,
                 topics: t.topics,
+                refused: None,
+                unwritable_topics: HashSet::new(),
             })
+            .map(authorize)
             .collect()
     } else {
         vec![Txn {
@@ -53,7 +76,12 @@ pub async fn handle(
             producer_epoch: request.v3_and_below_producer_epoch,
             verify_only: false,
             topics: request.v3_and_below_topics,
+            refused: None,
+            unwritable_topics: HashSet::new(),
         }]
+        .into_iter()
+        .map(authorize)
+        .collect()
     };
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
@@ -82,7 +110,10 @@ async fn add_one(broker: &Broker, txn: Txn) -> AddPartitionsToTxnResult {
         for &p in &topic.partitions {
             // A group shard stands as a `__consumer_offsets` partition in verification only.
             let group_shard = txn.verify_only && name == GROUP_OFFSETS_TOPIC;
-            if group_shard || broker.topics.partition(&name, p).is_some() {
+            let refused = txn.refused.or_else(|| txn.unwritable_topics.contains(&name).then_some(ResponseError::TopicAuthorizationFailed));
+            if let Some(e) = refused {
+                errors.push((name.clone(), p, Some(e)));
+            } else if group_shard || broker.topics.partition(&name, p).is_some() {
                 known.push((name.clone(), p));
                 errors.push((name.clone(), p, None));
             } else {
@@ -96,7 +127,8 @@ async fn add_one(broker: &Broker, txn: Txn) -> AddPartitionsToTxnResult {
     }
     let unknown = errors.iter().any(|e| e.2.is_some());
     let outcome: Vec<Option<ResponseError>> = if unknown {
-        // Kafka adds nothing when any partition is unknown; the others were not attempted.
+        // Kafka adds nothing when any partition is unknown or refused; the others were not
+        // attempted.
         errors
             .iter()
             .map(|e| e.2.or(Some(ResponseError::OperationNotAttempted)))

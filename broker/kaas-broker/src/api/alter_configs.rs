@@ -6,19 +6,25 @@ use std::sync::Arc;
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse};
 
+use super::access::{Op, check_config_resource};
 use super::describe_configs::TOPIC;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::error::Error;
 use crate::router::{Reply, RequestContext};
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: AlterConfigsRequest) -> Reply<AlterConfigsResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: AlterConfigsRequest) -> Reply<AlterConfigsResponse> {
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         responses.push({
             let response = AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
+            // Kafka: ALTER_CONFIGS on the topic, or on the cluster for a broker.
+            if let Err(e) = check_config_resource(broker, ctx, Op::AlterConfigs, resource.resource_type, &resource.resource_name) {
+                responses.push(response.with_error_code(e.code()));
+                continue;
+            }
             let configs: BTreeMap<String, String> = resource
                 .configs
                 .into_iter()

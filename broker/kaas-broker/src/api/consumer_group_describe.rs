@@ -10,6 +10,7 @@ use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
 };
 
+use super::access::{Op, Resource, authorized_operations, check};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::groups::ConsumerMemberDescribed;
@@ -25,6 +26,20 @@ pub async fn handle(
         .group_ids
         .into_iter()
         .map(|id| {
+            // Kafka: DESCRIBE on the group.
+            if let Err(e) = check(broker, ctx, Op::Describe, Resource::Group, &id) {
+                return DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(e.code())
+                    .with_authorized_operations(i32::MIN);
+            }
+            let ops = authorized_operations(
+                broker,
+                ctx,
+                request.include_authorized_operations,
+                Resource::Group,
+                &id,
+            );
             let d = broker.groups.describe_consumer(&id);
             let members = d
                 .members
@@ -40,7 +55,7 @@ pub async fn handle(
                 .with_assignment_epoch(d.assignment_epoch)
                 .with_assignor_name(str_bytes(d.assignor))
                 .with_members(members)
-                .with_authorized_operations(i32::MIN)
+                .with_authorized_operations(ops)
         })
         .collect();
     Reply::Now(ConsumerGroupDescribeResponse::default().with_groups(groups))

@@ -4,9 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 
+use super::access::{Op, Resource, allowed, check};
 use super::join_group::{client_host, client_id};
 use super::str_bytes;
 use crate::broker::Broker;
@@ -40,6 +42,33 @@ pub async fn handle(
     ctx: &RequestContext,
     request: ConsumerGroupHeartbeatRequest,
 ) -> Reply<ConsumerGroupHeartbeatResponse> {
+    // Kafka: READ on the group, and DESCRIBE on every subscribed topic.
+    let refuse = |e: ResponseError, message: String| {
+        Reply::Now(
+            ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(e.code())
+                .with_error_message(Some(str_bytes(message))),
+        )
+    };
+    if let Err(e) = check(broker, ctx, Op::Read, Resource::Group, &request.group_id) {
+        return refuse(
+            e,
+            format!("not authorized to read group {}", &*request.group_id),
+        );
+    }
+    let hidden: Vec<&str> = request
+        .subscribed_topic_names
+        .iter()
+        .flatten()
+        .map(|t| t.as_str())
+        .filter(|t| !allowed(broker, ctx, Op::Describe, Resource::Topic, t))
+        .collect();
+    if !hidden.is_empty() {
+        return refuse(
+            ResponseError::TopicAuthorizationFailed,
+            format!("not authorized to describe the subscribed topics {hidden:?}"),
+        );
+    }
     let owned = request.topic_partitions.map(|tps| {
         let mut owned: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
         for tp in tps {

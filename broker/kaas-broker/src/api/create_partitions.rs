@@ -2,18 +2,25 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 
+use super::access::{Op, Resource, allowed};
 use super::{admin_timeout, str_bytes};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: CreatePartitionsRequest) -> Reply<CreatePartitionsResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreatePartitionsRequest) -> Reply<CreatePartitionsResponse> {
     let timeout = admin_timeout(request.timeout_ms);
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let result = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+        // Kafka: ALTER on the topic.
+        if !allowed(broker, ctx, Op::Alter, Resource::Topic, &topic.name) {
+            results.push(result.with_error_code(ResponseError::TopicAuthorizationFailed.code()));
+            continue;
+        }
         results.push(match crate::topic_admin::add_partitions(broker, &topic.name.0, topic.count, request.validate_only, timeout).await {
             Ok(()) => result,
             Err(e) => result.with_error_code(e.code()).with_error_message(Some(str_bytes(e.to_string()))),

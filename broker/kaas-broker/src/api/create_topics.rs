@@ -9,13 +9,14 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
+use super::access::{Op, Resource, allowed, cluster_allowed};
 use super::{admin_timeout, str_bytes};
 use crate::broker::Broker;
 use crate::error::Error;
 use crate::router::{Reply, RequestContext};
 use crate::topics::NewTopic;
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: CreateTopicsRequest) -> Reply<CreateTopicsResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateTopicsRequest) -> Reply<CreateTopicsResponse> {
     let mut seen = HashSet::new();
     let duplicated: HashSet<String> =
         request.topics.iter().map(|t| t.name.0.to_string()).filter(|n| !seen.insert(n.clone())).collect();
@@ -28,6 +29,13 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Create
             topics.push(failed(result, &Error::InvalidRequest(format!("topic {name} appears more than once in the request"))));
             continue;
         }
+        // Kafka: CREATE on the cluster or on the topic.
+        if !cluster_allowed(broker, ctx, Op::Create) && !allowed(broker, ctx, Op::Create, Resource::Topic, &name) {
+            topics.push(refused(result, ResponseError::TopicAuthorizationFailed));
+            continue;
+        }
+        // Kafka returns the new topic's configs only to who may describe them.
+        let describe_configs = allowed(broker, ctx, Op::DescribeConfigs, Resource::Topic, &name);
         topics.push({
             match create(broker, wanted, request.validate_only, timeout).await {
                 Ok((new, id)) => {
@@ -42,11 +50,12 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Create
                                 .with_is_sensitive(c.is_sensitive)
                         })
                         .collect();
-                    result
-                        .with_topic_id(id)
-                        .with_num_partitions(new.partitions)
-                        .with_replication_factor(1)
-                        .with_configs(Some(configs))
+                    let result = result.with_topic_id(id).with_num_partitions(new.partitions).with_replication_factor(1);
+                    if describe_configs {
+                        result.with_configs(Some(configs))
+                    } else {
+                        result.with_topic_config_error_code(ResponseError::TopicAuthorizationFailed.code())
+                    }
                 }
                 Err(e) => failed(result, &e),
             }
@@ -56,9 +65,12 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: Create
 }
 
 fn failed(result: CreatableTopicResult, e: &Error) -> CreatableTopicResult {
+    refused(result, e.response_error()).with_error_message(Some(str_bytes(e.to_string())))
+}
+
+fn refused(result: CreatableTopicResult, e: ResponseError) -> CreatableTopicResult {
     result
         .with_error_code(e.code())
-        .with_error_message(Some(str_bytes(e.to_string())))
         .with_num_partitions(-1)
         .with_replication_factor(-1)
         .with_topic_config_error_code(ResponseError::UnknownServerError.code())

@@ -6,16 +6,23 @@ use futures::future::join_all;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
+use super::access::{Op, Resource, check};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: DeleteGroupsRequest) -> Reply<DeleteGroupsResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteGroupsRequest) -> Reply<DeleteGroupsResponse> {
     let groups = broker.groups.clone();
+    // Kafka: DELETE on each group.
+    let wanted: Vec<_> =
+        request.groups_names.into_iter().map(|id| (check(broker, ctx, Op::Delete, Resource::Group, &id).err(), id)).collect();
     Reply::Later(Box::pin(async move {
-        let results = join_all(request.groups_names.into_iter().map(|id| {
+        let results = join_all(wanted.into_iter().map(|(refused, id)| {
             let groups = groups.clone();
             async move {
-                let error = groups.delete_group(&id).await;
+                let error = match refused {
+                    Some(e) => Some(e),
+                    None => groups.delete_group(&id).await,
+                };
                 DeletableGroupResult::default().with_group_id(id).with_error_code(error.map_or(0, |e| e.code()))
             }
         }))

@@ -7,6 +7,7 @@ use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 use uuid::Uuid;
 
+use super::access::{Op, Resource, allowed};
 use super::{admin_timeout, str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -26,8 +27,14 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteT
                 None => broker.topics.get_by_id(&id).map(|t| t.name.clone()).ok_or(ResponseError::UnknownTopicId),
             };
             let result = DeletableTopicResult::default().with_topic_id(id);
+            let refused = ResponseError::TopicAuthorizationFailed.code();
             match name {
                 Err(e) => result.with_error_code(e.code()),
+                // Kafka: a topic named by id keeps its name from who may not describe it.
+                Ok(name) if !id.is_nil() && !allowed(broker, ctx, Op::Describe, Resource::Topic, &name) => result.with_error_code(refused),
+                Ok(name) if !allowed(broker, ctx, Op::Delete, Resource::Topic, &name) => {
+                    result.with_name(Some(topic_name(name))).with_error_code(refused)
+                }
                 Ok(name) => match crate::topic_admin::delete(broker, &name, timeout).await {
                     Ok(deleted) => result.with_name(Some(topic_name(name))).with_topic_id(deleted),
                     Err(e) => result

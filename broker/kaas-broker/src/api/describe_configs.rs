@@ -8,6 +8,7 @@ use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourc
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::access::{Op, check_config_resource};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::config::StorageMode;
@@ -34,6 +35,10 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Describ
             let result = DescribeConfigsResult::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
+            // Kafka: DESCRIBE_CONFIGS on the topic, or on the cluster for a broker.
+            if let Err(e) = check_config_resource(broker, ctx, Op::DescribeConfigs, resource.resource_type, &resource.resource_name) {
+                return result.with_error_code(e.code());
+            }
             match resource.resource_type {
                 TOPIC => match broker.topics.get(&resource.resource_name) {
                     Some(topic) => {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
+use super::access::{Op, Resource, authorized_operations, check};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -14,7 +15,12 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Describ
         .groups
         .into_iter()
         .map(|id| {
+            // Kafka: DESCRIBE on the group.
+            if let Err(e) = check(broker, ctx, Op::Describe, Resource::Group, &id) {
+                return DescribedGroup::default().with_group_id(id).with_error_code(e.code()).with_authorized_operations(i32::MIN);
+            }
             let d = broker.groups.describe(&id, ctx.version >= 6);
+            let ops = authorized_operations(broker, ctx, request.include_authorized_operations, Resource::Group, &id);
             let members = d
                 .members
                 .into_iter()
@@ -35,7 +41,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Describ
                 .with_protocol_type(str_bytes(d.protocol_type))
                 .with_protocol_data(str_bytes(d.protocol))
                 .with_members(members)
-                .with_authorized_operations(i32::MIN)
+                .with_authorized_operations(ops)
         })
         .collect();
     Reply::Now(DescribeGroupsResponse::default().with_groups(groups))

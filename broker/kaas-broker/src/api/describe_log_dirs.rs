@@ -7,9 +7,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_log_dirs_response::{DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic};
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 
+use super::access::{Op, cluster_allowed};
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::config::StorageMode;
@@ -18,7 +20,12 @@ use crate::router::{Reply, RequestContext};
 /// How an in-memory broker names its one "log directory".
 const IN_MEMORY_LOG_DIR: &str = "(in memory)";
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: DescribeLogDirsRequest) -> Reply<DescribeLogDirsResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DescribeLogDirsRequest) -> Reply<DescribeLogDirsResponse> {
+    // Kafka: DESCRIBE on the cluster; v1–2 have no error field and answer no directories.
+    if !cluster_allowed(broker, ctx, Op::Describe) {
+        let error = if ctx.version >= 3 { ResponseError::ClusterAuthorizationFailed.code() } else { 0 };
+        return Reply::Now(DescribeLogDirsResponse::default().with_error_code(error));
+    }
     let named: Option<std::collections::HashSet<(&str, i32)>> = request
         .topics
         .as_ref()

@@ -8,25 +8,28 @@ use kafka_protocol::messages::describe_producers_response::{
 };
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
+use super::access::{Op, Resource, check};
 use super::{led_partition, str_bytes};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(
     broker: &Arc<Broker>,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     request: DescribeProducersRequest,
 ) -> Reply<DescribeProducersResponse> {
     let topics = request
         .topics
         .into_iter()
         .map(|t| {
+            // Kafka: READ on the topic.
+            let allowed = check(broker, ctx, Op::Read, Resource::Topic, &t.name);
             let partitions = t
                 .partition_indexes
                 .iter()
                 .map(|&index| {
                     let answer = PartitionResponse::default().with_partition_index(index);
-                    match led_partition(broker, &t.name.0, index) {
+                    match allowed.and_then(|()| led_partition(broker, &t.name.0, index)) {
                         Err(e) => answer
                             .with_error_code(e.code())
                             .with_error_message(Some(str_bytes(e.to_string()))),

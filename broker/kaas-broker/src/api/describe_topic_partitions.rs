@@ -16,6 +16,7 @@ use kafka_protocol::messages::describe_topic_partitions_response::{
 use kafka_protocol::messages::{BrokerId, DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse};
 use uuid::Uuid;
 
+use super::access::{Op, Resource, allowed};
 use super::metadata::{PartitionLeader, partition_leaders};
 use super::topic_name;
 use crate::broker::Broker;
@@ -28,16 +29,20 @@ pub const MAX_PARTITIONS_PER_RESPONSE: i32 = 2000;
 
 pub async fn handle(
     broker: &Arc<Broker>,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     request: DescribeTopicPartitionsRequest,
 ) -> Reply<DescribeTopicPartitionsResponse> {
-    Reply::Now(match describe(broker, &request) {
+    Reply::Now(match describe(broker, ctx, &request) {
         Ok(response) => response,
         Err(error) => refused(&request, error),
     })
 }
 
-fn describe(broker: &Broker, request: &DescribeTopicPartitionsRequest) -> Result<DescribeTopicPartitionsResponse, ResponseError> {
+fn describe(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: &DescribeTopicPartitionsRequest,
+) -> Result<DescribeTopicPartitionsResponse, ResponseError> {
     let all_topics = request.topics.is_empty();
     let (cursor_topic, cursor_partition) = match &request.cursor {
         Some(c) => (c.topic_name.0.to_string(), c.partition_index),
@@ -47,7 +52,14 @@ fn describe(broker: &Broker, request: &DescribeTopicPartitionsRequest) -> Result
         return Err(ResponseError::InvalidRequest);
     }
     let mut names: Vec<String> = if all_topics {
-        broker.topics.list().iter().map(|t| t.name.clone()).collect()
+        // Kafka lists only the topics the principal may describe.
+        broker
+            .topics
+            .list()
+            .iter()
+            .filter(|t| allowed(broker, ctx, Op::Describe, Resource::Topic, &t.name))
+            .map(|t| t.name.clone())
+            .collect()
     } else {
         request.topics.iter().map(|t| t.name.0.to_string()).collect()
     };
@@ -66,6 +78,11 @@ fn describe(broker: &Broker, request: &DescribeTopicPartitionsRequest) -> Result
             // Every partition of the topics before this one fitted exactly: resume here.
             response.next_cursor = Some(cursor(&name, 0));
             break;
+        }
+        if !all_topics && !allowed(broker, ctx, Op::Describe, Resource::Topic, &name) {
+            // Whether or not it exists.
+            response.topics.push(topic_error(&name, ResponseError::TopicAuthorizationFailed));
+            continue;
         }
         let Some(topic) = broker.topics.get(&name) else {
             if !all_topics {
@@ -122,6 +139,10 @@ fn missing_topic(name: &str) -> DescribeTopicPartitionsResponseTopic {
         Ok(()) => ResponseError::UnknownTopicOrPartition,
         Err(_) => ResponseError::InvalidTopicException,
     };
+    topic_error(name, error)
+}
+
+fn topic_error(name: &str, error: ResponseError) -> DescribeTopicPartitionsResponseTopic {
     DescribeTopicPartitionsResponseTopic::default()
         .with_error_code(error.code())
         .with_name(Some(topic_name(name)))

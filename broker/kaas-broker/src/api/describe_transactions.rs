@@ -9,13 +9,14 @@ use kafka_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId,
 };
 
+use super::access::{Op, Resource, allowed, check};
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(
     broker: &Arc<Broker>,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     request: DescribeTransactionsRequest,
 ) -> Reply<DescribeTransactionsResponse> {
     let states = request
@@ -28,12 +29,21 @@ pub async fn handle(
                 .with_producer_epoch(-1)
                 .with_transaction_state(str_bytes(""))
                 .with_transaction_start_time_ms(-1);
+            // Kafka: DESCRIBE on the transactional id; partitions of topics the principal
+            // may not describe are left out.
+            if let Err(e) = check(broker, ctx, Op::Describe, Resource::TransactionalId, &id) {
+                return answer.with_error_code(e.code());
+            }
             match broker.txns.describe(&id) {
                 Err(e) => answer.with_error_code(e.response_error().code()),
                 Ok(None) => answer.with_error_code(ResponseError::TransactionalIdNotFound.code()),
                 Ok(Some(m)) => {
                     let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                    for (t, p) in &m.partitions {
+                    for (t, p) in m
+                        .partitions
+                        .iter()
+                        .filter(|(t, _)| allowed(broker, ctx, Op::Describe, Resource::Topic, t))
+                    {
                         by_topic.entry(t.clone()).or_default().push(*p);
                     }
                     let topics = by_topic

@@ -6,15 +6,25 @@ use std::sync::Arc;
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse, ProducerId};
 use tracing::debug;
 
+use super::access::{Op, Resource, check};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(
     broker: &Arc<Broker>,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     request: EndTxnRequest,
 ) -> Reply<EndTxnResponse> {
     let id = request.transactional_id.to_string();
+    // Kafka: WRITE on the transactional id.
+    if let Err(e) = check(broker, ctx, Op::Write, Resource::TransactionalId, &id) {
+        return Reply::Now(
+            EndTxnResponse::default()
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1)
+                .with_error_code(e.code()),
+        );
+    }
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
         let (pid, epoch) = (request.producer_id.0, request.producer_epoch);

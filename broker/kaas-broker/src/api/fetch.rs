@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use super::access::{Op, Resource};
 use super::{check_leader_epoch, topic_name};
 use crate::broker::Broker;
 use crate::config::StorageMode;
@@ -151,7 +152,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FetchRe
         Ok(ok) => ok,
         Err(error) => return Reply::Now(FetchResponse::default().with_error_code(error.code())),
     };
-    let targets: Arc<[Target]> = serve.into_iter().map(|(key, position)| resolve(broker, key, position, by_id)).collect();
+    let targets: Arc<[Target]> = serve.into_iter().map(|(key, position)| resolve(broker, ctx, key, position, by_id)).collect();
     let limits = limits(broker, &request);
     let (broker, closed, rejected, owner) = (broker.clone(), ctx.closed.clone(), keyed.rejected, ctx.peer);
     Reply::Later(Box::pin(async move {
@@ -229,15 +230,24 @@ fn limits(broker: &Broker, request: &FetchRequest) -> Limits {
     }
 }
 
-fn resolve(broker: &Broker, key: PartitionKey, position: FetchPosition, by_id: bool) -> Target {
+fn resolve(broker: &Broker, ctx: &RequestContext, key: PartitionKey, position: FetchPosition, by_id: bool) -> Target {
     let topic = match &key.topic {
         TopicKey::Name(name) => broker.topics.get(name),
         TopicKey::Id(id) => broker.topics.get_by_id(id),
     };
     let unknown = if by_id { ResponseError::UnknownTopicId } else { ResponseError::UnknownTopicOrPartition };
-    let partition = match &topic {
-        None => Err(unknown),
-        Some(t) => super::led_partition(broker, &t.name, key.partition).and_then(|led| {
+    // Kafka: READ on the topic, asked by name (so a name the principal may not read is
+    // refused whether or not it exists); an unknown topic id stays UNKNOWN_TOPIC_ID.
+    let readable = |name: &str| super::access::check(broker, ctx, Op::Read, Resource::Topic, name);
+    let refused = match (&key.topic, &topic) {
+        (TopicKey::Name(name), _) => readable(name).err(),
+        (TopicKey::Id(_), Some(t)) => readable(&t.name).err(),
+        (TopicKey::Id(_), None) => None,
+    };
+    let partition = match (refused, &topic) {
+        (Some(e), _) => Err(e),
+        (None, None) => Err(unknown),
+        (None, Some(t)) => super::led_partition(broker, &t.name, key.partition).and_then(|led| {
             check_leader_epoch(led.epoch, position.current_leader_epoch)?;
             Ok(led.partition)
         }),

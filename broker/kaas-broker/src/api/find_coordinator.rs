@@ -10,6 +10,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 
+use super::access::{Op, Resource, check};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -20,7 +21,7 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FindCoordinatorRequest) -> Reply<FindCoordinatorResponse> {
     // v0–3 ask for one key; v4+ batch them (KIP-699).
     let keys: Vec<String> = if ctx.version >= 4 { request.coordinator_keys.iter().map(|k| k.to_string()).collect() } else { vec![request.key.to_string()] };
-    let answers: Vec<Coordinator> = keys.into_iter().map(|key| find(broker, request.key_type, key)).collect();
+    let answers: Vec<Coordinator> = keys.into_iter().map(|key| find(broker, ctx, request.key_type, key)).collect();
     let mut response = FindCoordinatorResponse::default();
     if ctx.version >= 4 {
         response.coordinators = answers;
@@ -34,8 +35,17 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FindCoo
     Reply::Now(response)
 }
 
-fn find(broker: &Broker, key_type: i8, key: String) -> Coordinator {
+fn find(broker: &Broker, ctx: &RequestContext, key_type: i8, key: String) -> Coordinator {
     let answer = Coordinator::default().with_key(str_bytes(key.clone())).with_node_id(BrokerId(-1)).with_host(str_bytes("")).with_port(-1);
+    // Kafka: DESCRIBE on the group or the transactional id.
+    let resource = match key_type {
+        KEY_TYPE_GROUP => Some(Resource::Group),
+        KEY_TYPE_TRANSACTION => Some(Resource::TransactionalId),
+        _ => None,
+    };
+    if let Some(Err(e)) = resource.map(|r| check(broker, ctx, Op::Describe, r, &key)) {
+        return answer.with_error_code(e.code());
+    }
     let error = match key_type {
         KEY_TYPE_GROUP if key.is_empty() => Some((ResponseError::InvalidRequest, "the group id is empty")),
         KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, answer, &key, |a| &a.consumer_groups),

@@ -4,11 +4,16 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
+use super::access::{Op, Resource, check};
 use crate::broker::Broker;
 use crate::groups;
 use crate::router::{Reply, RequestContext};
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: HeartbeatRequest) -> Reply<HeartbeatResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: HeartbeatRequest) -> Reply<HeartbeatResponse> {
+    // Kafka: READ on the group.
+    if let Err(e) = check(broker, ctx, Op::Read, Resource::Group, &request.group_id) {
+        return Reply::Now(HeartbeatResponse::default().with_error_code(e.code()));
+    }
     let req = groups::HeartbeatRequest {
         group_id: request.group_id.to_string(),
         generation: request.generation_id,

@@ -7,6 +7,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
 
+use super::access::{Op, check_config_resource};
 use super::alter_configs::read_only_resource;
 use super::describe_configs::TOPIC;
 use super::str_bytes;
@@ -20,13 +21,18 @@ const DELETE: i8 = 1;
 const APPEND: i8 = 2;
 const SUBTRACT: i8 = 3;
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: IncrementalAlterConfigsRequest) -> Reply<IncrementalAlterConfigsResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: IncrementalAlterConfigsRequest) -> Reply<IncrementalAlterConfigsResponse> {
     let mut responses = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         responses.push({
             let response = AlterConfigsResourceResponse::default()
                 .with_resource_type(resource.resource_type)
                 .with_resource_name(resource.resource_name.clone());
+            // Kafka: ALTER_CONFIGS on the topic, or on the cluster for a broker.
+            if let Err(e) = check_config_resource(broker, ctx, Op::AlterConfigs, resource.resource_type, &resource.resource_name) {
+                responses.push(response.with_error_code(e.code()));
+                continue;
+            }
             let outcome = if resource.resource_type == TOPIC {
                 alter_topic(broker, &resource.resource_name, &resource.configs, request.validate_only).await
             } else {

@@ -8,14 +8,19 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use tracing::{debug, warn};
 
+use super::access::{Op, Resource, allowed_on_some, check, cluster_allowed};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: InitProducerIdRequest) -> Reply<InitProducerIdResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: InitProducerIdRequest) -> Reply<InitProducerIdResponse> {
     let response = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
     if let Some(id) = request.transactional_id.as_ref().map(|t| t.to_string()) {
         if id.is_empty() {
             return Reply::Now(response.with_error_code(ResponseError::InvalidRequest.code()));
+        }
+        // Kafka: WRITE on the transactional id.
+        if let Err(e) = check(broker, ctx, Op::Write, Resource::TransactionalId, &id) {
+            return Reply::Now(response.with_error_code(e.code()));
         }
         // KIP-360: a client that already has an id and epoch names them.
         let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
@@ -29,6 +34,11 @@ pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: InitPr
                 }
             }
         }));
+    }
+    // Kafka 2.8+ (KIP-679): an idempotent producer needs IDEMPOTENT_WRITE on the cluster or
+    // WRITE on some topic.
+    if !cluster_allowed(broker, ctx, Op::IdempotentWrite) && !allowed_on_some(broker, ctx, Op::Write, Resource::Topic) {
+        return Reply::Now(response.with_error_code(ResponseError::ClusterAuthorizationFailed.code()));
     }
     // A non-transactional producer always gets a fresh id at epoch 0, as in Kafka; a client
     // that asks to bump its epoch (KIP-360) is served the same way.

@@ -7,6 +7,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 
+use super::access::{Op, Resource, check};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::groups::{JoinRequest, JoinResult};
@@ -14,6 +15,10 @@ use crate::router::{Reply, RequestContext};
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: JoinGroupRequest) -> Reply<JoinGroupResponse> {
     let version = ctx.version;
+    // Kafka: READ on the group.
+    if let Err(e) = check(broker, ctx, Op::Read, Resource::Group, &request.group_id) {
+        return Reply::Now(response(JoinResult::error(e, &request.member_id), version));
+    }
     let req = JoinRequest {
         group_id: request.group_id.to_string(),
         member_id: request.member_id.to_string(),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
+use super::access::{Op, Resource, check};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::groups::Leaving;
@@ -17,6 +18,10 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: LeaveGr
         vec![Leaving { member_id: request.member_id.to_string(), instance_id: None }]
     };
     let response = LeaveGroupResponse::default();
+    // Kafka: READ on the group.
+    if let Err(e) = check(broker, ctx, Op::Read, Resource::Group, &request.group_id) {
+        return Reply::Now(response.with_error_code(e.code()));
+    }
     let errors = match broker.groups.leave(&request.group_id, &leaving) {
         Ok(errors) => errors,
         Err(e) => return Reply::Now(response.with_error_code(e.code())),

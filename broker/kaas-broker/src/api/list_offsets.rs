@@ -7,6 +7,7 @@ use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionRespon
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use kaas_storage::Partition;
 
+use super::access::{Op, Resource, check};
 use super::{check_leader_epoch, led_partition};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -25,12 +26,15 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ListOff
         .topics
         .into_iter()
         .map(|topic| {
+            // Kafka: DESCRIBE on the topic.
+            let allowed = check(broker, ctx, Op::Describe, Resource::Topic, &topic.name);
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|p| {
                     let response = ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
-                    let found = led_partition(broker, &topic.name.0, p.partition_index)
+                    let found = allowed
+                        .and_then(|()| led_partition(broker, &topic.name.0, p.partition_index))
                         .and_then(|led| {
                             check_leader_epoch(led.epoch, p.current_leader_epoch)?;
                             lookup(&led.partition, p.timestamp, read_committed).map(|f| (f, led.epoch))

@@ -8,6 +8,7 @@ use kafka_protocol::messages::{
     ListTransactionsRequest, ListTransactionsResponse, ProducerId, TransactionalId,
 };
 
+use super::access::{Op, Resource, allowed};
 use super::str_bytes;
 use crate::broker::{Broker, now_ms};
 use crate::router::{Reply, RequestContext};
@@ -58,6 +59,8 @@ pub async fn handle(
                     .producer_id_filters
                     .contains(&ProducerId(m.producer_id))
         })
+        // Kafka lists the transactional ids the principal may describe.
+        .filter(|(id, _)| allowed(broker, ctx, Op::Describe, Resource::TransactionalId, id))
         .filter(|(_, m)| {
             min_duration < 0
                 || (m.state == S::Ongoing && now.saturating_sub(m.start_ms) > min_duration)

@@ -4,11 +4,13 @@ use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::metadata_response::{MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic};
-use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use tracing::info;
 use uuid::Uuid;
 
+use super::access::{Op, Resource, allowed, authorized_operations, cluster_allowed};
 use super::{str_bytes, topic_name};
+use crate::authz::model::CLUSTER_NAME;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 use crate::topics::{NewTopic, Topic};
@@ -25,28 +27,63 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
         .collect();
     // v0 means "all topics" with an empty list; v1+ uses null for all.
     let all_topics = request.topics.is_none() || (ctx.version == 0 && request.topics.as_ref().is_some_and(Vec::is_empty));
+    let include_ops = request.include_topic_authorized_operations;
+    let with_ops = |topic: MetadataResponseTopic| {
+        let ops = authorized_operations(broker, ctx, include_ops, Resource::Topic, &name_of(&topic));
+        topic.with_topic_authorized_operations(ops)
+    };
     let topics = if all_topics {
-        broker.topics.list().iter().map(|t| describe_topic(broker, t)).collect()
+        // Kafka lists only the topics the principal may describe.
+        let describable = broker.topics.list().into_iter().filter(|t| allowed(broker, ctx, Op::Describe, Resource::Topic, &t.name));
+        describable.map(|t| with_ops(describe_topic(broker, &t))).collect()
     } else {
         let auto_create = broker.config.auto_create_topics && (ctx.version < 4 || request.allow_auto_topic_creation);
+        // Kafka: auto-creation needs CREATE on the cluster or on the topic.
+        let may_create = |name: &str| cluster_allowed(broker, ctx, Op::Create) || allowed(broker, ctx, Op::Create, Resource::Topic, name);
         let mut topics = Vec::new();
         let follow_until = tokio::time::Instant::now() + FOLLOW_WAIT;
         for wanted in request.topics.unwrap_or_default() {
-            topics.push(match wanted.name {
-                Some(name) => lookup_by_name(broker, &name, auto_create, follow_until).await,
-                None => lookup_by_id(broker, wanted.topic_id),
-            });
+            let answer = match wanted.name {
+                Some(name) if !allowed(broker, ctx, Op::Describe, Resource::Topic, &name) => unauthorized(Some(name), Uuid::nil()),
+                Some(name) => {
+                    let create = auto_create && broker.topics.get(&name).is_none() && may_create(&name);
+                    match lookup_by_name(broker, &name, create, follow_until).await {
+                        // Kafka: a topic the principal could have auto-created but may not.
+                        t if auto_create && !create && t.error_code == ResponseError::UnknownTopicOrPartition.code() => {
+                            unauthorized(t.name, Uuid::nil())
+                        }
+                        t => t,
+                    }
+                }
+                None => match lookup_by_id(broker, wanted.topic_id) {
+                    t if t.error_code == 0 && !allowed(broker, ctx, Op::Describe, Resource::Topic, &name_of(&t)) => {
+                        // The name of a topic the principal may not describe stays hidden.
+                        unauthorized(None, wanted.topic_id)
+                    }
+                    t => t,
+                },
+            };
+            topics.push(if answer.error_code == 0 { with_ops(answer) } else { answer });
         }
         topics
     };
+    let cluster_ops = authorized_operations(broker, ctx, request.include_cluster_authorized_operations, Resource::Cluster, CLUSTER_NAME);
     Reply::Now(
         MetadataResponse::default()
             .with_brokers(brokers)
             .with_cluster_id(Some(str_bytes(broker.config.cluster_id.clone())))
             .with_controller_id(BrokerId(controller))
             .with_topics(topics)
-            .with_cluster_authorized_operations(i32::MIN),
+            .with_cluster_authorized_operations(cluster_ops),
     )
+}
+
+fn name_of(topic: &MetadataResponseTopic) -> String {
+    topic.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default()
+}
+
+fn unauthorized(name: Option<TopicName>, id: Uuid) -> MetadataResponseTopic {
+    MetadataResponseTopic::default().with_name(name).with_topic_id(id).with_error_code(ResponseError::TopicAuthorizationFailed.code())
 }
 
 async fn lookup_by_name(broker: &Arc<Broker>, name: &str, auto_create: bool, follow_until: tokio::time::Instant) -> MetadataResponseTopic {

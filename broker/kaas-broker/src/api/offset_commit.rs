@@ -7,6 +7,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
+use super::access::{Op, Resource, check};
 use crate::broker::Broker;
 use crate::groups::{CommitOffset, CommitRequest};
 use crate::router::{Reply, RequestContext};
@@ -16,11 +17,16 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetC
     // (topic, partition, error decided up front)
     let mut answers: Vec<(String, i32, Option<ResponseError>)> = Vec::new();
     let mut offsets = Vec::new();
+    // Kafka: READ on the group (or every partition is refused), and READ on each topic.
+    let group_refused = check(broker, ctx, Op::Read, Resource::Group, &request.group_id).err();
     for topic in &request.topics {
         let name = topic.name.to_string();
+        let refused = group_refused.or_else(|| check(broker, ctx, Op::Read, Resource::Topic, &name).err());
         for p in &topic.partitions {
             let metadata = p.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default();
-            let error = if broker.topics.partition(&name, p.partition_index).is_none() {
+            let error = if refused.is_some() {
+                refused
+            } else if broker.topics.partition(&name, p.partition_index).is_none() {
                 Some(ResponseError::UnknownTopicOrPartition)
             } else if metadata.len() > max_metadata {
                 Some(ResponseError::OffsetMetadataTooLarge)

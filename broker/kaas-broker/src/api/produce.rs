@@ -11,6 +11,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kaas_storage::{AppendOptions, AppendOutcome, Partition};
 use tracing::debug;
 
+use super::access::{Op, Resource, check};
 use super::{led_partition, str_bytes};
 use crate::broker::{Broker, now_ms};
 use crate::router::{Reply, RequestContext};
@@ -21,24 +22,40 @@ struct Appended {
     result: Result<(Arc<Partition>, AppendOutcome), (ResponseError, Option<String>)>,
 }
 
-pub async fn handle(broker: &Arc<Broker>, _ctx: &RequestContext, request: ProduceRequest) -> Reply<ProduceResponse> {
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ProduceRequest) -> Reply<ProduceResponse> {
     let acks = request.acks;
     let valid_acks = matches!(acks, -1..=1);
     let now = now_ms();
     let transactional_id = request.transactional_id.as_ref().map(|t| t.to_string());
-    let mut refused = verify_transactional(broker, transactional_id.as_deref(), &request).await;
+    // Kafka: transactional records need WRITE on their transactional id, or nothing of the
+    // request is written.
+    let transaction_refused = match transactional_id.as_deref() {
+        Some(id) if has_transactional_records(&request) => check(broker, ctx, Op::Write, Resource::TransactionalId, id).err(),
+        _ => None,
+    };
+    let mut refused = match transaction_refused {
+        Some(_) => HashMap::new(),
+        None => verify_transactional(broker, transactional_id.as_deref(), &request).await,
+    };
     // The ordered part: every append happens now, before the next request of this connection.
     let appended: Vec<(String, Vec<Appended>)> = request
         .topic_data
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
+            // Kafka: WRITE on the topic.
+            let allowed = match transaction_refused {
+                Some(e) => Err(e),
+                None => check(broker, ctx, Op::Write, Resource::Topic, &name),
+            };
             let partitions = topic
                 .partition_data
                 .into_iter()
                 .map(|data| Appended {
                     index: data.index,
-                    result: if valid_acks {
+                    result: if let Err(e) = allowed {
+                        Err((e, None))
+                    } else if valid_acks {
                         let records = data.records.as_deref().unwrap_or_default();
                         match refused.remove(&(name.clone(), data.index)) {
                             Some(refusal) => Err(refusal),
@@ -95,6 +112,11 @@ fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) ->
             Err((e.response_error(), Some(e.to_string())))
         }
     }
+}
+
+fn has_transactional_records(request: &ProduceRequest) -> bool {
+    let records = request.topic_data.iter().flat_map(|t| &t.partition_data).map(|d| d.records.as_deref().unwrap_or_default());
+    records.into_iter().any(|r| kaas_storage::transactional_producer(r).is_some())
 }
 
 /// Why a partition's records are refused before any append.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 
+use super::access::{Op, Resource, check};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::groups::{SyncRequest, SyncResult};
@@ -12,6 +13,10 @@ use crate::router::{Reply, RequestContext};
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: SyncGroupRequest) -> Reply<SyncGroupResponse> {
     let version = ctx.version;
+    // Kafka: READ on the group.
+    if let Err(e) = check(broker, ctx, Op::Read, Resource::Group, &request.group_id) {
+        return Reply::Now(SyncGroupResponse::default().with_error_code(e.code()));
+    }
     let req = SyncRequest {
         group_id: request.group_id.to_string(),
         generation: request.generation_id,

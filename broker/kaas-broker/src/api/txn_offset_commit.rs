@@ -8,6 +8,7 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
+use super::access::{self, Op, Resource};
 use crate::broker::Broker;
 use crate::groups::{CommitOffset, TxnCommitRequest};
 use crate::txn::GROUP_OFFSETS_TOPIC;
@@ -15,21 +16,29 @@ use crate::router::{Reply, RequestContext};
 
 pub async fn handle(
     broker: &Arc<Broker>,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     request: TxnOffsetCommitRequest,
 ) -> Reply<TxnOffsetCommitResponse> {
     let max_metadata = broker.groups.config().offset_metadata_max_bytes;
     let mut answers: Vec<(String, i32, Option<ResponseError>)> = Vec::new();
     let mut offsets = Vec::new();
+    // Kafka: WRITE on the transactional id and READ on the group (or every partition is
+    // refused), and READ on each topic.
+    let request_refused = access::check(broker, ctx, Op::Write, Resource::TransactionalId, &request.transactional_id)
+        .and_then(|()| access::check(broker, ctx, Op::Read, Resource::Group, &request.group_id))
+        .err();
     for topic in &request.topics {
         let name = topic.name.to_string();
+        let refused = request_refused.or_else(|| access::check(broker, ctx, Op::Read, Resource::Topic, &name).err());
         for p in &topic.partitions {
             let metadata = p
                 .committed_metadata
                 .as_ref()
                 .map(|m| m.to_string())
                 .unwrap_or_default();
-            let error = if broker.topics.partition(&name, p.partition_index).is_none() {
+            let error = if refused.is_some() {
+                refused
+            } else if broker.topics.partition(&name, p.partition_index).is_none() {
                 Some(ResponseError::UnknownTopicOrPartition)
             } else if metadata.len() > max_metadata {
                 Some(ResponseError::OffsetMetadataTooLarge)

@@ -13,15 +13,21 @@ use kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker;
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use tracing::debug;
 
+use super::access::{Op, cluster_allowed};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 use crate::txn::{GROUP_OFFSETS_TOPIC, write_marker};
 
 pub async fn handle(
     broker: &Arc<Broker>,
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     request: WriteTxnMarkersRequest,
 ) -> Reply<WriteTxnMarkersResponse> {
+    // Kafka: brokers only (CLUSTER_ACTION on the cluster).
+    if !cluster_allowed(broker, ctx, Op::ClusterAction) {
+        let markers = request.markers.into_iter().map(|m| refused(m, ResponseError::ClusterAuthorizationFailed)).collect();
+        return Reply::Now(WriteTxnMarkersResponse::default().with_markers(markers));
+    }
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
         let mut results = Vec::with_capacity(request.markers.len());

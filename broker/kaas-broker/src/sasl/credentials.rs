@@ -95,6 +95,8 @@ impl Users {
 pub struct CredentialStore {
     path: PathBuf,
     users: Reloading<Arc<Users>>,
+    /// Serialises the broker's own changes (AlterUserScramCredentials).
+    writing: parking_lot::Mutex<()>,
 }
 
 impl CredentialStore {
@@ -104,7 +106,19 @@ impl CredentialStore {
         let first = Arc::new(Users::load(&path)?);
         let reload_path = path.clone();
         let users = Reloading::new("SASL credentials", vec![path.clone()], stamp, first, move || Users::load(&reload_path).map(Arc::new));
-        Ok(CredentialStore { path, users })
+        Ok(CredentialStore { path, users, writing: parking_lot::Mutex::new(()) })
+    }
+
+    /// Changes the file: reads it as it is on disk (the CLI may have changed it since the last
+    /// reload), applies `edit`, writes it whole and fsynced ([`Users::save`]), and serves the
+    /// result at once. Returns what `edit` returned, once the change is durable. Blocking.
+    pub fn edit<R>(&self, edit: impl FnOnce(&mut Users) -> R) -> Result<R, String> {
+        let _writing = self.writing.lock();
+        let mut users = Users::load(&self.path)?;
+        let result = edit(&mut users);
+        users.save(&self.path).map_err(|e| format!("writing {}: {e}", self.path.display()))?;
+        self.users.replace(Arc::new(users));
+        Ok(result)
     }
 
     pub fn users(&self) -> Arc<Users> {

@@ -1,0 +1,139 @@
+//! The protocol edge of authorization: each handler asks here whether the request's principal
+//! may do an operation on a resource, and Kafka's `authorized_operations` bit sets are built
+//! here. Without an authorizer every question is answered yes at once (no allocation, no lock).
+
+use kafka_protocol::ResponseError;
+
+use crate::authz::model::{ANONYMOUS, CLUSTER_NAME, Operation, Principal, ResourceType};
+use crate::authz::{Action, Authorizer};
+use crate::broker::Broker;
+use crate::router::RequestContext;
+
+pub(crate) use crate::authz::model::Operation as Op;
+pub(crate) use crate::authz::model::ResourceType as Resource;
+
+fn principal(ctx: &RequestContext) -> Principal<'_> {
+    Principal { user: ctx.user.as_deref().unwrap_or(ANONYMOUS) }
+}
+
+/// Whether the request may do `operation` on the resource.
+pub(crate) fn allowed(broker: &Broker, ctx: &RequestContext, operation: Operation, resource_type: ResourceType, name: &str) -> bool {
+    match &broker.authorizer {
+        None => true,
+        Some(authorizer) => authorizer.authorize(principal(ctx), ctx.peer.ip(), Action { operation, resource_type, name }),
+    }
+}
+
+/// Whether the request may do `operation` on the cluster.
+pub(crate) fn cluster_allowed(broker: &Broker, ctx: &RequestContext, operation: Operation) -> bool {
+    allowed(broker, ctx, operation, ResourceType::Cluster, CLUSTER_NAME)
+}
+
+/// Whether the request may do `operation` on at least one resource of the type.
+pub(crate) fn allowed_on_some(broker: &Broker, ctx: &RequestContext, operation: Operation, resource_type: ResourceType) -> bool {
+    match &broker.authorizer {
+        None => true,
+        Some(authorizer) => authorizer.authorize_any(principal(ctx), ctx.peer.ip(), resource_type, operation),
+    }
+}
+
+/// The gate of the ACL APIs: an authorizer must be configured (else SECURITY_DISABLED, as
+/// Kafka answers) and the principal may do `operation` on the cluster.
+pub(crate) fn acl_admin<'a>(
+    broker: &'a Broker,
+    ctx: &RequestContext,
+    operation: Operation,
+    api: &str,
+) -> Result<&'a Authorizer, (ResponseError, String)> {
+    let Some(authorizer) = &broker.authorizer else {
+        return Err((ResponseError::SecurityDisabled, "no authorizer is configured on the broker (--authorizer)".into()));
+    };
+    if !cluster_allowed(broker, ctx, operation) {
+        return Err((ResponseError::ClusterAuthorizationFailed, format!("{api} needs {operation:?} on the cluster")));
+    }
+    Ok(authorizer)
+}
+
+/// Kafka's error for a refused operation on a resource of this type.
+pub(crate) fn refusal(resource_type: ResourceType) -> ResponseError {
+    match resource_type {
+        ResourceType::Topic => ResponseError::TopicAuthorizationFailed,
+        ResourceType::Group => ResponseError::GroupAuthorizationFailed,
+        ResourceType::Cluster => ResponseError::ClusterAuthorizationFailed,
+        ResourceType::TransactionalId => ResponseError::TransactionalIdAuthorizationFailed,
+    }
+}
+
+/// `Ok` when allowed, else Kafka's error for the resource type.
+pub(crate) fn check(
+    broker: &Broker,
+    ctx: &RequestContext,
+    operation: Operation,
+    resource_type: ResourceType,
+    name: &str,
+) -> Result<(), ResponseError> {
+    if allowed(broker, ctx, operation, resource_type, name) { Ok(()) } else { Err(refusal(resource_type)) }
+}
+
+/// Kafka's check on a config resource (DescribeConfigs, AlterConfigs,
+/// IncrementalAlterConfigs): `operation` on the topic, or on the cluster for a broker or its
+/// loggers; other types are left to the handler to refuse.
+pub(crate) fn check_config_resource(
+    broker: &Broker,
+    ctx: &RequestContext,
+    operation: Operation,
+    resource_type: i8,
+    name: &str,
+) -> Result<(), ResponseError> {
+    use super::describe_configs::{BROKER, BROKER_LOGGER, TOPIC};
+    match resource_type {
+        TOPIC => check(broker, ctx, operation, ResourceType::Topic, name),
+        BROKER | BROKER_LOGGER => check(broker, ctx, operation, ResourceType::Cluster, CLUSTER_NAME),
+        _ => Ok(()),
+    }
+}
+
+/// Kafka's code of an operation (`AclOperation`), as ACL requests and bit sets carry it.
+pub(crate) fn operation_code(operation: Operation) -> i8 {
+    match operation {
+        Operation::All => 2,
+        Operation::Read => 3,
+        Operation::Write => 4,
+        Operation::Create => 5,
+        Operation::Delete => 6,
+        Operation::Alter => 7,
+        Operation::Describe => 8,
+        Operation::ClusterAction => 9,
+        Operation::DescribeConfigs => 10,
+        Operation::AlterConfigs => 11,
+        Operation::IdempotentWrite => 12,
+    }
+}
+
+/// The operation of a Kafka code; `None` for ANY (1) and codes kaas does not know.
+pub(crate) fn operation_from_code(code: i8) -> Option<Operation> {
+    use Operation::*;
+    [All, Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite]
+        .into_iter()
+        .find(|o| operation_code(*o) == code)
+}
+
+/// The `authorized_operations` field: `i32::MIN` when the client did not ask (Kafka's
+/// "omitted"), else one bit per operation code the principal may do on the resource — every
+/// supported operation without an authorizer, as Kafka answers.
+pub(crate) fn authorized_operations(
+    broker: &Broker,
+    ctx: &RequestContext,
+    requested: bool,
+    resource_type: ResourceType,
+    name: &str,
+) -> i32 {
+    if !requested {
+        return i32::MIN;
+    }
+    let operations = match &broker.authorizer {
+        None => resource_type.supported_operations().to_vec(),
+        Some(authorizer) => authorizer.authorized_operations(principal(ctx), ctx.peer.ip(), resource_type, name),
+    };
+    operations.into_iter().fold(0, |bits, o| bits | (1 << operation_code(o)))
+}

@@ -1,0 +1,68 @@
+//! CreateAcls: needs ALTER on the cluster; each ACL is answered once the file holding it is
+//! fsynced.
+
+use std::sync::Arc;
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_acls_response::AclCreationResult;
+use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
+
+use super::access::{Op, acl_admin};
+use super::acl_codes::{WireAcl, binding};
+use super::str_bytes;
+use crate::authz::AclError;
+use crate::broker::Broker;
+use crate::router::{Reply, RequestContext};
+
+fn failed(error: ResponseError, message: String) -> AclCreationResult {
+    AclCreationResult::default().with_error_code(error.code()).with_error_message(Some(str_bytes(message)))
+}
+
+pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateAclsRequest) -> Reply<CreateAclsResponse> {
+    if let Err((error, message)) = acl_admin(broker, ctx, Op::Alter, "CreateAcls") {
+        let results = request.creations.iter().map(|_| failed(error, message.clone())).collect();
+        return Reply::Now(CreateAclsResponse::default().with_results(results));
+    }
+    let parsed: Vec<_> = request
+        .creations
+        .iter()
+        .map(|c| {
+            binding(WireAcl {
+                resource_type: c.resource_type,
+                name: &c.resource_name,
+                pattern_type: c.resource_pattern_type,
+                principal: &c.principal,
+                host: &c.host,
+                operation: c.operation,
+                permission: c.permission_type,
+            })
+        })
+        .collect();
+    let count = parsed.len();
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        // File I/O: off the executor.
+        let outcome = tokio::task::spawn_blocking(move || {
+            let Some(authorizer) = &broker.authorizer else { return Vec::new() };
+            let valid: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+            let mut created = authorizer.create(valid).into_iter();
+            parsed
+                .into_iter()
+                .map(|p| match p {
+                    Err((error, message)) => failed(error, message),
+                    Ok(_) => match created.next() {
+                        Some(Ok(())) => AclCreationResult::default(),
+                        Some(Err(e @ AclError::Invalid(_))) => failed(ResponseError::InvalidRequest, e.to_string()),
+                        Some(Err(e @ AclError::TooMany(_))) => failed(ResponseError::PolicyViolation, e.to_string()),
+                        Some(Err(e @ AclError::Storage(_))) => failed(ResponseError::KafkaStorageError, e.to_string()),
+                        None => failed(ResponseError::UnknownServerError, "lost the ACL's outcome".into()),
+                    },
+                })
+                .collect()
+        })
+        .await;
+        let results = outcome
+            .unwrap_or_else(|_| (0..count).map(|_| failed(ResponseError::UnknownServerError, "the ACL write failed".into())).collect());
+        CreateAclsResponse::default().with_results(results)
+    }))
+}

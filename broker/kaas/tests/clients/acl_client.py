@@ -1,0 +1,129 @@
+"""One Kafka operation as one SASL/SCRAM-SHA-512 user, with confluent-kafka (librdkafka).
+
+usage: acl_client.py BOOTSTRAP USER PASSWORD ACTION [ARGS...]
+
+Prints "ok ..." when the operation succeeded, else the Kafka error's name (e.g.
+TOPIC_AUTHORIZATION_FAILED) on its own line, so the test can assert on which.
+
+actions:
+  topics                       the topic names Metadata shows, sorted
+  create TOPIC | delete TOPIC  admin topic create / delete
+  describe-configs TOPIC       the topic's configs
+  produce TOPIC                one record, acks=all, not idempotent
+  idempotent-produce TOPIC     one record from an idempotent producer (InitProducerId)
+  txn-produce TOPIC TXID       one record in a committed transaction
+  consume TOPIC GROUP          subscribe in GROUP, read one record, commit its offset
+  scram-alter USER PASSWORD    AlterUserScramCredentials (SCRAM-SHA-512, 8192 iterations)
+  scram-describe USER          DescribeUserScramCredentials
+"""
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (AdminClient, ConfigResource, NewTopic, ScramCredentialInfo,
+                                   ScramMechanism, UserScramCredentialUpsertion)
+
+bootstrap, user, password, action, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+# Errors outside any request (a refused login, a fatal producer error) reach only the error
+# callback; when an operation fails, the first of those is what is printed.
+client_errors = []
+conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user, "sasl.password": password, "error_cb": client_errors.append}
+TIMEOUT = 20
+
+
+def error_name(e):
+    # A fatal producer error raised inside a callback arrives as the cause of a SystemError.
+    if isinstance(e, SystemError) and e.__cause__ is not None:
+        e = e.__cause__
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        return e.args[0].name()
+    if isinstance(e, KafkaError):
+        return e.name()
+    return f"{type(e).__name__}: {e}"
+
+
+def produce(topic, extra):
+    producer = Producer({**conf, "acks": "all", "message.timeout.ms": TIMEOUT * 1000, **extra})
+    failures = []
+    producer.produce(topic, b"record", on_delivery=lambda err, _m: err and failures.append(err))
+    producer.flush(TIMEOUT + 5)
+    fatal = [c for c in client_errors if c.fatal()]
+    if fatal:
+        return fatal[0].name()
+    return error_name(failures[0]) if failures else "ok produced"
+
+
+def txn_produce(topic, txid):
+    producer = Producer({**conf, "transactional.id": txid, "transaction.timeout.ms": 30000})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic, b"txn-record")
+    producer.commit_transaction(TIMEOUT)
+    return "ok committed"
+
+
+def consume(topic, group):
+    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline:
+            m = consumer.poll(1)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                return m.error().name()
+            consumer.commit(message=m, asynchronous=False)
+            return "ok consumed"
+        return "TIMED_OUT"
+    finally:
+        consumer.close()
+
+
+admin = AdminClient(conf)
+
+
+def main():
+    if action == "topics":
+        names = sorted(t for t in admin.list_topics(timeout=TIMEOUT).topics if not t.startswith("__"))
+        return "ok topics " + ",".join(names)
+    if action == "create":
+        admin.create_topics([NewTopic(args[0], 1, 1)])[args[0]].result(timeout=TIMEOUT)
+        return "ok created"
+    if action == "delete":
+        admin.delete_topics([args[0]])[args[0]].result(timeout=TIMEOUT)
+        return "ok deleted"
+    if action == "describe-configs":
+        resource = ConfigResource("topic", args[0])
+        configs = admin.describe_configs([resource])[resource].result(timeout=TIMEOUT)
+        return f"ok configs {len(configs)}"
+    if action == "produce":
+        return produce(args[0], {})
+    if action == "idempotent-produce":
+        return produce(args[0], {"enable.idempotence": True})
+    if action == "txn-produce":
+        return txn_produce(args[0], args[1])
+    if action == "consume":
+        return consume(args[0], args[1])
+    if action == "scram-alter":
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+        futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(args[0], info, args[1].encode())])
+        futures[args[0]].result(timeout=TIMEOUT)
+        return "ok altered"
+    if action == "scram-describe":
+        described = admin.describe_user_scram_credentials([args[0]])[args[0]].result(timeout=TIMEOUT)
+        infos = described.scram_credential_infos
+        return "ok scram " + ",".join(f"{i.mechanism.name}:{i.iterations}" for i in infos)
+    raise SystemExit(f"unknown action {action}")
+
+
+try:
+    print(main())
+except Exception as e:  # the test asserts on the error's name
+    admin.poll(1)
+    relevant = [c for c in client_errors if c.code() == KafkaError._AUTHENTICATION or c.fatal()]
+    print(relevant[0].name() if relevant else error_name(e))
+sys.stdout.flush()
