@@ -88,8 +88,11 @@ struct Beats {
     broker: Arc<Broker>,
     /// Group summaries read the groups' offsets: computed at most every
     /// [`GROUP_SUMMARY_INTERVAL`], the beats in between repeat them.
-    groups: parking_lot::Mutex<Option<(Instant, (Vec<GroupSummary>, u32))>>,
+    groups: parking_lot::Mutex<Option<(Instant, GroupReport)>>,
 }
+
+/// The beat's group summaries and the count of all groups.
+type GroupReport = (Vec<GroupSummary>, u32);
 
 /// How often the beat's group summaries are recomputed.
 const GROUP_SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
@@ -113,7 +116,7 @@ impl BeatSource for Beats {
         })
         .collect()
     }
-    fn groups(&self) -> (Vec<GroupSummary>, u32) {
+    fn groups(&self) -> GroupReport {
         let mut cached = self.groups.lock();
         if let Some((at, summaries)) = cached.as_ref()
             && at.elapsed() < GROUP_SUMMARY_INTERVAL
