@@ -152,6 +152,13 @@ fn acls_decide_what_each_user_may_do() -> TestResult {
     expect(&kaas, ALICE, &["produce", "orders"], "ok")?;
     expect(&kaas, ALICE, &["idempotent-produce", "orders"], "ok")?;
 
+    // authorized_operations (Metadata, DescribeGroups, DescribeCluster) say the same.
+    assert_eq!(run(&kaas, ALICE, &["topic-ops", "orders"])?, "ok ops DESCRIBE,READ,WRITE");
+    assert_eq!(run(&kaas, ALICE, &["group-ops", "app-1"])?, "ok ops DESCRIBE,READ");
+    assert_eq!(run(&kaas, ALICE, &["cluster-ops"])?, "ok ops");
+    let all = "ok ops ALTER,ALTER_CONFIGS,CLUSTER_ACTION,CREATE,DESCRIBE,DESCRIBE_CONFIGS,IDEMPOTENT_WRITE";
+    assert_eq!(run(&kaas, ADMIN, &["cluster-ops"])?, all);
+
     // A PREFIXED topic ACL for everything under logs-: create, produce, configs, delete.
     kafka_acls(
         &kaas,

@@ -13,13 +13,16 @@ actions:
   idempotent-produce TOPIC     one record from an idempotent producer (InitProducerId)
   txn-produce TOPIC TXID       one record in a committed transaction
   consume TOPIC GROUP          subscribe in GROUP, read one record, commit its offset
+  topic-ops TOPIC              the operations Metadata says the user may do on the topic
+  cluster-ops                  the operations DescribeCluster says the user may do on the cluster
+  group-ops GROUP              the operations DescribeGroups says the user may do on the group
   scram-alter USER PASSWORD    AlterUserScramCredentials (SCRAM-SHA-512, 8192 iterations)
   scram-describe USER          DescribeUserScramCredentials
 """
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import (AdminClient, ConfigResource, NewTopic, ScramCredentialInfo,
                                    ScramMechanism, UserScramCredentialUpsertion)
 
@@ -86,6 +89,10 @@ def consume(topic, group):
 admin = AdminClient(conf)
 
 
+def operations(ops):
+    return "ok ops " + ",".join(sorted(op.name for op in ops or []))
+
+
 def main():
     if action == "topics":
         names = sorted(t for t in admin.list_topics(timeout=TIMEOUT).topics if not t.startswith("__"))
@@ -108,6 +115,15 @@ def main():
         return txn_produce(args[0], args[1])
     if action == "consume":
         return consume(args[0], args[1])
+    if action == "topic-ops":
+        topics = admin.describe_topics(TopicCollection([args[0]]), include_authorized_operations=True)
+        return operations(topics[args[0]].result(timeout=TIMEOUT).authorized_operations)
+    if action == "cluster-ops":
+        cluster = admin.describe_cluster(include_authorized_operations=True).result(timeout=TIMEOUT)
+        return operations(cluster.authorized_operations)
+    if action == "group-ops":
+        groups = admin.describe_consumer_groups([args[0]], include_authorized_operations=True)
+        return operations(groups[args[0]].result(timeout=TIMEOUT).authorized_operations)
     if action == "scram-alter":
         info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
         futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(args[0], info, args[1].encode())])
