@@ -108,6 +108,9 @@ func TestOperator(t *testing.T) {
 			if pod == holder && !strings.Contains(text, `kaas_operator_reconcile_duration_seconds_count{controller="kafkacluster"}`) {
 				t.Errorf("no reconcile durations:\n%s", text)
 			}
+			if pod == holder && !strings.Contains(text, `kaas_operator_reconciles_in_flight{controller="kafkacluster"}`) {
+				t.Errorf("no reconciles in flight:\n%s", text)
+			}
 		}
 		// The Service selects both replicas (each scraped; the gauge tells the holder).
 		c.Eventually(time.Minute, "two endpoints behind kaas-operator-metrics", func() (bool, error) {
@@ -526,6 +529,36 @@ spec:
 		}
 	})
 
+	t.Run("a PodMonitor per cluster once the Prometheus Operator's CRD exists", func(t *testing.T) {
+		c := c.For(t)
+		if out, _ := c.Kubectl("-n", ns, "get", "podmonitors"); !strings.Contains(out, "the server doesn't have a resource type") {
+			t.Fatalf("PodMonitor CRD before the test installs it: %s", out)
+		}
+		// The CRD's name and version as the Prometheus Operator ships it (its schema does not
+		// matter to the operator, which only applies its PodMonitors).
+		c.Apply(`
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: podmonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  names: {kind: PodMonitor, listKind: PodMonitorList, plural: podmonitors, singular: podmonitor}
+  scope: Namespaced
+  versions:
+  - {name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}
+`)
+		c.MustKubectl("wait", "--for=condition=Established", "crd/podmonitors.monitoring.coreos.com", "--timeout=60s")
+		// Any change wakes the reconciler; the PodMonitor goes out with the next reconcile.
+		c.MustKubectl("-n", ns, "annotate", "kafkacluster", "kc", "--overwrite", "e2e/poke="+time.Now().Format("150405"))
+		c.WaitJSONPath(time.Minute, ns, "podmonitor", "kc-brokers", ".metadata.ownerReferences[0].kind", "KafkaCluster")
+		if got := c.JSONPath(ns, "podmonitor", "kc-brokers", `.spec.selector.matchLabels.app\.kubernetes\.io/instance`); got != "kc" {
+			t.Errorf("PodMonitor selects instance %q", got)
+		}
+		if got := c.JSONPath(ns, "podmonitor", "kc-brokers", ".spec.podMetricsEndpoints[0].port"); got != "http" {
+			t.Errorf("PodMonitor port %q", got)
+		}
+	})
+
 	t.Run("unsupported broker version is refused", func(t *testing.T) {
 		c := c.For(t)
 		image := c.JSONPath(ns, "statefulset", "kc", ".spec.template.spec.containers[0].image")
@@ -539,7 +572,7 @@ spec:
 	t.Run("deleting the cluster deletes what it owns, not the data or users' topics", func(t *testing.T) {
 		c := c.For(t)
 		c.MustKubectl("-n", ns, "delete", "kafkacluster", "kc", "--wait=false")
-		for _, owned := range [][2]string{{"lease", "kc-controller"}, {"lease", "kc-volume-agent"}, {"kafkaclusterassignments", "kc"}, {"statefulset", "kc"}} {
+		for _, owned := range [][2]string{{"lease", "kc-controller"}, {"lease", "kc-volume-agent"}, {"kafkaclusterassignments", "kc"}, {"statefulset", "kc"}, {"podmonitor", "kc-brokers"}} {
 			c.Eventually(2*time.Minute, owned[0]+"/"+owned[1]+" garbage-collected", func() (bool, error) {
 				out, err := c.Kubectl("-n", ns, "get", owned[0], owned[1], "--ignore-not-found", "-o", "name")
 				return err == nil && strings.TrimSpace(out) == "", fmt.Errorf("still there: %q (%v)", out, err)

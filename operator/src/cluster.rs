@@ -17,7 +17,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use kaas_shared::crd::conditions::{DEGRADED, PROGRESSING, READY};
 use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaClusterStatus};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
 use kube::{Client, Resource, ResourceExt};
@@ -344,6 +346,33 @@ where
         .await?)
 }
 
+/// The cluster's PodMonitor, where the Prometheus Operator's CRD exists. Monitoring is optional:
+/// without the CRD (404) nothing is done, and a failure to apply it is reported but stops
+/// nothing else.
+async fn apply_pod_monitor(ctx: &Context, kc: &KafkaCluster, names: &Names) {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("monitoring.coreos.com", "v1", "PodMonitor"),
+        "podmonitors",
+    );
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &names.namespace, &resource);
+    let monitor = resources::broker_pod_monitor(kc, names);
+    match api
+        .patch(
+            &names.headless(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&monitor),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            tracing::debug!("no PodMonitor CRD: the Prometheus Operator is not installed");
+        }
+        Err(e) => warn!(error = %e, "cannot apply the cluster's PodMonitor"),
+    }
+}
+
 async fn patch_status(
     client: &Client,
     kc: &KafkaCluster,
@@ -377,6 +406,7 @@ fn key(kc: &KafkaCluster) -> String {
 /// Reconciles one KafkaCluster: counts and times it, and on failure says so in an event and in
 /// the `Reconciled` condition.
 pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let _running = ctx.metrics.running(CONTROLLER);
     let started = std::time::Instant::now();
     let result = converge(&kc, &ctx).await;
     ctx.metrics.observe(CONTROLLER, started.elapsed(), &result);
@@ -542,6 +572,8 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
         &resources::volume_agent(&kc, &names, &ctx.agent_image)?,
     )
     .await?;
+
+    apply_pod_monitor(ctx, &kc, &names).await;
 
     // The controller's mirror is optional (it exists once a controller has written an assignment).
     let mirror = Api::<KafkaClusterAssignments>::namespaced(client.clone(), &names.namespace)

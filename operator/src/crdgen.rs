@@ -304,31 +304,35 @@ pub fn repo_files() -> Vec<(PathBuf, String)> {
     files
 }
 
-/// Prometheus Operator PodMonitors for every kaas broker (port `http`), every volume agent and
-/// the operator's manager replicas (port `metrics`), in any namespace.
+/// A Prometheus Operator PodMonitor scraping `/metrics` on the port named `port` of the pods
+/// with `labels` (in its own namespace unless a `namespaceSelector` is added).
+pub fn pod_monitor(metadata: Value, labels: Value, port: &str) -> Value {
+    json!({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+        "metadata": metadata,
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "podMetricsEndpoints": [{"port": port, "path": "/metrics"}],
+        }
+    })
+}
+
+/// Prometheus Operator PodMonitors for every volume agent and the operator's manager replicas
+/// (port `metrics`), in any namespace. Brokers need none here: the operator creates a PodMonitor
+/// per KafkaCluster ([`resources::broker_pod_monitor`]) where the CRD exists.
 /// Not part of `config/default`: apply `config/prometheus` where the Prometheus Operator's CRDs
 /// exist. Built from the same label and port names the pods get, so they cannot drift.
 pub fn pod_monitors() -> Vec<(&'static str, Value)> {
     let monitor = |name: &str, labels: Value, port: &str| {
-        json!({
-            "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-            "metadata": {"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": OPERATOR_NAME}},
-            "spec": {
-                "namespaceSelector": {"any": true},
-                "selector": {"matchLabels": labels},
-                "podMetricsEndpoints": [{"port": port, "path": "/metrics"}],
-            }
-        })
+        let mut monitor = pod_monitor(
+            json!({"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": OPERATOR_NAME}}),
+            labels,
+            port,
+        );
+        monitor["spec"]["namespaceSelector"] = json!({"any": true});
+        monitor
     };
     vec![
-        (
-            "broker_podmonitor.yaml",
-            monitor(
-                "kaas-brokers",
-                json!({resources::LABEL_NAME: "kaas", resources::LABEL_COMPONENT: "broker"}),
-                "http",
-            ),
-        ),
         (
             "volume_agent_podmonitor.yaml",
             monitor(
@@ -674,7 +678,8 @@ mod tests {
         );
     }
 
-    /// Each PodMonitor selects the pods it is for and names a port they have.
+    /// Each PodMonitor (a cluster's, and those of `config/prometheus`) selects the pods it is
+    /// for and names a port they have.
     #[test]
     fn pod_monitors_select_the_pods_and_ports_they_scrape() {
         let kc = crate::resources::tests::cluster(
@@ -703,7 +708,7 @@ mod tests {
         };
         let monitors: std::collections::BTreeMap<_, _> = pod_monitors().into_iter().collect();
         let (b, a, m) = (
-            &monitors["broker_podmonitor.yaml"],
+            &resources::broker_pod_monitor(&kc, &names),
             &monitors["volume_agent_podmonitor.yaml"],
             &monitors["operator_podmonitor.yaml"],
         );

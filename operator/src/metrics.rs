@@ -77,8 +77,19 @@ pub struct ReconcileMetrics {
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Family<ControllerLabels, Histogram>,
+    in_flight: Family<ControllerLabels, Gauge>,
     /// 1 while this replica holds its Lease (and so acts), 0 while it stands by.
     pub leader: Gauge,
+}
+
+/// One running reconcile, counted in `kaas_operator_reconciles_in_flight` until dropped.
+#[derive(Debug)]
+pub struct Running(Gauge);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// `controller="kafkacluster"` or `"kafkatopic"`.
@@ -104,6 +115,7 @@ impl Default for ReconcileMetrics {
             durations: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.005, 2.0, 13))
             }),
+            in_flight: Family::default(),
             leader: Gauge::default(),
         }
     }
@@ -128,10 +140,27 @@ impl ReconcileMetrics {
             self.durations.clone(),
         );
         registry.register(
+            "operator_reconciles_in_flight",
+            "Reconciles running now, by controller (kube-runtime does not expose its work queue; \
+             this is the part of it the reconciler sees)",
+            self.in_flight.clone(),
+        );
+        registry.register(
             "operator_leader",
             "1 while this replica holds its Lease and acts, 0 while it stands by",
             self.leader.clone(),
         );
+    }
+
+    /// Marks a reconcile of `controller` as running until the returned guard drops (also when
+    /// the reconcile's future is dropped unfinished, as on shutdown).
+    pub fn running(&self, controller: &'static str) -> Running {
+        let gauge = self
+            .in_flight
+            .get_or_create(&ControllerLabels { controller })
+            .clone();
+        gauge.inc();
+        Running(gauge)
     }
 
     /// Counts one reconcile of `controller` that took `took` and ended with `result`.
@@ -213,4 +242,36 @@ pub async fn serve(
             let _ = shutdown.wait_for(|s| *s).await;
         })
         .await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_reconciles_are_counted_until_they_end() {
+        let metrics = ReconcileMetrics::default();
+        let mut registry = Registry::with_prefix("kaas");
+        metrics.register(&mut registry);
+        let text = || {
+            let mut text = String::new();
+            encode(&mut text, &registry).unwrap();
+            text
+        };
+        let first = metrics.running("kafkacluster");
+        let second = metrics.running("kafkacluster");
+        assert!(
+            text().contains("kaas_operator_reconciles_in_flight{controller=\"kafkacluster\"} 2\n"),
+            "{}",
+            text()
+        );
+        drop(first);
+        drop(second);
+        assert!(
+            text().contains("kaas_operator_reconciles_in_flight{controller=\"kafkacluster\"} 0\n"),
+            "{}",
+            text()
+        );
+    }
 }

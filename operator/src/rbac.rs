@@ -129,6 +129,12 @@ pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
             &["get", "create", "update", "patch"],
         ),
         rule("discovery.k8s.io", &["endpointslices"], &["list", "watch"]),
+        // Each cluster's PodMonitor, where the Prometheus Operator is installed.
+        rule(
+            "monitoring.coreos.com",
+            &["podmonitors"],
+            &["get", "create", "patch"],
+        ),
     ]
 }
 

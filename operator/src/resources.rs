@@ -456,6 +456,17 @@ pub fn claim(kc: &KafkaCluster, names: &Names) -> Result<Option<PersistentVolume
     .map(Some)
 }
 
+/// The cluster's PodMonitor (where the Prometheus Operator is installed): its brokers'
+/// `/metrics` on port `http`, owned by the KafkaCluster. The shape is
+/// [`crate::crdgen::pod_monitor`]'s, like the cluster-wide ones in `config/prometheus`.
+pub fn broker_pod_monitor(kc: &KafkaCluster, names: &Names) -> Value {
+    crate::crdgen::pod_monitor(
+        meta(kc, names, &names.headless(), "broker"),
+        json!(selector(names, "broker")),
+        "http",
+    )
+}
+
 /// The volume agent: one replica of the operator's image that mounts the cluster's claim and
 /// reconciles its topics. `Recreate`, so a rollout does not start a second agent; and the
 /// agent's Lease fences any second one that runs anyway (a pod on a partitioned node whose
@@ -668,6 +679,43 @@ pub(crate) mod tests {
         assert_eq!(choose_template(new.clone(), Some(&live)), new);
         // Nothing live yet, or a template without a hash (adopted from elsewhere): render.
         assert_eq!(choose_template(desired.clone(), None), desired);
+    }
+
+    #[test]
+    fn the_pod_monitor_scrapes_this_clusters_brokers_and_is_owned() {
+        let kc = cluster(base());
+        let names = Names::of(&kc).unwrap();
+        let monitor = broker_pod_monitor(&kc, &names);
+        let pod = serde_json::to_value(template_of(&kc)).unwrap();
+        let labels = monitor["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .unwrap();
+        assert!(
+            labels
+                .iter()
+                .all(|(k, v)| pod["metadata"]["labels"][k] == *v)
+        );
+        assert_eq!(
+            labels[LABEL_INSTANCE], "prod",
+            "only this cluster's brokers"
+        );
+        let port = &monitor["spec"]["podMetricsEndpoints"][0]["port"];
+        assert!(
+            pod["spec"]["containers"][0]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == *port)
+        );
+        assert!(
+            monitor["spec"]["namespaceSelector"].is_null(),
+            "its own namespace"
+        );
+        assert_eq!(monitor["metadata"]["namespace"], "ns");
+        assert_eq!(
+            monitor["metadata"]["ownerReferences"][0]["kind"],
+            "KafkaCluster"
+        );
     }
 
     #[test]

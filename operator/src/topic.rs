@@ -180,6 +180,7 @@ pub async fn reconcile(topic: Arc<KafkaTopic>, ctx: Arc<AgentContext>) -> Result
     if topic.spec.cluster_ref != ctx.cluster {
         return Ok(Action::await_change());
     }
+    let _running = ctx.metrics.running(CONTROLLER);
     let started = std::time::Instant::now();
     let result = converge(&topic, &ctx).await;
     ctx.metrics.observe(CONTROLLER, started.elapsed(), &result);
