@@ -244,6 +244,8 @@ struct PipelineOutcome {
     unknown: BTreeMap<u64, Vec<String>>,
     /// Times the pipeline started over (new consumer, new producer fencing the old one).
     restarts: u64,
+    /// Why it last started over (shown when the pipeline is stuck).
+    last_error: Option<String>,
 }
 
 /// The value the pipeline writes for input record `partition@offset` in transaction `txn`.
@@ -255,12 +257,17 @@ fn pipeline_value(txn: u64, partition: i32, offset: i64) -> String {
 /// writing one output record per input record, with the batch's input offsets committed in it.
 /// Any error ends the transaction (abort if possible) and starts over from the group's committed
 /// offsets with a new producer of the same transactional id, as an application does.
-fn pipeline(bootstrap: String, stop: Arc<AtomicBool>, shared: Arc<Mutex<PipelineOutcome>>) -> TestResult {
+fn pipeline(bootstrap: Arc<Mutex<String>>, stop: Arc<AtomicBool>, shared: Arc<Mutex<PipelineOutcome>>) -> TestResult {
     let mut txn = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let ended = pipeline_session(&bootstrap, &stop, &shared, &mut txn);
-        if ended.is_err() {
-            lock(&shared).restarts += 1;
+        // The brokers' addresses as they are now (a Service name's job on a real cluster).
+        let current = lock(&bootstrap).clone();
+        let ended = pipeline_session(&current, &stop, &shared, &mut txn);
+        if let Err(e) = ended {
+            let mut out = lock(&shared);
+            out.restarts += 1;
+            out.last_error = Some(e.to_string());
+            drop(out);
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -389,12 +396,13 @@ impl Workloads {
                 let (c, k, p) = (lock(&self.classic), lock(&self.consumer), lock(&self.pipeline));
                 return Err(format!(
                     "stuck: no progress of every workload in {SETTLE:?} (from {since:?} to {now:?}; the classic member consumed {} records, {} commits failed; \
-                     the consumer-protocol member consumed {} records, {} commits failed; the pipeline restarted {} times, {} transactions aborted, {} unknown)",
+                     the consumer-protocol member consumed {} records, {} commits failed; the pipeline restarted {} times ({:?}), {} transactions aborted, {} unknown)",
                     c.records,
                     c.commits_failed,
                     k.records,
                     k.commits_failed,
                     p.restarts,
+                    p.last_error,
                     p.aborted.len(),
                     p.unknown.len()
                 )
@@ -624,8 +632,10 @@ async fn campaign() -> TestResult {
     };
     let classic = member("classic", CLASSIC_GROUP, &work.classic);
     let consumer = member("consumer", CONSUMER_GROUP, &work.consumer);
+    // A restarted broker may listen on a new port: the pipeline starts over from these.
+    let bootstrap = Arc::new(Mutex::new(cluster.bootstrap()));
     let pipeline_task = {
-        let (bootstrap, stop, outcome) = (cluster.bootstrap(), stop.clone(), work.pipeline.clone());
+        let (bootstrap, stop, outcome) = (bootstrap.clone(), stop.clone(), work.pipeline.clone());
         on_thread(move || pipeline(bootstrap, stop, outcome))
     };
     let mut progress = work.progressed(Progress::default()).await?;
@@ -698,6 +708,7 @@ async fn campaign() -> TestResult {
             }
         }
         *injected.entry(fault).or_default() += 1;
+        *lock(&bootstrap) = cluster.bootstrap();
         let after =
             |e: Box<dyn std::error::Error + Send + Sync>| format!("after fault {} ({fault:?} broker {victim}, seed {seed}): {e}", n + 1);
         settle(&cluster).await.map_err(after)?;
