@@ -290,6 +290,7 @@ pub fn lookup(key: &str) -> Result<&'static BrokerSetting, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
