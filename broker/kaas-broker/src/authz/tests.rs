@@ -1,6 +1,6 @@
 use std::sync::Arc;
 
-use kaas_shared::fs::{Fs, MemFs};
+use kaas_shared::fs::MemFs;
 
 use super::model::{AccessEntry, AclBinding, AclFilter, Operation, PatternType, Permission, ResourcePattern, ResourceType};
 use super::*;
