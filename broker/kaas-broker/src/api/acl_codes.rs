@@ -132,3 +132,51 @@ pub(crate) fn codes(acl: &AclBinding) -> (i8, i8, i8, i8) {
         permission_code(acl.entry.permission),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::model::Operation;
+
+    /// Every value of the engine's vocabulary has one Kafka code, and the code reads back as it.
+    #[test]
+    fn codes_round_trip() {
+        use Operation::*;
+        for op in [All, Read, Write, Create, Delete, Alter, Describe, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite] {
+            assert_eq!(operation_from_code(operation_code(op)), Some(op));
+        }
+        for t in ResourceType::ALL {
+            assert_eq!(resource_type(resource_type_code(t)), Some(t));
+        }
+        for p in [PatternType::Literal, PatternType::Prefixed] {
+            assert_eq!(pattern_type(pattern_type_code(p)), Some(p));
+        }
+        for p in [Permission::Allow, Permission::Deny] {
+            assert_eq!(permission(permission_code(p)), Some(p));
+        }
+        // ANY (1) and UNKNOWN (0) are filters' words only; MATCH (2) is not a pattern type.
+        assert_eq!(operation_from_code(1), None);
+        assert_eq!(operation_from_code(0), None);
+        assert_eq!(pattern_type(2), None);
+    }
+
+    /// A filter naming a type kaas keeps no ACLs of matches nothing; unknown codes are refused.
+    #[test]
+    fn filters_are_read_as_kafka_writes_them() {
+        let wire = |resource_type, pattern_type| WireFilter {
+            resource_type,
+            name: Some("orders"),
+            pattern_type,
+            principal: None,
+            host: None,
+            operation: 1,
+            permission: 1,
+        };
+        assert_eq!(filter(wire(7, 1)), Ok(None));
+        assert!(filter(wire(0, 1)).is_err());
+        assert!(filter(wire(2, 9)).is_err());
+        let Ok(Some(f)) = filter(wire(2, 2)) else { panic!("a MATCH filter on topics") };
+        assert_eq!((f.resource_type, f.pattern), (Some(ResourceType::Topic), PatternFilter::Match));
+        assert_eq!((f.operation, f.permission), (None, None));
+    }
+}
