@@ -324,7 +324,7 @@ impl TopicRegistry {
         };
         std::thread::scope(|scope| {
             for _ in 1..threads.clamp(1, work.len().max(1)) {
-                scope.spawn(&worker);
+                scope.spawn(worker);
             }
             worker();
         });

@@ -163,6 +163,13 @@ struct Source {
     file: Arc<dyn File>,
 }
 
+/// What bounds a pass's I/O: the caller's stop flag and the broker's cleaner budget.
+#[derive(Clone, Copy)]
+struct Limits<'a> {
+    stop: &'a dyn Fn() -> bool,
+    throttle: &'a IoThrottle,
+}
+
 /// What a pass decided under the lock.
 #[derive(Debug)]
 struct Plan {
@@ -216,7 +223,8 @@ impl Partition {
         let Some(_pass) = self.shared.cleaning.try_lock() else { return Ok(None) };
         let Some(plan) = self.plan_clean(&config, now_ms)? else { return Ok(None) };
         let mut map = OffsetMap::new(config.cleaner_dedupe_buffer_bytes);
-        build_map(&plan, &mut map, stop, throttle)?;
+        let limits = Limits { stop, throttle };
+        build_map(&plan, &mut map, limits)?;
         if stop() {
             return Ok(None);
         }
@@ -229,7 +237,7 @@ impl Partition {
         let mut next_horizon: Option<i64> = None;
         let cleanable: Vec<Source> = plan.sources.iter().filter(|s| s.base < limit).cloned().collect();
         for group in groups(&cleanable, config.effective_segment_bytes()) {
-            let (written, horizon) = self.clean_group(&plan, group, &ctx, &mut txns, config.index_interval_bytes, stop, throttle)?;
+            let (written, horizon) = self.clean_group(&plan, group, &ctx, &mut txns, config.index_interval_bytes, limits)?;
             let Some(written) = written else {
                 return Ok(None); // Stopped, or the log moved under the pass (role change, retention).
             };
@@ -343,9 +351,9 @@ impl Partition {
         ctx: &FilterContext<'_>,
         txns: &mut TxnTracker,
         interval: usize,
-        stop: &dyn Fn() -> bool,
-        throttle: &IoThrottle,
+        limits: Limits<'_>,
     ) -> Result<(Option<u64>, Option<i64>)> {
+        let Limits { stop, throttle } = limits;
         let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
         let first = &group[0];
         let target = segment_file_name(first.epoch, first.base, SegmentFileKind::Log)?;
@@ -357,7 +365,7 @@ impl Partition {
         let mut horizon: Option<i64> = None;
         let written = (|| -> Result<bool> {
             for source in group {
-                let whole = for_each_batch(source, throttle, stop, |header, bytes| {
+                let whole = for_each_batch(source, limits, |header, bytes| {
                     if stop() {
                         return Ok(false);
                     }
@@ -516,13 +524,13 @@ fn discard(fs: &dyn kaas_shared::fs::Fs, temp: &Path) {
 }
 
 /// Maps the dirty section `[first_dirty, first_uncleanable)` until the map is full.
-fn build_map(plan: &Plan, map: &mut OffsetMap, stop: &dyn Fn() -> bool, throttle: &IoThrottle) -> Result<()> {
+fn build_map(plan: &Plan, map: &mut OffsetMap, limits: Limits<'_>) -> Result<()> {
     // The aborted transactions the dirty section overlaps (Kafka's collectAbortedTransactions).
     let aborted = plan.aborted.iter().filter(|a| a.last_offset >= plan.first_dirty).copied().collect();
     let mut txns = TxnTracker::new(aborted);
     for source in plan.sources.iter().filter(|s| s.next_base > plan.first_dirty) {
-        let more = for_each_batch(source, throttle, stop, |header, bytes| {
-            if header.last_offset() >= plan.first_uncleanable || stop() {
+        let more = for_each_batch(source, limits, |header, bytes| {
+            if header.last_offset() >= plan.first_uncleanable || (limits.stop)() {
                 return Ok(false);
             }
             map.map_batch(header, bytes, plan.first_dirty, &mut txns)
@@ -536,12 +544,7 @@ fn build_map(plan: &Plan, map: &mut OffsetMap, stop: &dyn Fn() -> bool, throttle
 
 /// Calls `f` with every batch of a closed segment (header and whole bytes), in order, while it
 /// returns `true`; returns whether it always did. Each batch read is taken from the budget.
-fn for_each_batch(
-    source: &Source,
-    throttle: &IoThrottle,
-    stop: &dyn Fn() -> bool,
-    mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool>,
-) -> Result<bool> {
+fn for_each_batch(source: &Source, limits: Limits<'_>, mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<bool>) -> Result<bool> {
     let mut scan = Scanner::new(&*source.file, 0, source.size, false, BIG_CHUNK);
     let mut bytes = Vec::new();
     loop {
@@ -549,7 +552,7 @@ fn for_each_batch(
             Step::Batch { pos, header } if header.base_offset < source.next_base => {
                 bytes.resize(header.size, 0);
                 source.file.read_exact_at(&mut bytes, pos).map_err(|e| Error::io("read", "segment", e))?;
-                throttle.take(bytes.len() as u64, stop);
+                limits.throttle.take(bytes.len() as u64, limits.stop);
                 if !f(&header, &bytes)? {
                     return Ok(false);
                 }
