@@ -125,11 +125,7 @@ func TestOperator(t *testing.T) {
 
 	t.Run("leader election: a killed holder's lease moves to a live replica, which adopts without restarting brokers", func(t *testing.T) {
 		c := c.For(t)
-		uids := func() string {
-			out, _ := c.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=broker", "-o", "jsonpath={.items[*].metadata.uid}")
-			return strings.TrimSpace(out)
-		}
-		before, generation := uids(), c.JSONPath(ns, "statefulset", "kc", ".metadata.generation")
+		before, generation := brokerPods(c)
 		if strings.Count(before, " ") != 2 {
 			t.Fatalf("broker pods: %q", before)
 		}
@@ -159,11 +155,8 @@ func TestOperator(t *testing.T) {
 			return strings.Contains(text, "kaas_operator_leader 1\n") && strings.Contains(text, `kaas_operator_reconciles_total{controller="kafkacluster"}`), fmt.Errorf("metrics: %s", text)
 		})
 		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		if after := uids(); after != before {
-			t.Errorf("brokers restarted: pods %q → %q", before, after)
-		}
-		if got := c.JSONPath(ns, "statefulset", "kc", ".metadata.generation"); got != generation {
-			t.Errorf("StatefulSet rewritten: generation %s → %s", generation, got)
+		if after, got := brokerPods(c); after != before || got != generation {
+			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)
 		}
 		// Both replicas run again; only the holder acts.
 		managersReady(c)
@@ -185,11 +178,7 @@ func TestOperator(t *testing.T) {
 		// CRDs again, and the manager Deployment with another image (the harness runs the same
 		// binary for every tag, so this checks the rollout, not a different rendering; that
 		// a newer rendering keeps the live template is a unit test in resources.rs).
-		uids := func() string {
-			out, _ := c.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=broker", "-o", "jsonpath={.items[*].metadata.uid}")
-			return strings.TrimSpace(out)
-		}
-		before, generation := uids(), c.JSONPath(ns, "statefulset", "kc", ".metadata.generation")
+		before, generation := brokerPods(c)
 		const next = "ghcr.io/kaas/kaas-operator:0.1.1-e2e"
 		c.MustKubectl("apply", "-k", filepath.Join(root, "config", "crd"))
 		c.MustKubectl("-n", operatorNS, "set", "image", "deployment/kaas-operator", "manager="+next)
@@ -201,11 +190,8 @@ func TestOperator(t *testing.T) {
 		c.WaitJSONPath(2*time.Minute, ns, "deployment", "kc-volume-agent", ".status.readyReplicas", "1")
 		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Reconciled")].status`, "True")
 		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		if after := uids(); after != before {
-			t.Errorf("brokers restarted: pods %q → %q", before, after)
-		}
-		if got := c.JSONPath(ns, "statefulset", "kc", ".metadata.generation"); got != generation {
-			t.Errorf("StatefulSet rewritten: generation %s → %s", generation, got)
+		if after, got := brokerPods(c); after != before || got != generation {
+			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)
 		}
 		managersReady(c)
 	})
@@ -619,6 +605,13 @@ spec:
 }
 
 const operatorNS = "kaas-system"
+
+// brokerPods are the uids of cluster kc's broker pods and its StatefulSet's generation: both
+// unchanged means no broker restarted and the StatefulSet was not rewritten.
+func brokerPods(c *harness.Cluster) (uids, generation string) {
+	out, _ := c.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=broker", "-o", "jsonpath={.items[*].metadata.uid}")
+	return strings.TrimSpace(out), c.JSONPath(ns, "statefulset", "kc", ".metadata.generation")
+}
 
 // managerPods are the operator's pods, by name.
 func managerPods(c *harness.Cluster) []string {

@@ -193,6 +193,14 @@ pub const SETTINGS: &[BrokerSetting] = &[
         "KAAS_OFFSETS_RETENTION_CHECK_INTERVAL_MS",
         at_least(100),
     ),
+    // All brokers of a cluster get the same value, as the controller Lease needs.
+    setting(
+        "lease.duration.ms",
+        "KAAS_LEASE_DURATION_MS",
+        at_least(1000),
+    ),
+    // Keep it below the pod's termination grace period (derived from spec.timeouts).
+    setting("drain.timeout.ms", "KAAS_DRAIN_TIMEOUT_MS", at_least(0)),
 ];
 
 /// Keys the operator sets itself (Kafka's name and kaas's flag name), with the KafkaCluster
@@ -212,7 +220,6 @@ pub const OPERATOR_OWNED: &[(&str, &str)] = &[
     ("cluster.id", "the operator"),
     ("cluster.name", "the operator"),
     ("lease.name", "the operator"),
-    ("lease.duration.ms", "the operator"),
     ("headless.service", "the operator"),
     ("heartbeat.listen", "the operator"),
     ("heartbeat.advertise", "the operator"),
@@ -222,11 +229,6 @@ pub const OPERATOR_OWNED: &[(&str, &str)] = &[
     (
         "broker.session.timeout.ms",
         "spec.timeouts.sessionTimeoutMs",
-    ),
-    // The pod's termination grace period is derived from spec.timeouts to cover the drain.
-    (
-        "drain.timeout.ms",
-        "spec.timeouts (the termination grace period covers the drain)",
     ),
 ];
 
