@@ -246,6 +246,8 @@ struct PipelineOutcome {
     restarts: u64,
     /// Why it last started over (shown when the pipeline is stuck).
     last_error: Option<String>,
+    /// What it is doing now (shown when the pipeline is stuck).
+    step: &'static str,
 }
 
 /// The value the pipeline writes for input record `partition@offset` in transaction `txn`.
@@ -262,7 +264,10 @@ fn pipeline(bootstrap: Arc<Mutex<String>>, stop: Arc<AtomicBool>, shared: Arc<Mu
     while !stop.load(Ordering::Relaxed) {
         // The brokers' addresses as they are now (a Service name's job on a real cluster).
         let current = lock(&bootstrap).clone();
+        lock(&shared).step = "starting a session";
         let ended = pipeline_session(&current, &stop, &shared, &mut txn);
+        // The session's clients are closed by now (a close can wait on the brokers).
+        lock(&shared).step = "between sessions";
         if let Err(e) = ended {
             let mut out = lock(&shared);
             out.restarts += 1;
@@ -292,8 +297,10 @@ fn pipeline_session(bootstrap: &str, stop: &AtomicBool, shared: &Mutex<PipelineO
         .set("transaction.timeout.ms", "10000")
         .set("linger.ms", "2")
         .create()?;
+    lock(shared).step = "init_transactions";
     producer.init_transactions(TIMEOUT)?;
     consumer.subscribe(&[TOPIC])?;
+    lock(shared).step = "polling";
     while !stop.load(Ordering::Relaxed) {
         let mut batch: Vec<(i32, i64)> = Vec::new();
         let deadline = Instant::now() + Duration::from_millis(300);
@@ -314,20 +321,27 @@ fn pipeline_session(bootstrap: &str, stop: &AtomicBool, shared: &Mutex<PipelineO
             offsets.add_partition_offset(TOPIC, *p, Offset::Offset(o + 1))?;
         }
         let written: Vec<String> = values.iter().map(|(_, v)| v.clone()).collect();
+        lock(shared).step = "in a transaction";
         let ended = run_transaction(&producer, &consumer, &values, &offsets, TIMEOUT);
-        let mut out = lock(shared);
         match ended {
             Ok(()) => {
+                let mut out = lock(shared);
                 out.committed.insert(*txn, written);
+                out.step = "polling";
             }
             Err(e) => {
                 // An abort that is acknowledged guarantees none of it is visible; anything else
-                // leaves the outcome to the coordinator.
-                if producer.abort_transaction(TIMEOUT).is_ok() {
+                // leaves the outcome to the coordinator. (Not under the lock: the campaign
+                // reads the outcome meanwhile.)
+                lock(shared).step = "aborting";
+                let aborted = producer.abort_transaction(TIMEOUT).is_ok();
+                let mut out = lock(shared);
+                if aborted {
                     out.aborted.insert(*txn, written);
                 } else {
                     out.unknown.insert(*txn, written);
                 }
+                out.step = "closing the session's clients";
                 return Err(e);
             }
         }
@@ -396,13 +410,14 @@ impl Workloads {
                 let (c, k, p) = (lock(&self.classic), lock(&self.consumer), lock(&self.pipeline));
                 return Err(format!(
                     "stuck: no progress of every workload in {SETTLE:?} (from {since:?} to {now:?}; the classic member consumed {} records, {} commits failed; \
-                     the consumer-protocol member consumed {} records, {} commits failed; the pipeline restarted {} times ({:?}), {} transactions aborted, {} unknown)",
+                     the consumer-protocol member consumed {} records, {} commits failed; the pipeline restarted {} times ({:?}; now {}), {} transactions aborted, {} unknown)",
                     c.records,
                     c.commits_failed,
                     k.records,
                     k.commits_failed,
                     p.restarts,
                     p.last_error,
+                    p.step,
                     p.aborted.len(),
                     p.unknown.len()
                 )
