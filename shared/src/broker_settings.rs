@@ -193,6 +193,42 @@ pub const SETTINGS: &[BrokerSetting] = &[
         "KAAS_OFFSETS_RETENTION_CHECK_INTERVAL_MS",
         at_least(100),
     ),
+    setting(
+        "log.cleaner.threads",
+        "KAAS_LOG_CLEANER_THREADS",
+        ValueKind::Whole { min: 1, max: 64 },
+    ),
+    setting(
+        "log.cleaner.io.max.bytes.per.second",
+        "KAAS_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND",
+        ValueKind::Text,
+    ),
+    setting(
+        "log.cleanup.policy",
+        "KAAS_LOG_CLEANUP_POLICY",
+        ValueKind::Text,
+    ),
+    setting(
+        "log.cleaner.min.cleanable.ratio",
+        "KAAS_LOG_CLEANER_MIN_CLEANABLE_RATIO",
+        ValueKind::Text,
+    ),
+    setting(
+        "log.cleaner.min.compaction.lag.ms",
+        "KAAS_LOG_CLEANER_MIN_COMPACTION_LAG_MS",
+        at_least(0),
+    ),
+    setting(
+        "log.cleaner.max.compaction.lag.ms",
+        "KAAS_LOG_CLEANER_MAX_COMPACTION_LAG_MS",
+        at_least(1),
+    ),
+    setting(
+        "log.cleaner.delete.retention.ms",
+        "KAAS_LOG_CLEANER_DELETE_RETENTION_MS",
+        at_least(0),
+    ),
+    setting("log.roll.ms", "KAAS_LOG_ROLL_MS", at_least(1)),
     // All brokers of a cluster get the same value, as the controller Lease needs.
     setting(
         "lease.duration.ms",
