@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -110,6 +111,10 @@ func TestOperator(t *testing.T) {
 			}
 			if pod == holder && !strings.Contains(text, `kaas_operator_reconciles_in_flight{controller="kafkacluster"}`) {
 				t.Errorf("no reconciles in flight:\n%s", text)
+			}
+			// Only the holder runs the controller, whose cache the readiness gauges count.
+			if counted := strings.Contains(text, `kaas_operator_resources{kind="KafkaCluster",ready="true"}`); counted != (pod == holder) {
+				t.Errorf("%s (holder %s) counts KafkaClusters by readiness=%v:\n%s", pod, holder, counted, text)
 			}
 		}
 		// The Service selects both replicas (each scraped; the gauge tells the holder).
@@ -342,6 +347,12 @@ spec:
 		})
 		c.Apply(kaastest.Topic("orders", 1, ""))
 		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		// The agent counts its topics by readiness: the ready one among them.
+		readyTopics := regexp.MustCompile(`(?m)^kaas_operator_resources\{kind="KafkaTopic",ready="true"\} [1-9]`)
+		c.Eventually(time.Minute, "the ready topic in kaas_operator_resources", func() (bool, error) {
+			_, text := httpGet(c.PodAddr(ns, agent, 9096), "/metrics")
+			return readyTopics.MatchString(text), fmt.Errorf("metrics: %s", text)
+		})
 		uid := c.JSONPath(ns, "kafkatopic", "orders", ".metadata.uid")
 		if uid == firstUID {
 			t.Fatal("recreated topic has the old uid")

@@ -29,6 +29,7 @@ pub mod install;
 pub mod leader;
 pub mod metrics;
 pub mod rbac;
+pub mod readiness;
 pub mod resources;
 pub mod sweep;
 pub mod topic;

@@ -287,7 +287,13 @@ async fn cluster_controller(
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = namespace.as_deref();
-    Controller::new(api::<KafkaCluster>(&client, ns), watcher::Config::default())
+    let controller = Controller::new(api::<KafkaCluster>(&client, ns), watcher::Config::default());
+    // Counted in kaas_operator_resources while this controller runs.
+    let _counted = ctx
+        .metrics
+        .readiness
+        .count("KafkaCluster", controller.store());
+    controller
         // Only what this operator manages is watched and cached, not every StatefulSet
         // and Deployment in the cluster: everything it applies carries this label.
         .owns(api::<StatefulSet>(&client, ns), managed())
@@ -394,6 +400,10 @@ async fn volume_agent(
                     Api::<KafkaTopic>::namespaced(template.client.clone(), &template.namespace),
                     watcher::Config::default(),
                 );
+                let _counted = template
+                    .metrics
+                    .readiness
+                    .count("KafkaTopic", controller.store());
                 let ctx = Arc::new(AgentContext {
                     topics: controller.store(),
                     ..template

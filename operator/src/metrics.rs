@@ -80,6 +80,8 @@ pub struct ReconcileMetrics {
     in_flight: Family<ControllerLabels, Gauge>,
     /// 1 while this replica holds its Lease (and so acts), 0 while it stands by.
     pub leader: Gauge,
+    /// What the running controllers' caches hold, by readiness.
+    pub readiness: Arc<crate::readiness::Readiness>,
 }
 
 /// One running reconcile, counted in `kaas_operator_reconciles_in_flight` until dropped.
@@ -117,6 +119,7 @@ impl Default for ReconcileMetrics {
             }),
             in_flight: Family::default(),
             leader: Gauge::default(),
+            readiness: Arc::default(),
         }
     }
 }
@@ -150,6 +153,7 @@ impl ReconcileMetrics {
             "1 while this replica holds its Lease and acts, 0 while it stands by",
             self.leader.clone(),
         );
+        registry.register_collector(Box::new(self.readiness.clone()));
     }
 
     /// Marks a reconcile of `controller` as running until the returned guard drops (also when
