@@ -63,7 +63,18 @@ pub struct Controller {
     pub recompute: Notify,
     /// How long each recompute took (read, balance, write), for `/metrics`.
     pub recompute_seconds: Histogram,
+    /// Brokers seen back at a new address, and when: they hold no coordinator shard for
+    /// [`READDRESS_HANDOFF`] after it (see `recompute`).
+    readdressed_at: parking_lot::Mutex<BTreeMap<i32, Instant>>,
 }
+
+/// How long a broker back at a new address holds no coordinator shard. librdkafka keeps a
+/// coordinator's address by broker id and looks it up again only when the coordinator's id
+/// changes: a group whose coordinator came back elsewhere must be sent to another broker, and
+/// long enough that its client asks FindCoordinator meanwhile (it retries within seconds of
+/// a refused connection; one 2 s round was sometimes too short under load). When the shards
+/// come back, the id changes again and the client takes the broker's current address.
+const READDRESS_HANDOFF: Duration = Duration::from_secs(20);
 
 impl Controller {
     pub fn new(
@@ -74,7 +85,18 @@ impl Controller {
         topics: Arc<dyn TopicSource>,
         hub: Arc<HeartbeatHub>,
     ) -> Arc<Controller> {
-        Arc::new(Controller { config, fs, layout, lease, topics, hub, view: watch::Sender::new(LeaseView::default()), recompute: Notify::new(), recompute_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)) })
+        Arc::new(Controller {
+            config,
+            fs,
+            layout,
+            lease,
+            topics,
+            hub,
+            view: watch::Sender::new(LeaseView::default()),
+            recompute: Notify::new(),
+            recompute_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            readdressed_at: Default::default(),
+        })
     }
 
     /// The Lease as last seen; brokers fence stale assignments against its epoch.
@@ -233,15 +255,20 @@ impl Controller {
             transactions: previous.transactions.clone(),
         };
         let stored = crate::stored_epochs::VolumeEpochs { fs: &self.fs, layout: &self.layout };
-        // Brokers that came back at another address than the previous assignment gives them.
-        let readdressed: BTreeSet<i32> = alive
-            .iter()
-            .filter(|id| match (previous.brokers.get(id), registered.get(id)) {
-                (Some(was), Some(now)) => was.host != now.host || was.port != now.port,
+        // Brokers that came back at another address than the previous assignment gives them,
+        // and those that did within the hand-off.
+        let readdressed: BTreeSet<i32> = {
+            let mut seen = self.readdressed_at.lock();
+            let now = Instant::now();
+            for id in alive.iter().filter(|id| match (previous.brokers.get(id), registered.get(id)) {
+                (Some(was), Some(current)) => was.host != current.host || was.port != current.port,
                 _ => false,
-            })
-            .copied()
-            .collect();
+            }) {
+                seen.insert(*id, now);
+            }
+            seen.retain(|_, at| now.duration_since(*at) < READDRESS_HANDOFF);
+            seen.keys().filter(|id| alive.contains(id)).copied().collect()
+        };
         let placement = balancer::balance(&before, &topics, &alive, &draining, &readdressed, self.config.shards, &stored);
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
             .iter()
@@ -301,7 +328,9 @@ fn log_moves(previous: &Assignment, next: &Assignment, alive: &BTreeSet<i32>, dr
         };
         info!(partition = %key, leader = p.leader, epoch = p.leader_epoch, from = before.map(|b| b.leader), %reason, "partition leadership assigned");
     }
-    for (kind, before, after) in [("group", &previous.consumer_groups, &next.consumer_groups), ("transaction", &previous.transactions, &next.transactions)] {
+    for (kind, before, after) in
+        [("group", &previous.consumer_groups, &next.consumer_groups), ("transaction", &previous.transactions, &next.transactions)]
+    {
         for (shard, s) in after {
             if before.get(shard) != Some(s) {
                 let from = before.get(shard).map(|b| b.coordinator);
