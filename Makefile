@@ -30,6 +30,7 @@ test: deps
 	$(MAKE) e2e-scenarios
 	$(MAKE) conformance-cluster
 	$(MAKE) conformance
+	$(MAKE) compat-table-check
 
 deps:
 	scripts/install-deps.sh
