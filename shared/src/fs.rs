@@ -5,6 +5,8 @@
 //! what the contract needs: positioned reads/writes, fdatasync/fsync, directory fsync, rename,
 //! hard link and exclusive create.
 
+// Fault injection is for tests only (STYLE): the broker binary does not carry it.
+#[cfg(any(test, feature = "testing"))]
 mod faulty;
 mod mem;
 mod real;
@@ -14,6 +16,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+#[cfg(any(test, feature = "testing"))]
 pub use faulty::{FaultSwitch, FaultyFs, MountFault};
 pub use mem::MemFs;
 pub use real::RealFs;
