@@ -2,6 +2,8 @@
 //! may do an operation on a resource, and Kafka's `authorized_operations` bit sets are built
 //! here. Without an authorizer every question is answered yes at once (no allocation, no lock).
 
+use std::sync::Arc;
+
 use kafka_protocol::ResponseError;
 
 use crate::authz::model::{ANONYMOUS, CLUSTER_NAME, Operation, Principal, ResourceType};
@@ -52,6 +54,23 @@ pub(crate) fn acl_admin<'a>(
         return Err((ResponseError::ClusterAuthorizationFailed, format!("{api} needs {operation:?} on the cluster")));
     }
     Ok(authorizer)
+}
+
+/// Runs an ACL change (CreateAcls, DeleteAcls) off the executor, as it rewrites and fsyncs the
+/// ACL file; `count` answers of `failed` if no authorizer is there or the task dies.
+pub(crate) async fn change_acls<R: Send + 'static>(
+    broker: Arc<Broker>,
+    count: usize,
+    failed: fn(ResponseError, String) -> R,
+    change: impl FnOnce(&Authorizer) -> Vec<R> + Send + 'static,
+) -> Vec<R> {
+    let every = move |error: ResponseError, message: &str| (0..count).map(|_| failed(error, message.to_string())).collect();
+    tokio::task::spawn_blocking(move || match &broker.authorizer {
+        Some(authorizer) => change(authorizer),
+        None => every(ResponseError::SecurityDisabled, "no authorizer is configured on the broker (--authorizer)"),
+    })
+    .await
+    .unwrap_or_else(|_| every(ResponseError::UnknownServerError, "the ACL write failed"))
 }
 
 /// Kafka's error for a refused operation on a resource of this type.

@@ -7,7 +7,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
 
-use super::access::{Op, acl_admin};
+use super::access::{Op, acl_admin, change_acls};
 use super::acl_codes::{WireAcl, binding};
 use super::str_bytes;
 use crate::authz::AclError;
@@ -41,9 +41,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateA
     let count = parsed.len();
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
-        // File I/O: off the executor.
-        let outcome = tokio::task::spawn_blocking(move || {
-            let Some(authorizer) = &broker.authorizer else { return Vec::new() };
+        let results = change_acls(broker, count, failed, move |authorizer| {
             let valid: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
             let mut created = authorizer.create(valid).into_iter();
             parsed
@@ -61,8 +59,6 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateA
                 .collect()
         })
         .await;
-        let results = outcome
-            .unwrap_or_else(|_| (0..count).map(|_| failed(ResponseError::UnknownServerError, "the ACL write failed".into())).collect());
         CreateAclsResponse::default().with_results(results)
     }))
 }

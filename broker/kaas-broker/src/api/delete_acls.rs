@@ -7,7 +7,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_acls_response::{DeleteAclsFilterResult, DeleteAclsMatchingAcl};
 use kafka_protocol::messages::{DeleteAclsRequest, DeleteAclsResponse};
 
-use super::access::{Op, acl_admin};
+use super::access::{Op, acl_admin, change_acls};
 use super::acl_codes::{WireFilter, codes, filter};
 use super::str_bytes;
 use crate::authz::model::AclBinding;
@@ -53,9 +53,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteA
     let count = parsed.len();
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
-        // File I/O: off the executor.
-        let outcome = tokio::task::spawn_blocking(move || {
-            let Some(authorizer) = &broker.authorizer else { return Vec::new() };
+        let results = change_acls(broker, count, failed, move |authorizer| {
             let filters: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned().flatten()).collect();
             let removed = match authorizer.delete(&filters) {
                 Ok(removed) => removed,
@@ -73,8 +71,6 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteA
                 .collect()
         })
         .await;
-        let results = outcome
-            .unwrap_or_else(|_| (0..count).map(|_| failed(ResponseError::UnknownServerError, "the ACL write failed".into())).collect());
         DeleteAclsResponse::default().with_filter_results(results)
     }))
 }
