@@ -78,11 +78,13 @@ func (w *podWorker) restoreCounts(p *corev1.Pod) {
 }
 
 // update records the newest version of the pod object; a deletion timestamp starts graceful
-// termination with the grace period the apiserver recorded.
+// termination with the grace period the apiserver recorded. Any change may be someone else's
+// write over our status, so the status is compared again (and written only if it differs).
 func (w *podWorker) update(p *corev1.Pod) {
 	w.mu.Lock()
 	w.latest = p
 	w.mu.Unlock()
+	w.markDirty()
 	if p.DeletionTimestamp != nil {
 		grace := time.Duration(0)
 		if p.DeletionGracePeriodSeconds != nil {

@@ -2,21 +2,32 @@ package kubelet
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
-// statusLoop writes the pod's status whenever something changed, retrying failed writes.
+// statusResync is how often the status on the API server is compared with the kubelet's, as
+// the real kubelet's status manager does: someone else (the node lifecycle controller marking a
+// lost node's pods NotReady) may have overwritten it after our last write.
+const statusResync = 10 * time.Second
+
+// statusLoop writes the pod's status whenever something changed here or on the API server,
+// retrying failed writes.
 func (w *podWorker) statusLoop(ctx context.Context) {
+	resync := time.NewTicker(statusResync)
+	defer resync.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.dirty:
+		case <-resync.C:
 		}
 		for !w.writeStatus(ctx) {
 			if !sleepCtx(ctx, 200*time.Millisecond) {
@@ -43,7 +54,11 @@ func (w *podWorker) writeStatus(ctx context.Context) bool {
 	if err != nil {
 		return ctx.Err() != nil
 	}
+	before := pod.Status.DeepCopy()
 	w.buildStatus(&pod.Status, pod.Spec.ReadinessGates)
+	if sameOnServer(before, &pod.Status) {
+		return true
+	}
 	_, err = pods.UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	if err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 		if !apierrors.IsConflict(err) {
@@ -52,6 +67,20 @@ func (w *podWorker) writeStatus(ctx context.Context) bool {
 		return false
 	}
 	return true
+}
+
+// sameOnServer says whether writing next over current would change nothing: times go through
+// JSON (whole seconds) as the server stores them, or every comparison would differ.
+func sameOnServer(current, next *corev1.PodStatus) bool {
+	b, err := json.Marshal(next)
+	if err != nil {
+		return false
+	}
+	var stored corev1.PodStatus
+	if json.Unmarshal(b, &stored) != nil {
+		return false
+	}
+	return apiequality.Semantic.DeepEqual(current, &stored)
 }
 
 func (w *podWorker) buildStatus(st *corev1.PodStatus, gates []corev1.PodReadinessGate) {

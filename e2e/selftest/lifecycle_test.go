@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kaas/e2e/harness"
@@ -126,7 +127,7 @@ func TestPodLifecycle(t *testing.T) {
 		cs := p.Status.ContainerStatuses[0]
 		// Not in the image table: the kubelet tries to pull it (from docker.io, unreachable here).
 		return cs.State.Waiting != nil && (cs.State.Waiting.Reason == "ErrImagePull" || cs.State.Waiting.Reason == "ImagePullBackOff") &&
-			cs.RestartCount == 0,
+				cs.RestartCount == 0,
 			fmt.Errorf("status %+v", cs)
 	})
 	// Deleting a finished pod and a pod that never started: the kubelet removes both.
@@ -201,6 +202,28 @@ spec:
 			t.Errorf("pod %s on %s should print %q:\n%s", p.Name, p.Spec.NodeName, want, logs)
 		}
 	}
+	// The node lifecycle controller marks a lost node's pods NotReady with its own status write,
+	// which may land after the kubelet's: the kubelet must put its status back, as the real one's
+	// status manager does, and must not rewrite an unchanged status (no resourceVersion churn).
+	marked := list.Items[0].Name
+	markNotReady(t, c, marked)
+	c.Eventually(30*time.Second, marked+" Ready again after another writer marked it NotReady", func() (bool, error) {
+		p, err := c.Client.CoreV1().Pods("default").Get(ctx, marked, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		return harness.IsReady(p), fmt.Errorf("conditions %+v", p.Status.Conditions)
+	})
+	settled, err := c.Client.CoreV1().Pods("default").Get(ctx, marked, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if now, err := c.Client.CoreV1().Pods("default").Get(ctx, marked, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if now.ResourceVersion != settled.ResourceVersion {
+		t.Errorf("pod %s rewritten with nothing changed: resourceVersion %s -> %s", marked, settled.ResourceVersion, now.ResourceVersion)
+	}
 	c.KillKubelet(c.Nodes[1])
 	c.Eventually(60*time.Second, c.Nodes[1]+" NotReady", func() (bool, error) {
 		n, err := c.Client.CoreV1().Nodes().Get(ctx, c.Nodes[1], metav1.GetOptions{})
@@ -229,4 +252,30 @@ spec:
 		return harness.IsReady(p) && p.Status.ContainerStatuses[0].RestartCount >= 1,
 			fmt.Errorf("ready=%v status=%+v", harness.IsReady(p), p.Status.ContainerStatuses)
 	})
+}
+
+// markNotReady sets a pod's Ready condition to False the way the node lifecycle controller does.
+func markNotReady(t *testing.T, c *harness.Cluster, name string) {
+	t.Helper()
+	ctx := context.Background()
+	pods := c.Client.CoreV1().Pods("default")
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodReady {
+				p.Status.Conditions[i].Status = corev1.ConditionFalse
+				p.Status.Conditions[i].LastTransitionTime = metav1.Now()
+			}
+		}
+		_, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		if err == nil {
+			return
+		}
+		if !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
 }
