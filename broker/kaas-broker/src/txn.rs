@@ -195,10 +195,18 @@ impl TxnCoordinator {
 
     /// The shard of `transactional_id`, locked, and the epoch it is owned at; the ownership
     /// holds for as long as the guard.
+    ///
+    /// A shard whose write or fsync failed answers nothing (a retriable error) until a new
+    /// take-over reloads it from the volume: its live state may hold a transition that never
+    /// became durable — a PrepareCommit whose fsync failed — and acting on it (a marker, a
+    /// verified produce) could commit what the volume will not remember.
     fn owned(&self, transactional_id: &str) -> Result<(&TxnShard, Txns<'_>, i32), TxnError> {
         let s = &self.shards[shard_of(transactional_id) as usize];
         let txns = s.txns.lock();
         let epoch = s.log.epoch().ok_or(TxnError::NotCoordinator)?;
+        if let Some(reason) = s.log.storage_failure() {
+            return Err(TxnError::Storage(reason));
+        }
         Ok((s, txns, epoch))
     }
 
@@ -425,7 +433,8 @@ impl TxnCoordinator {
         self.in_flight.lock().remove(id);
     }
 
-    /// Whether `c`'s shard is still owned at the epoch its outcome was decided under.
+    /// Whether `c`'s shard is still owned at the epoch its outcome was decided under, with a
+    /// working log (see `owned`).
     pub(crate) fn still_owns(&self, c: &Completion) -> bool {
         self.owned(&c.transactional_id)
             .is_ok_and(|(_, _, epoch)| epoch == c.coordinator_epoch)
@@ -443,6 +452,11 @@ impl TxnCoordinator {
                 let Some(epoch) = shard.log.epoch() else {
                     continue;
                 };
+                // Not from a failed log: see `owned`. The take-over that recovers it re-drives
+                // whatever the volume says was decided.
+                if shard.log.storage_failure().is_some() {
+                    continue;
+                }
                 let mut last_seq = None;
                 for (id, meta) in txns.iter_mut() {
                     if meta.expired(now) {

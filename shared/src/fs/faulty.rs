@@ -23,14 +23,18 @@ pub enum MountFault {
     Estale,
     /// Every fdatasync, fsync and directory fsync takes this long first (a stalled server).
     SlowSync(Duration),
+    /// Writes land (in the page cache) but every fdatasync, fsync and directory fsync fails
+    /// with EIO: a failed writeback, after which what was written may or may not be on disk.
+    SyncEio,
 }
 
 const OFF: u64 = 0;
 const EIO: u64 = 1;
 const ENOSPC: u64 = 2;
 const ESTALE: u64 = 3;
+const SYNC_EIO: u64 = 4;
 /// Slow syncs are encoded as `SLOW + milliseconds`.
-const SLOW: u64 = 4;
+const SLOW: u64 = 5;
 
 /// The switch of one [`FaultyFs`]; clones share it.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +47,7 @@ impl FaultSwitch {
             MountFault::Eio => EIO,
             MountFault::Enospc => ENOSPC,
             MountFault::Estale => ESTALE,
+            MountFault::SyncEio => SYNC_EIO,
             MountFault::SlowSync(d) => {
                 SLOW + u64::try_from(d.as_millis()).unwrap_or(u64::MAX - SLOW)
             }
@@ -62,6 +67,7 @@ impl FaultSwitch {
             EIO => Some(MountFault::Eio),
             ENOSPC => Some(MountFault::Enospc),
             ESTALE => Some(MountFault::Estale),
+            SYNC_EIO => Some(MountFault::SyncEio),
             ms => Some(MountFault::SlowSync(Duration::from_millis(ms - SLOW))),
         }
     }
@@ -89,6 +95,8 @@ fn check(switch: &FaultSwitch, call: Call) -> io::Result<()> {
         (Some(MountFault::Eio), _) => Err(errno(libc_codes::EIO)),
         (Some(MountFault::Enospc), Call::Write | Call::Namespace) => Err(errno(libc_codes::ENOSPC)),
         (Some(MountFault::Enospc), _) => Ok(()),
+        (Some(MountFault::SyncEio), Call::Sync) => Err(errno(libc_codes::EIO)),
+        (Some(MountFault::SyncEio), _) => Ok(()),
         (Some(MountFault::SlowSync(d)), Call::Sync) => {
             std::thread::sleep(d);
             Ok(())
@@ -227,6 +235,14 @@ mod tests {
             Err(Some(28))
         );
         file.sync_data()?;
+        switch.set(MountFault::SyncEio);
+        file.write_all_at(b"e", 3)?;
+        assert_eq!(file.sync_data().map_err(|e| e.raw_os_error()), Err(Some(5)));
+        assert_eq!(
+            file.len()?,
+            4,
+            "the write of a failed writeback is readable"
+        );
         switch.set(MountFault::Estale);
         assert_eq!(
             fs.list_dir(dir).map_err(|e| e.raw_os_error()),

@@ -155,6 +155,59 @@ async fn a_commit_decided_before_a_crash_is_completed_after_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decision_whose_fsync_failed_drives_no_marker_until_the_shard_is_reloaded() {
+    use kaas_shared::fs::{FaultSwitch, FaultyFs, MountFault, RealFs};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mount = FaultSwitch::default();
+    let broker = Broker::open(BrokerConfig {
+        storage: StorageMode::Disk(tmp.path().to_path_buf()),
+        volume_fs: Some(FaultyFs::wrap(Arc::new(RealFs), mount.clone())),
+        ..BrokerConfig::local_in_memory()
+    })
+    .unwrap();
+    create_topic(&broker);
+    let (pid, epoch) = begin(&broker, &[("t".to_owned(), 0)], &[]).await;
+    append_txn(&partition(&broker), pid, epoch, 0).await;
+
+    // The PrepareCommit reaches the page cache, its fsync fails: the client is told so, and
+    // nothing may act on the undurable decision (after a real writeback error the volume may
+    // not have it, and the transaction could then be aborted where a marker said commit).
+    mount.set(MountFault::SyncEio);
+    assert!(matches!(
+        broker.txns.end_txn(&broker, "tx", pid, epoch, true).await,
+        Err(TxnError::Storage(_))
+    ));
+    assert_eq!(broker.txns.pending_completions(now_ms()).await, vec![]);
+    assert!(matches!(
+        broker.txns.describe("tx"),
+        Err(TxnError::Storage(_))
+    ));
+    assert!(matches!(
+        broker.txns.verify("tx", pid, epoch, &("t".to_owned(), 0)),
+        Err(TxnError::Storage(_))
+    ));
+    assert_eq!(
+        partition(&broker).high_watermark(),
+        2,
+        "no marker was written"
+    );
+
+    // Once the volume works, the housekeeping take-over reloads the shard from the volume
+    // (here the write survived the failed writeback) and the decision is completed from there.
+    mount.clear();
+    assert_eq!(broker.txns.take_over_all(&broker.lease), 0);
+    assert_eq!(
+        broker.txns.describe("tx").unwrap().map(|m| m.state),
+        Some(TxnState::PrepareCommit)
+    );
+    let (stop_tx, ticker) = complete_in_background(&broker).await;
+    assert_eq!(partition(&broker).last_stable_offset(), 3);
+    let _ = stop_tx.send(true);
+    ticker.await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_kafka_errors_and_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let broker = open(tmp.path());
