@@ -11,7 +11,10 @@ require (
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 )
 
-require github.com/google/go-containerregistry v0.21.5
+require (
+	github.com/google/go-containerregistry v0.21.5
+	github.com/miekg/dns v1.1.73
+)
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -140,7 +143,7 @@ require (
 	golang.org/x/term v0.45.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	golang.org/x/tools v0.47.0 // indirect
+	golang.org/x/tools v0.48.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260526163538-3dc84a4a5aaa // indirect
 	google.golang.org/grpc v1.82.1 // indirect

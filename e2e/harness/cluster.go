@@ -65,6 +65,9 @@ type Env struct {
 	Nodes         []string
 	// Registry is host:port of the harness registry (Options.Registry), "" without one.
 	Registry string
+	// DNS is the address of the cluster DNS server (port 53), the kubelets' --cluster-dns; ""
+	// outside the network namespace, where there is none.
+	DNS string
 
 	k8sBin, etcdBin, tools string
 	pki                    *pki
@@ -74,6 +77,7 @@ type Env struct {
 	kubelets               map[string]*proc
 	kubeletArgs            map[string][]string
 	mirrors                []string // registry=host:port for the kubelets
+	stopDNS                func()
 	stopOnce               sync.Once
 }
 
@@ -149,6 +153,9 @@ func Launch(opts Options) (*Env, error) {
 	if err := c.startControlPlane(ctx); err != nil {
 		return c, err
 	}
+	if err := c.startDNS(ctx); err != nil {
+		return c, err
+	}
 	if err := c.createVolumes(ctx, opts.Volumes); err != nil {
 		return c, err
 	}
@@ -192,6 +199,12 @@ func (c *Env) Stop() {
 		c.mu.Unlock()
 		for i := len(procs) - 1; i >= 0; i-- {
 			procs[i].stop(10 * time.Second)
+		}
+		c.mu.Lock()
+		stopDNS := c.stopDNS
+		c.mu.Unlock()
+		if stopDNS != nil {
+			stopDNS()
 		}
 		if os.Getenv("KAAS_E2E_KEEP") == "1" {
 			fmt.Fprintf(os.Stderr, "harness: KAAS_E2E_KEEP=1, leaving %s\n", c.Dir)

@@ -280,6 +280,10 @@ func (c *Env) startKubelet(name, podPrefix, images string) error {
 		}
 	}
 	root := filepath.Join(c.Dir, "kubelet", name)
+	resolvConf, err := c.nodeResolvConf()
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
 	c.kubeletArgs[name] = []string{
 		"--kubeconfig=" + kc,
@@ -295,6 +299,9 @@ func (c *Env) startKubelet(name, podPrefix, images string) error {
 		"--apiserver-port=" + strconv.Itoa(c.APIServerPort),
 		"--kubelet-version=" + strings.TrimPrefix(filepath.Base(filepath.Dir(c.k8sBin)), "k8s-"),
 		"--registry-mirrors=" + strings.Join(c.mirrors, ","),
+		"--cluster-dns=" + c.DNS,
+		"--cluster-domain=" + ClusterDomain,
+		"--resolv-conf=" + resolvConf,
 	}
 	c.mu.Unlock()
 	return c.launchKubelet(name)

@@ -91,7 +91,10 @@ func EnterNetns() (int, error) {
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), envInNetns+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	// A mount namespace too, whose / Go makes private: the cluster's resolv.conf covers
+	// /etc/resolv.conf there (setupProcessDNS), and mounts made inside leave with the process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Unshareflags: syscall.CLONE_NEWNS,
+		Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("re-exec in a new network namespace: %w", err)
 	}
@@ -119,12 +122,13 @@ func EnterNetns() (int, error) {
 // InNetns reports whether this process runs in the harness' private network namespace.
 func InNetns() bool { return os.Getenv(envInNetns) == "1" }
 
-// setupNetns brings up `lo` in the fresh namespace (it starts down, without even 127.0.0.1).
+// setupNetns brings up `lo` in the fresh namespace (it starts down, without even 127.0.0.1) and
+// points the process' resolver at the cluster DNS.
 func setupNetns() error {
 	if out, err := exec.Command("ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
 		return fmt.Errorf("ip link set lo up: %v: %s", err, out)
 	}
-	return nil
+	return setupProcessDNS()
 }
 
 // addLoopbackAddr puts ip on `lo`; used for node and pod addresses inside the namespace.

@@ -176,6 +176,11 @@ func (c *container) start(ctx context.Context) (<-chan struct{}, error) {
 		return nil, err
 	}
 	mounts = append(mounts, mount{Source: hosts, Target: "/etc/hosts", ReadOnly: true})
+	resolv, err := w.writeResolvConf()
+	if err != nil {
+		return nil, err
+	}
+	mounts = append(mounts, mount{Source: resolv, Target: "/etc/resolv.conf"})
 	spec := initSpec{Hostname: podHostname(w.pod), Mounts: mounts, Dir: c.spec.WorkingDir,
 		Argv: argv(bin, command, args), Env: env}
 	if img != nil {
@@ -353,8 +358,9 @@ func envLookup(env []string) func(string) (string, bool) {
 }
 
 // writeHosts writes the pod's /etc/hosts as the kubelet manages it (the pod's own name and
-// address), plus the in-cluster names of the apiserver, since there is no cluster DNS: clients
-// that reach the apiserver as kubernetes.default.svc still find it.
+// address), plus the in-cluster names of the apiserver: its Service's ClusterIP leads nowhere
+// (there is no kube-proxy), so clients that reach the apiserver as kubernetes.default.svc find
+// its real address here before asking the cluster DNS.
 func (w *podWorker) writeHosts() (string, error) {
 	p := w.pod
 	name := podHostname(p)

@@ -44,6 +44,12 @@ type Config struct {
 	APIServerHost  string
 	APIServerPort  int
 	KubeletVersion string
+	// ClusterDNS are the nameservers of pods with dnsPolicy ClusterFirst (none: such pods get
+	// the node's resolv.conf, as with a kubelet without --cluster-dns); ClusterDomain is the
+	// cluster's DNS domain; ResolvConf is the node's resolv.conf (dnsPolicy Default).
+	ClusterDNS    []string
+	ClusterDomain string
+	ResolvConf    string
 }
 
 // Kubelet runs the pods of one node.

@@ -35,7 +35,15 @@ func main() {
 	flag.StringVar(&cfg.APIServerHost, "apiserver-host", "127.0.0.1", "KUBERNETES_SERVICE_HOST for pods")
 	flag.IntVar(&cfg.APIServerPort, "apiserver-port", 6443, "KUBERNETES_SERVICE_PORT for pods")
 	flag.StringVar(&cfg.KubeletVersion, "kubelet-version", "v0.0.0-process", "reported in node status")
+	clusterDNS := flag.String("cluster-dns", "", "comma-separated nameservers of pods with dnsPolicy ClusterFirst")
+	flag.StringVar(&cfg.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
+	flag.StringVar(&cfg.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the node's resolv.conf (dnsPolicy Default)")
 	flag.Parse()
+	for _, ns := range strings.Split(*clusterDNS, ",") {
+		if ns != "" {
+			cfg.ClusterDNS = append(cfg.ClusterDNS, ns)
+		}
+	}
 	cfg.Mirrors = map[string]string{}
 	for _, m := range strings.Split(*mirrors, ",") {
 		if from, to, ok := strings.Cut(m, "="); ok {
