@@ -8,7 +8,9 @@ import "fmt"
 const Namespace = "demo"
 
 // Cluster is a Namespace, an RWX claim `shared` on the harness' pre-created volume, and a
-// 3-broker KafkaCluster `kc` on it with spec lines extra (indented two spaces) added.
+// 3-broker KafkaCluster `kc` on it with spec lines extra (indented two spaces) added. Brokers
+// bind the pod IP (`bind: PodIp`), not every address: the process kubelet's pods share one
+// network namespace, where two brokers on `[::]:9092` would collide.
 func Cluster(extra string) string {
 	return `
 apiVersion: v1
@@ -30,7 +32,7 @@ spec:
   replicas: 3
   version: 0.1.0
   storage: {existingClaim: shared}
-  listener: {advertise: PodIp}
+  listener: {advertise: PodIp, bind: PodIp}
 ` + extra
 }
 

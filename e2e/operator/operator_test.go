@@ -19,7 +19,20 @@ import (
 
 const ns = kaastest.Namespace
 
-var clusterYAML = kaastest.Cluster(`  config: {log.retention.ms: "600000"}
+// The cluster carries a pod template a security-conscious user would write; the process kubelet
+// runs these binary-mapped brokers without enforcing it (e2e/images runs the images as the
+// user it names), so this checks that it reaches the StatefulSet and the brokers still start.
+var clusterYAML = `
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: kaas-e2e-brokers}
+value: 1000
+---` + kaastest.Cluster(`  config: {log.retention.ms: "600000"}
+  podTemplate:
+    securityContext: {runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532}
+    env: [{name: RUST_BACKTRACE, value: "1"}]
+    priorityClassName: kaas-e2e-brokers
+    imagePullSecrets: [{name: regcred}]
 `)
 
 func TestOperator(t *testing.T) {
@@ -78,6 +91,50 @@ func TestOperator(t *testing.T) {
 		uid := c.JSONPath(ns, "kafkacluster", "kc", ".metadata.uid")
 		for _, owned := range [][2]string{{"lease", "kc-controller"}, {"kafkaclusterassignments", "kc"}} {
 			c.WaitJSONPath(time.Minute, ns, owned[0], owned[1], `.metadata.ownerReferences[?(@.kind=="KafkaCluster")].uid`, uid)
+		}
+	})
+
+	t.Run("the pod template and restricted defaults reach the StatefulSet and the Deployments", func(t *testing.T) {
+		c := c.For(t)
+		c.WaitJSONPath(3*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		pod := ".spec.template.spec"
+		for _, want := range [][3]string{
+			{"statefulset", pod + ".securityContext.runAsUser", "65532"},
+			{"statefulset", pod + ".securityContext.fsGroup", "65532"},
+			{"statefulset", pod + ".securityContext.runAsNonRoot", "true"},
+			{"statefulset", pod + ".securityContext.seccompProfile.type", "RuntimeDefault"},
+			{"statefulset", pod + ".containers[0].securityContext.readOnlyRootFilesystem", "true"},
+			{"statefulset", pod + ".containers[0].securityContext.allowPrivilegeEscalation", "false"},
+			{"statefulset", pod + ".containers[0].securityContext.capabilities.drop[0]", "ALL"},
+			{"statefulset", pod + `.containers[0].env[?(@.name=="RUST_BACKTRACE")].value`, "1"},
+			{"statefulset", pod + `.containers[0].env[?(@.name=="KAAS_LISTEN")].value`, "$(MY_POD_IP):9092"},
+			{"statefulset", pod + ".priorityClassName", "kaas-e2e-brokers"},
+			{"statefulset", pod + ".imagePullSecrets[0].name", "regcred"},
+			// The volume agent writes the same volume: the brokers' user and groups.
+			{"deployment/kc-volume-agent", pod + ".securityContext.runAsUser", "65532"},
+			{"deployment/kc-volume-agent", pod + ".containers[0].securityContext.readOnlyRootFilesystem", "true"},
+		} {
+			kind, name, _ := strings.Cut(want[0], "/")
+			if name == "" {
+				name = "kc"
+			}
+			if got := c.JSONPath(ns, kind, name, want[1]); got != want[2] {
+				t.Errorf("%s %s %s = %q, want %q", kind, name, want[1], got, want[2])
+			}
+		}
+		// Admission resolved the priority class on the running brokers.
+		if got := c.JSONPath(ns, "pod", "kc-0", ".spec.priority"); got != "1000" {
+			t.Errorf("kc-0 priority %q", got)
+		}
+		// The operator's own Deployment, from config/.
+		for path, want := range map[string]string{
+			pod + ".securityContext.runAsNonRoot":                         "true",
+			pod + ".containers[0].securityContext.capabilities.drop[0]":   "ALL",
+			pod + ".containers[0].securityContext.readOnlyRootFilesystem": "true",
+		} {
+			if got := c.JSONPath(operatorNS, "deployment", "kaas-operator", path); got != want {
+				t.Errorf("operator %s = %q, want %q", path, got, want)
+			}
 		}
 	})
 
@@ -288,6 +345,7 @@ spec:
 			{"kafkacluster", "kc", "merge", `{"spec":{"storage":{"existingClaim":null,"size":"1Gi"}}}`, "storage is immutable"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"version":"latest"}}`, "spec.version in body should match"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"config":{"log.retention.hours":"1"}}}`, "config has keys kaas does not take"},
+			{"kafkacluster", "kc", "merge", `{"spec":{"podTemplate":{"env":[{"name":"KAAS_LISTEN","value":"[::]:1"}]}}}`, "names starting with KAAS_ or MY_POD_ are set by the operator"},
 			{"kafkatopic", "orders", "merge", `{"spec":{"topicName":"orders"}}`, "topicName cannot be added or removed after creation"},
 			{"kafkatopic", "renamed", "json", `[{"op":"remove","path":"/spec/topicName"}]`, "topicName cannot be added or removed after creation"},
 			{"kafkatopic", "renamed", "merge", `{"spec":{"topicName":"Other"}}`, "topicName is immutable"},

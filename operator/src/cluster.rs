@@ -113,6 +113,10 @@ pub fn refusal(kc: &KafkaCluster) -> Option<Cond> {
             problems.join("; "),
         ));
     }
+    let env = kc.spec.pod_template.as_ref().map(|t| t.env.as_slice());
+    if let Err(problem) = validate::pod_env(env.unwrap_or_default()) {
+        return Some(Cond::new(DEGRADED, true, "InvalidPodTemplate", problem));
+    }
     None
 }
 
@@ -762,6 +766,12 @@ mod tests {
         let mut kc = cluster("0.1.0");
         kc.spec.config.insert("listen".into(), "x".into());
         assert_eq!(refusal(&kc).unwrap().reason, "InvalidConfig");
+        let mut kc = cluster("0.1.0");
+        kc.spec.pod_template = Some(
+            serde_json::from_value(json!({"env": [{"name": "KAAS_LISTEN", "value": "x"}]}))
+                .unwrap(),
+        );
+        assert_eq!(refusal(&kc).unwrap().reason, "InvalidPodTemplate");
     }
 
     #[test]

@@ -110,6 +110,7 @@ pub fn operator_container(name: &str, image: &str, role: &str, env: Vec<Value>) 
         "command": ["/kaas-operator", role],
         "ports": [{"name": "metrics", "containerPort": port}],
         "env": all_env,
+        "securityContext": resources::restricted_container_security(),
     });
     if let (Some(c), Value::Object(p)) = (container.as_object_mut(), probes()) {
         c.extend(p);
@@ -159,6 +160,7 @@ pub fn deployment_spec(image: &str, watch: Watch) -> Value {
             "metadata": {"labels": {"app.kubernetes.io/name": OPERATOR_NAME}},
             "spec": {
                 "serviceAccountName": OPERATOR_NAME,
+                "securityContext": resources::restricted_pod_security(),
                 "containers": [container],
             }
         }

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec, Service
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kaas_shared::crd::KafkaCluster;
-use kaas_shared::crd::cluster::Advertise;
+use kaas_shared::crd::cluster::{Advertise, Bind, PodTemplateOverrides};
 use kube::Resource;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -126,6 +126,10 @@ fn parse<T: serde::de::DeserializeOwned>(what: &'static str, v: Value) -> Result
     serde_json::from_value(v).map_err(|source| Error::Serialize { what, source })
 }
 
+fn to_json<T: Serialize>(what: &'static str, value: &T) -> Result<Value> {
+    serde_json::to_value(value).map_err(|source| Error::Serialize { what, source })
+}
+
 fn meta(kc: &KafkaCluster, names: &Names, name: &str, component: &str) -> Value {
     json!({
         "name": name,
@@ -170,6 +174,61 @@ pub fn inputs_hash(kc: &KafkaCluster, names: &Names) -> Result<String> {
     Ok(digest.iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
+/// Pod-level settings of the *restricted* Pod Security level, which every pod the operator makes
+/// starts from (a KafkaCluster's `podTemplate.securityContext` merges over them).
+pub fn restricted_pod_security() -> Value {
+    json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+}
+
+/// Container-level settings of the *restricted* Pod Security level, plus a read-only root: the
+/// binaries write only their volume (and stdout).
+pub fn restricted_container_security() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": true,
+    })
+}
+
+/// `defaults` with every field `overrides` sets replaced by the override's (a whole field: an
+/// override's `capabilities` replaces the default's, it is not merged into it).
+fn merged<T: Serialize>(
+    what: &'static str,
+    defaults: Value,
+    overrides: Option<&T>,
+) -> Result<Value> {
+    let mut out = defaults;
+    let Some(overrides) = overrides else {
+        return Ok(out);
+    };
+    let overrides = to_json(what, overrides)?;
+    if let (Value::Object(out), Value::Object(overrides)) = (&mut out, overrides) {
+        out.extend(overrides.into_iter().filter(|(_, v)| !v.is_null()));
+    }
+    Ok(out)
+}
+
+/// The broker pods' security context: [`restricted_pod_security`] with the spec's overrides.
+/// The volume agent runs with it too: it writes the same volume, so it needs the same user and
+/// groups (an NFS export owned by another uid).
+pub fn broker_pod_security(kc: &KafkaCluster) -> Result<Value> {
+    let overrides = kc.spec.pod_template.as_ref();
+    merged(
+        "securityContext",
+        restricted_pod_security(),
+        overrides.and_then(|o| o.security_context.as_ref()),
+    )
+}
+
+/// The ServiceAccount broker pods run as: the spec's, or `<cluster>-broker`.
+pub fn broker_service_account(kc: &KafkaCluster, names: &Names) -> String {
+    kc.spec
+        .pod_template
+        .as_ref()
+        .and_then(|o| o.service_account_name.clone())
+        .unwrap_or_else(|| names.broker_sa())
+}
+
 /// Seconds a broker gets between SIGTERM and SIGKILL: enough for the controller to notice the
 /// drain flag on the next heartbeat, move the broker's partitions while it is healthy, and for
 /// the broker to relinquish the rest (persist manifests and snapshots) — a session timeout
@@ -182,6 +241,13 @@ pub fn termination_grace_seconds(kc: &KafkaCluster) -> i64 {
 pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTemplateSpec> {
     let spec = &kc.spec;
     let port = spec.listener.port;
+    // `[::]` is every IPv4 and IPv6 address (Linux sockets are dual-stack by default): the pod
+    // IP, and localhost, which `kubectl port-forward` dials. The broker advertises KAAS_ADVERTISE,
+    // never the wildcard.
+    let bind = match spec.listener.bind {
+        Bind::All => "[::]",
+        Bind::PodIp => "$(MY_POD_IP)",
+    };
     let advertise = match spec.listener.advertise {
         Advertise::PodIp => format!("$(MY_POD_IP):{port}"),
         Advertise::PodDns => format!(
@@ -199,14 +265,14 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         json!({"name": "KAAS_LEASE_NAME", "value": format!("{}-controller", names.cluster)}),
         json!({"name": "KAAS_HEADLESS_SERVICE", "value": names.headless()}),
         json!({"name": "KAAS_DATA_DIR", "value": DATA_DIR}),
-        // Bind the pod IP rather than 0.0.0.0: the same in a real pod, and required where pods
-        // share one network namespace (the e2e process kubelet). An IPv6 pod IP comes out
-        // unbracketed (`fd00::5:9092`); the binaries read that as address and port
-        // (kaas_shared::listen_address).
-        json!({"name": "KAAS_LISTEN", "value": format!("$(MY_POD_IP):{port}")}),
+        // An IPv6 pod IP comes out unbracketed (`fd00::5:9092`): the kubelet substitutes the
+        // bare address. The binaries read that as address and port
+        // (kaas_shared::listen_address), and the broker's advertised host likewise.
+        json!({"name": "KAAS_LISTEN", "value": format!("{bind}:{port}")}),
         json!({"name": "KAAS_ADVERTISE", "value": advertise}),
+        // Only peers dial the heartbeat, at the address it is bound to: the pod IP.
         json!({"name": "KAAS_HEARTBEAT_LISTEN", "value": format!("$(MY_POD_IP):{HEARTBEAT_PORT}")}),
-        json!({"name": "KAAS_HTTP_LISTEN", "value": format!("$(MY_POD_IP):{HTTP_PORT}")}),
+        json!({"name": "KAAS_HTTP_LISTEN", "value": format!("{bind}:{HTTP_PORT}")}),
         json!({"name": "KAAS_FENCE_TIMEOUT_MS", "value": spec.timeouts.fence_timeout_ms.to_string()}),
         json!({"name": "KAAS_SESSION_TIMEOUT_MS", "value": spec.timeouts.session_timeout_ms.to_string()}),
     ];
@@ -216,6 +282,16 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         validate::broker_env_name(k).map(|name| json!({"name": name, "value": v}))
     }));
     let overrides = spec.pod_template.clone().unwrap_or_default();
+    // The user's variables come after the operator's, so they can refer to them (`$(MY_POD_IP)`);
+    // a name the operator sets is refused (CRD rule, and `validate::pod_env` for objects stored
+    // before it) and never rendered, so the operator's value always holds.
+    for var in overrides
+        .env
+        .iter()
+        .filter(|v| !validate::is_operator_env(&v.name))
+    {
+        env.push(to_json("env", var)?);
+    }
     let mut pod_labels = overrides.labels.clone();
     pod_labels.extend(labels(names, "broker")); // selector labels win
     let hash = inputs_hash(kc, names)?;
@@ -238,16 +314,21 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         "readinessProbe": probe("/readyz", 2, 3),
         "livenessProbe": probe("/healthz", 10, 6),
     });
+    container["securityContext"] = merged(
+        "containerSecurityContext",
+        restricted_container_security(),
+        overrides.container_security_context.as_ref(),
+    )?;
     if let Some(resources) = &spec.resources {
-        container["resources"] =
-            serde_json::to_value(resources).map_err(|source| Error::Serialize {
-                what: "resources",
-                source,
-            })?;
+        container["resources"] = to_json("resources", resources)?;
     }
+    let grace = overrides
+        .termination_grace_period_seconds
+        .unwrap_or_else(|| termination_grace_seconds(kc));
     let mut pod_spec = json!({
-        "serviceAccountName": names.broker_sa(),
-        "terminationGracePeriodSeconds": termination_grace_seconds(kc),
+        "serviceAccountName": broker_service_account(kc, names),
+        "terminationGracePeriodSeconds": grace,
+        "securityContext": broker_pod_security(kc)?,
         "containers": [container],
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}],
     });
@@ -255,23 +336,33 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         pod_spec["nodeSelector"] = json!(overrides.node_selector);
     }
     if let Some(affinity) = &overrides.affinity {
-        pod_spec["affinity"] =
-            serde_json::to_value(affinity).map_err(|source| Error::Serialize {
-                what: "affinity",
-                source,
-            })?;
+        pod_spec["affinity"] = to_json("affinity", affinity)?;
     }
     if !overrides.tolerations.is_empty() {
-        pod_spec["tolerations"] =
-            serde_json::to_value(&overrides.tolerations).map_err(|source| Error::Serialize {
-                what: "tolerations",
-                source,
-            })?;
+        pod_spec["tolerations"] = to_json("tolerations", &overrides.tolerations)?;
     }
+    pod_overrides(&mut pod_spec, &overrides)?;
     parse(
         "pod template",
         json!({"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}),
     )
+}
+
+/// The pod-level overrides that are copied as they are.
+fn pod_overrides(pod_spec: &mut Value, overrides: &PodTemplateOverrides) -> Result<()> {
+    if !overrides.topology_spread_constraints.is_empty() {
+        pod_spec["topologySpreadConstraints"] = to_json(
+            "topologySpreadConstraints",
+            &overrides.topology_spread_constraints,
+        )?;
+    }
+    if let Some(class) = &overrides.priority_class_name {
+        pod_spec["priorityClassName"] = json!(class);
+    }
+    if !overrides.image_pull_secrets.is_empty() {
+        pod_spec["imagePullSecrets"] = to_json("imagePullSecrets", &overrides.image_pull_secrets)?;
+    }
+    Ok(())
 }
 
 /// Keeps the live pod template when it was rendered from the same inputs (same hash), so that
@@ -377,11 +468,11 @@ pub fn service_account(
     )
 }
 
-/// A Role with `rules` and its binding to the ServiceAccount of the same name.
+/// A Role with `rules` and its binding to the ServiceAccount `subject`.
 pub fn role_and_binding(
     kc: &KafkaCluster,
     names: &Names,
-    name: &str,
+    (name, subject): (&str, &str),
     component: &str,
     rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
 ) -> Result<(Role, RoleBinding)> {
@@ -395,13 +486,14 @@ pub fn role_and_binding(
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": meta(kc, names, name, component),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": names.namespace}],
+            "subjects": [{"kind": "ServiceAccount", "name": subject, "namespace": names.namespace}],
         }),
     )?;
     Ok((role, binding))
 }
 
-/// Brokers' Role: [`rbac::broker_rules`].
+/// Brokers' Role: [`rbac::broker_rules`], bound to the ServiceAccount the broker pods run as
+/// (`<cluster>-broker`, which is always made, or the spec's own).
 pub fn broker_rbac(
     kc: &KafkaCluster,
     names: &Names,
@@ -410,7 +502,7 @@ pub fn broker_rbac(
     let (role, binding) = role_and_binding(
         kc,
         names,
-        &names.broker_sa(),
+        (&names.broker_sa(), &broker_service_account(kc, names)),
         "broker",
         rbac::broker_rules(),
     )?;
@@ -470,7 +562,8 @@ pub fn broker_pod_monitor(kc: &KafkaCluster, names: &Names) -> Value {
 /// The volume agent: one replica of the operator's image that mounts the cluster's claim and
 /// reconciles its topics. `Recreate`, so a rollout does not start a second agent; and the
 /// agent's Lease fences any second one that runs anyway (a pod on a partitioned node whose
-/// replacement started): only the holder writes the volume (see `leader`).
+/// replacement started): only the holder writes the volume (see `leader`). It runs with the
+/// brokers' pod security context ([`broker_pod_security`]).
 pub fn volume_agent(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Deployment> {
     let mut container = crate::crdgen::operator_container(
         "agent",
@@ -496,6 +589,7 @@ pub fn volume_agent(kc: &KafkaCluster, names: &Names, image: &str) -> Result<Dep
                     "metadata": {"labels": labels(names, "volume-agent")},
                     "spec": {
                         "serviceAccountName": names.agent(),
+                        "securityContext": broker_pod_security(kc)?,
                         "containers": [container],
                         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}],
                     }
@@ -511,7 +605,7 @@ pub fn agent_rbac(kc: &KafkaCluster, names: &Names) -> Result<(ServiceAccount, R
     let (role, binding) = role_and_binding(
         kc,
         names,
-        &names.agent(),
+        (&names.agent(), &names.agent()),
         "volume-agent",
         rbac::volume_agent_rules(),
     )?;
@@ -578,7 +672,12 @@ pub(crate) mod tests {
         assert_eq!(e["MY_POD_NAME"], "metadata.name");
         assert_eq!(e["KAAS_DATA_DIR"], "/data");
         assert_eq!(e["KAAS_LEASE_NAME"], "prod-controller");
-        assert_eq!(e["KAAS_LISTEN"], "$(MY_POD_IP):9092");
+        assert_eq!(
+            e["KAAS_LISTEN"], "[::]:9092",
+            "every address: port-forward works"
+        );
+        assert_eq!(e["KAAS_HTTP_LISTEN"], "[::]:9095");
+        assert_eq!(e["KAAS_HEARTBEAT_LISTEN"], "$(MY_POD_IP):9094");
         assert_eq!(
             e["KAAS_ADVERTISE"],
             "$(MY_POD_NAME).prod-brokers.ns.svc:9092"
@@ -630,6 +729,144 @@ pub(crate) mod tests {
         assert_eq!(pod.node_selector.as_ref().unwrap()["disk"], "nfs");
     }
 
+    /// Every `$(MY_POD_IP)` of a container's env replaced by `ip`, as the kubelet expands it.
+    fn expanded(env: &BTreeMap<String, String>, ip: &str) -> BTreeMap<String, String> {
+        env.iter()
+            .map(|(k, v)| (k.clone(), v.replace("$(MY_POD_IP)", ip)))
+            .collect()
+    }
+
+    #[test]
+    fn brokers_bind_every_address_or_the_pod_ip_and_read_an_ipv6_pod_ip() {
+        use kaas_shared::listen_address::parse;
+        let mut spec = base();
+        spec["listener"] = json!({"advertise": "PodIp", "bind": "PodIp"});
+        let e = expanded(&env(&template_of(&cluster(spec))), "fd00::5");
+        for (var, want) in [
+            ("KAAS_LISTEN", "[fd00::5]:9092"),
+            ("KAAS_HTTP_LISTEN", "[fd00::5]:9095"),
+            ("KAAS_HEARTBEAT_LISTEN", "[fd00::5]:9094"),
+        ] {
+            assert_eq!(parse(&e[var]).unwrap().to_string(), want, "{var}");
+        }
+        // The broker advertises the pod IP (never the wildcard); it reads the unbracketed
+        // IPv6 form by its last colon (its own tests).
+        assert_eq!(e["KAAS_ADVERTISE"], "fd00::5:9092");
+        // Default: the wildcard, which is dual-stack.
+        let e = expanded(&env(&template_of(&cluster(base()))), "fd00::5");
+        assert_eq!(parse(&e["KAAS_LISTEN"]).unwrap().to_string(), "[::]:9092");
+        assert_eq!(
+            parse(&e["KAAS_HEARTBEAT_LISTEN"]).unwrap().to_string(),
+            "[fd00::5]:9094"
+        );
+        // The volume agent's metrics address.
+        let kc = cluster(base());
+        let agent = volume_agent(&kc, &Names::of(&kc).unwrap(), "img:1").unwrap();
+        let pod = agent.spec.template.spec.unwrap();
+        let metrics = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .find(|v| v.name == "KAAS_METRICS_LISTEN")
+            .and_then(|v| v.value.clone())
+            .unwrap();
+        assert_eq!(
+            parse(&metrics.replace("$(MY_POD_IP)", "fd00::5"))
+                .unwrap()
+                .to_string(),
+            "[fd00::5]:9096"
+        );
+    }
+
+    #[test]
+    fn pods_meet_the_restricted_pod_security_level_by_default() {
+        let kc = cluster(base());
+        let names = Names::of(&kc).unwrap();
+        let agent = volume_agent(&kc, &names, "img:1").unwrap();
+        for pod in [
+            template_of(&kc).spec.unwrap(),
+            agent.spec.template.spec.unwrap(),
+        ] {
+            let sc = pod.security_context.unwrap();
+            assert_eq!(sc.run_as_non_root, Some(true));
+            assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+            let c = pod.containers[0].security_context.clone().unwrap();
+            assert_eq!(c.allow_privilege_escalation, Some(false));
+            assert_eq!(c.capabilities.unwrap().drop.unwrap(), ["ALL"]);
+            assert_eq!(c.read_only_root_filesystem, Some(true));
+            // Nothing but the data volume to write: no emptyDir needed.
+            assert_eq!(pod.volumes.unwrap().len(), 1);
+        }
+    }
+
+    #[test]
+    fn pod_template_security_env_and_scheduling_overrides() {
+        let mut spec = base();
+        spec["podTemplate"] = json!({
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 2000, "supplementalGroups": [3000]},
+            "containerSecurityContext": {"readOnlyRootFilesystem": false},
+            "env": [
+                {"name": "RUST_BACKTRACE", "value": "1"},
+                {"name": "KAAS_LISTEN", "value": "stored before the CRD rule"},
+            ],
+            "imagePullSecrets": [{"name": "regcred"}],
+            "priorityClassName": "kafka-critical",
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule"}],
+            "serviceAccountName": "kafka-irsa",
+            "terminationGracePeriodSeconds": 600,
+        });
+        let kc = cluster(spec);
+        let names = Names::of(&kc).unwrap();
+        let t = template_of(&kc);
+        let pod = t.spec.clone().unwrap();
+        let sc = pod.security_context.clone().unwrap();
+        assert_eq!(
+            (sc.run_as_user, sc.run_as_group, sc.fs_group),
+            (Some(1000), Some(1000), Some(2000))
+        );
+        assert_eq!(sc.supplemental_groups.clone().unwrap(), [3000]);
+        assert_eq!(sc.run_as_non_root, Some(true), "defaults stay");
+        let c = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(c.read_only_root_filesystem, Some(false));
+        assert_eq!(c.allow_privilege_escalation, Some(false), "defaults stay");
+        let e = env(&t);
+        assert_eq!(e["RUST_BACKTRACE"], "1");
+        assert_eq!(
+            e["KAAS_LISTEN"], "[::]:9092",
+            "the operator's variables win"
+        );
+        let names_in_order: Vec<_> = pod.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(names_in_order.last(), Some(&"RUST_BACKTRACE"));
+        assert_eq!(
+            names_in_order
+                .iter()
+                .filter(|n| **n == "KAAS_LISTEN")
+                .count(),
+            1
+        );
+        assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "regcred");
+        assert_eq!(pod.priority_class_name.as_deref(), Some("kafka-critical"));
+        assert_eq!(pod.topology_spread_constraints.unwrap()[0].max_skew, 1);
+        assert_eq!(pod.termination_grace_period_seconds, Some(600));
+        assert_eq!(pod.service_account_name.as_deref(), Some("kafka-irsa"));
+        let (sa, _, binding) = broker_rbac(&kc, &names).unwrap();
+        assert_eq!(sa.metadata.name.as_deref(), Some("prod-broker"));
+        assert_eq!(
+            binding.subjects.unwrap()[0].name,
+            "kafka-irsa",
+            "the Role goes to the pods' ServiceAccount"
+        );
+        // The volume agent writes the same volume: same user and groups.
+        let agent = volume_agent(&kc, &names, "img:1").unwrap();
+        let asc = agent.spec.template.spec.unwrap().security_context;
+        assert_eq!(asc, Some(sc));
+    }
+
     /// What restarts brokers: exactly the changes that change the pod inputs hash.
     #[test]
     fn what_changes_restart_brokers() {
@@ -643,8 +880,9 @@ pub(crate) mod tests {
             f(&mut s);
             hash(s)
         };
-        // No restart: scaling.
+        // No restart: scaling, or spelling out a default.
         assert_eq!(with(&|s| s["replicas"] = json!(5)), original);
+        assert_eq!(with(&|s| s["listener"] = json!({"bind": "All"})), original);
         // Restart: version, image, config, resources, overrides, timeouts, claim, listener.
         for change in [
             &(|s: &mut serde_json::Value| s["version"] = json!("0.1.1"))
@@ -656,6 +894,8 @@ pub(crate) mod tests {
             &|s| s["timeouts"] = json!({"fenceTimeoutMs": 5000, "sessionTimeoutMs": 9000}),
             &|s| s["storage"] = json!({"existingClaim": "other"}),
             &|s| s["listener"] = json!({"port": 19092}),
+            &|s| s["listener"] = json!({"bind": "PodIp"}),
+            &|s| s["podTemplate"] = json!({"securityContext": {"fsGroup": 1}}),
         ] {
             assert_ne!(with(change), original);
         }

@@ -207,6 +207,30 @@ pub fn broker_env_name(key: &str) -> Option<&'static str> {
     broker_settings::lookup(key).ok().map(|s| s.env)
 }
 
+/// Whether an environment variable name is one the operator sets on brokers (or may set in a
+/// later version): every broker flag reads a `KAAS_*` variable, and `MY_POD_*` carry the
+/// downward API.
+pub fn is_operator_env(name: &str) -> bool {
+    name.starts_with("KAAS_") || name.starts_with("MY_POD_")
+}
+
+/// Checks `podTemplate.env`: names the operator sets are refused (the CRD's rule does the same
+/// for new objects; this catches objects stored before it).
+pub fn pod_env(env: &[k8s_openapi::api::core::v1::EnvVar]) -> Result<(), String> {
+    let refused: Vec<&str> = env
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|name| is_operator_env(name))
+        .collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "podTemplate.env sets {}: names starting with KAAS_ or MY_POD_ are set by the operator; broker settings go in spec.config",
+        refused.join(", ")
+    ))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -330,5 +354,20 @@ mod tests {
             Some("KAAS_DEFAULT_PARTITIONS")
         );
         assert_eq!(broker_env_name("listen"), None);
+    }
+
+    #[test]
+    fn pod_env_cannot_set_what_the_operator_sets() {
+        let var = |name: &str| k8s_openapi::api::core::v1::EnvVar {
+            name: name.into(),
+            value: Some("x".into()),
+            ..Default::default()
+        };
+        assert!(pod_env(&[var("RUST_BACKTRACE"), var("HTTPS_PROXY")]).is_ok());
+        let e = pod_env(&[var("KAAS_LISTEN"), var("TZ"), var("MY_POD_IP")]).unwrap_err();
+        assert!(
+            e.contains("sets KAAS_LISTEN, MY_POD_IP: names starting with KAAS_"),
+            "{e}"
+        );
     }
 }

@@ -12,6 +12,7 @@ mod kube_lease;
 mod kube_mirror;
 mod kube_owner;
 mod kube_topics;
+mod listen;
 mod scram_cli;
 mod security_flags;
 #[cfg(test)]
@@ -24,7 +25,6 @@ use anyhow::{Context, bail};
 use clap::{ArgAction, Parser, ValueEnum};
 use kaas_broker::config::{ClusterSettings, ConnectionLimits, StorageMode};
 use kaas_broker::{Broker, BrokerConfig, Server};
-use tokio::net::TcpListener;
 use tracing::info;
 
 /// kaas: a Kafka-compatible broker whose partitions live on a shared volume.
@@ -252,9 +252,9 @@ fn topic_defaults(args: &Args, defaults: kaas_storage::LogConfig) -> anyhow::Res
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let listener = listen::bind(args.listen).await?;
     let bound = listener.local_addr()?;
-    let (advertise_host, advertise_port) = advertised(args.advertise.as_deref(), bound)?;
+    let (advertise_host, advertise_port) = listen::advertised(args.advertise.as_deref(), bound)?;
     let mut log_defaults = kaas_storage::LogConfig::default();
     if let Some(bytes) = args.log_segment_bytes {
         log_defaults.segment_bytes = bytes;
@@ -314,7 +314,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let cleaner = tokio::spawn(broker.clone().cleaner_loop(stop_rx.clone()));
     let transactions = tokio::spawn(broker.clone().transactions_loop(stop_rx.clone()));
     let mut cluster_tasks = kaas_broker::cluster::spawn(broker.clone(), stop_rx.clone()).await.context("starting the cluster runtime")?;
-    let http = tokio::net::TcpListener::bind(args.http_listen).await.with_context(|| format!("binding {}", args.http_listen))?;
+    let http = listen::bind(args.http_listen).await?;
     let http_bound = http.local_addr()?;
     let mut http_stop = stop_rx.clone();
     let http_task = tokio::spawn(async move {
@@ -392,20 +392,6 @@ fn describe(storage: &StorageMode) -> String {
     match storage {
         StorageMode::Disk(dir) => dir.display().to_string(),
         StorageMode::InMemory => "in memory".to_string(),
-    }
-}
-
-/// The advertised `host:port`: the flag, or the bound address (a wildcard bind advertises
-/// loopback, the only address known to reach it).
-fn advertised(flag: Option<&str>, bound: SocketAddr) -> anyhow::Result<(String, u16)> {
-    match flag {
-        Some(value) => {
-            let (host, port) = value.rsplit_once(':').with_context(|| format!("--advertise {value:?} is not host:port"))?;
-            let port = port.parse().with_context(|| format!("--advertise {value:?} has no valid port"))?;
-            Ok((host.trim_start_matches('[').trim_end_matches(']').to_string(), port))
-        }
-        None if bound.ip().is_unspecified() => Ok(("127.0.0.1".to_string(), bound.port())),
-        None => Ok((bound.ip().to_string(), bound.port())),
     }
 }
 

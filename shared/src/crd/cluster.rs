@@ -2,7 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
+    SecurityContext, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -125,6 +128,11 @@ pub struct ListenerSpec {
     /// What brokers advertise in Metadata.
     #[serde(default)]
     pub advertise: Advertise,
+    /// Which addresses brokers listen on.
+    // NB: left out when default, so that the pod inputs hash of clusters made before this
+    // field existed is unchanged (an operator upgrade alone restarts no broker).
+    #[serde(default, skip_serializing_if = "Bind::is_default")]
+    pub bind: Bind,
 }
 
 impl Default for ListenerSpec {
@@ -132,6 +140,7 @@ impl Default for ListenerSpec {
         ListenerSpec {
             port: default_kafka_port(),
             advertise: Advertise::default(),
+            bind: Bind::default(),
         }
     }
 }
@@ -150,6 +159,27 @@ pub enum Advertise {
     PodDns,
     /// The pod IP (clusters without DNS, or clients on the pod network).
     PodIp,
+}
+
+/// The addresses a broker's Kafka and HTTP listeners bind (the heartbeat port, which only peers
+/// dial, always binds the pod IP).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default,
+)]
+pub enum Bind {
+    /// Every address of the pod, IPv4 and IPv6 (`[::]`): the pod IP, and localhost for
+    /// `kubectl port-forward`.
+    #[default]
+    All,
+    /// The pod IP only: for runtimes where pods share one network namespace (the e2e process
+    /// kubelet). `kubectl port-forward` cannot reach such a broker.
+    PodIp,
+}
+
+impl Bind {
+    fn is_default(&self) -> bool {
+        *self == Bind::default()
+    }
 }
 
 /// Overrides merged into the broker pod template.
@@ -171,6 +201,42 @@ pub struct PodTemplateOverrides {
     /// Tolerations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// Topology spread constraints (e.g. brokers across zones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub topology_spread_constraints: Vec<TopologySpreadConstraint>,
+    /// Priority class of the broker pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Secrets for pulling the broker image from a private registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Pod security context, merged field by field over the operator's defaults
+    /// (`runAsNonRoot: true`, `seccompProfile: RuntimeDefault`): set `runAsUser`, `runAsGroup`,
+    /// `fsGroup` or `supplementalGroups` to match the owner of an NFS export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<PodSecurityContext>,
+    /// The broker container's security context, merged field by field over the operator's
+    /// defaults (`allowPrivilegeEscalation: false`, `capabilities: {drop: [ALL]}`,
+    /// `readOnlyRootFilesystem: true`); a field set here replaces the default's whole field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_security_context: Option<SecurityContext>,
+    /// Extra environment variables of the broker container. Names the operator sets (`KAAS_*`,
+    /// `MY_POD_*`) are refused: broker settings go in `config`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new("self.all(e, !e.name.startsWith('KAAS_') && !e.name.startsWith('MY_POD_'))").message("podTemplate.env: names starting with KAAS_ or MY_POD_ are set by the operator; broker settings go in spec.config"))]
+    pub env: Vec<EnvVar>,
+    /// ServiceAccount of the broker pods (one you manage, e.g. annotated for workload
+    /// identity); the operator binds the brokers' Role to it. Default: `<cluster>-broker`, which
+    /// the operator creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// Seconds a broker gets to drain after SIGTERM. Default: twice the session timeout plus
+    /// 30 s, at least 60 s; less may kill a broker before it hands its partitions over (nothing
+    /// acknowledged is lost, but the next leader recovers them instead of taking them cleanly).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub termination_grace_period_seconds: Option<i64>,
 }
 
 /// Fencing: a broker whose heartbeats go unacknowledged for `fenceTimeoutMs` stops acknowledging
