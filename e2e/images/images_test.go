@@ -7,6 +7,7 @@
 package images
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -203,5 +205,11 @@ func checkProcess(t *testing.T, pod string, pid int, bin string) {
 	}
 	if ca, err := os.ReadFile(procRoot + imagebuild.CABundle); err != nil || !strings.Contains(string(ca), "BEGIN CERTIFICATE") {
 		t.Errorf("%s: CA bundle: %v", pod, err)
+	}
+	// The operator's restricted default, readOnlyRootFilesystem, which the process kubelet
+	// enforces for pulled images: the binary runs (and became Ready) with nothing writable but
+	// its volumes.
+	if err := os.WriteFile(procRoot+"/tmp/written-by-e2e", []byte("x"), 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("%s: writing /tmp in its root: %v, want EROFS (readOnlyRootFilesystem)", pod, err)
 	}
 }

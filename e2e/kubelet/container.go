@@ -425,8 +425,9 @@ func (c *container) imageRoot(img *pulledImage, env []string) (*imageRoot, []str
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, nil, err
 	}
+	readOnly := c.spec.SecurityContext != nil && c.spec.SecurityContext.ReadOnlyRootFilesystem != nil && *c.spec.SecurityContext.ReadOnlyRootFilesystem
 	return &imageRoot{RootFS: img.RootFS, Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"),
-		UID: uid, GID: gid, Groups: append([]int{}, groups...)}, env, nil
+		UID: uid, GID: gid, Groups: append([]int{}, groups...), ReadOnly: readOnly}, env, nil
 }
 
 // baseEnv is the environment the container's spec is applied on (see containerEnv).

@@ -41,6 +41,9 @@ type imageRoot struct {
 	UID    int    `json:"uid"`
 	GID    int    `json:"gid"`
 	Groups []int  `json:"groups"`
+	// ReadOnly is securityContext.readOnlyRootFilesystem: the root is remounted read-only once
+	// the volumes' mountpoints are made (volumes keep their own flags).
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // PodInit runs in a fresh mount and UTS namespace (the kubelet starts it with CLONE_NEWNS |
@@ -161,7 +164,15 @@ func makeImageRoot(root string, im *imageRoot, mounts []mount) error {
 			return err
 		}
 	}
-	return pivot(root)
+	if err := pivot(root); err != nil {
+		return err
+	}
+	if im.ReadOnly {
+		if err := syscall.Mount("", "/", "", syscall.MS_BIND|syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("remount / read-only: %w", err)
+		}
+	}
+	return nil
 }
 
 // makeRoot gives the pod a root that shows the host's files but where the pod's mountpoints can
