@@ -48,7 +48,12 @@ impl Server {
                 _ = &mut shutdown => break,
             };
             match accepted {
-                Ok((stream, peer)) => self.admit(&table, stream, peer, &stop_tx, &mut connections),
+                // NB: on a dual-stack `[::]` listener an IPv4 client arrives as `::ffff:a.b.c.d`;
+                // per-IP caps, ACL hosts and logs know it by its IPv4 address.
+                Ok((stream, peer)) => {
+                    let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+                    self.admit(&table, stream, peer, &stop_tx, &mut connections)
+                }
                 Err(e) => {
                     warn!(error = %e, "accept failed");
                     tokio::select! {

@@ -31,9 +31,14 @@ struct Listener {
 }
 
 async fn start(connections: ConnectionLimits) -> TestResult<Listener> {
+    start_on("127.0.0.1:0", connections).await
+}
+
+/// A listener bound to `bind`; its `addr` is the bound port on 127.0.0.1.
+async fn start_on(bind: &str, connections: ConnectionLimits) -> TestResult<Listener> {
     let broker = Broker::open(BrokerConfig { connections, ..BrokerConfig::local_in_memory() })?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
+    let listener = tokio::net::TcpListener::bind(bind).await?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], listener.local_addr()?.port()));
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(Server::new(listener, broker.clone()).run(async move {
         let _ = stopped.await;
@@ -221,6 +226,20 @@ async fn an_address_over_its_cap_is_closed_at_once_and_others_are_served() -> Te
         }
     }
     assert!(served_again);
+    Ok(())
+}
+
+/// The operator's brokers listen on `[::]`, where IPv4 clients arrive as IPv4-mapped IPv6
+/// addresses: a per-IP override written for the IPv4 address still applies.
+#[tokio::test(start_paused = true)]
+async fn a_dual_stack_listener_knows_ipv4_clients_by_their_ipv4_address() -> TestResult {
+    let limits =
+        ConnectionLimits { max_connections_per_ip_overrides: parse_per_ip_overrides("127.0.0.3:0")?, ..ConnectionLimits::default() };
+    let listener = start_on("[::]:0", limits).await?;
+    assert!(served(&mut connect_from([127, 0, 0, 2], listener.addr).await?, 1).await);
+    let mut barred = connect_from([127, 0, 0, 3], listener.addr).await?;
+    assert!(closed_within(&mut barred, Duration::from_secs(1)).await.is_some(), "the override of 127.0.0.3 did not apply");
+    assert_eq!(listener.broker.listener_metrics.refused(Refusal::PerIpLimit), 1);
     Ok(())
 }
 
