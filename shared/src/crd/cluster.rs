@@ -128,7 +128,9 @@ pub struct ListenerSpec {
     /// What brokers advertise in Metadata.
     #[serde(default)]
     pub advertise: Advertise,
-    /// Which addresses brokers listen on.
+    /// Which addresses the Kafka and HTTP ports bind: `All` (`[::]`, every IPv4 and IPv6
+    /// address of the pod, so `kubectl port-forward` reaches the broker) or `PodIp` (the pod IP
+    /// only, for runtimes where pods share one network namespace).
     // NB: left out when default, so that the pod inputs hash of clusters made before this
     // field existed is unchanged (an operator upgrade alone restarts no broker).
     #[serde(default, skip_serializing_if = "Bind::is_default")]
