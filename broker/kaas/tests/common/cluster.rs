@@ -157,25 +157,50 @@ impl Cluster {
         }
     }
 
-    /// Polls until every partition of `assignment` is led, by the broker it names, at its epoch.
+    /// Polls until every partition of `a` — or of a newer assignment, once the controller has
+    /// written one (`a` is then superseded and can never be served: the epochs moved on) — is
+    /// led by the broker it names, at its epoch. The error names what is not led.
     pub async fn wait_led(&self, timeout: Duration, a: &Assignment) -> TestResult {
         let deadline = Instant::now() + timeout;
         loop {
-            let all = a.partitions.iter().all(|(key, p)| {
-                self.nodes.get(&p.leader).is_some_and(|n| {
-                    n.broker.topics.led().iter().any(|(t, id, part, epoch)| {
-                        kaas_shared::names::partition_key(t, *part) == *key && *id == p.topic_id && *epoch == p.leader_epoch
-                    })
-                })
-            });
-            if all {
+            let target = match self.assignment() {
+                Some(current) if current.assignment_version > a.assignment_version => current,
+                _ => a.clone(),
+            };
+            let missing = self.not_led(&target);
+            if missing.is_empty() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err("partitions were not taken over in time".into());
+                return Err(format!(
+                    "partitions were not taken over in time: assignment v{} wants {}",
+                    target.assignment_version,
+                    missing.join(", ")
+                )
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The partitions of `a` not led as it says: `key by leader at epoch (leader leads it at
+    /// epoch N | does not lead it | is not running)`.
+    fn not_led(&self, a: &Assignment) -> Vec<String> {
+        a.partitions
+            .iter()
+            .filter_map(|(key, p)| {
+                let Some(node) = self.nodes.get(&p.leader) else {
+                    return Some(format!("{key} by {} at {} (not running)", p.leader, p.leader_epoch));
+                };
+                let led = node.broker.topics.led();
+                let here = led.iter().find(|(t, id, part, _)| kaas_shared::names::partition_key(t, *part) == *key && *id == p.topic_id);
+                match here {
+                    Some((_, _, _, epoch)) if *epoch == p.leader_epoch => None,
+                    Some((_, _, _, epoch)) => Some(format!("{key} by {} at {} (leads it at {epoch})", p.leader, p.leader_epoch)),
+                    None => Some(format!("{key} by {} at {} (does not lead it)", p.leader, p.leader_epoch)),
+                }
+            })
+            .collect()
     }
 }
 
