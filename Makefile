@@ -47,7 +47,7 @@ bench: deps build
 	$(MAKE) bench-failover
 
 ## The long fault campaign: 1,000 seeded faults (kill -9, SIGSTOP/SIGCONT, SIGTERM drain, the
-## controller's death, EIO/ENOSPC/ESTALE/slow fsync on one broker's mount, stray files, the
+## controller's death, EIO/ENOSPC/ESTALE/failed writeback/slow fsync on one broker's mount, stray files, the
 ## controller cut off from its Lease) on an in-process 3-broker cluster under an idempotent
 ## producer, a classic and a KIP-848 group committing, and a transactional read-process-write
 ## pipeline; prints the seed, the faults and each invariant's checks. `make test` runs the
