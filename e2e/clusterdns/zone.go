@@ -34,9 +34,20 @@ type Zone struct {
 }
 
 const (
-	bySlicesService = "service"
+	// BySlicesService names the EndpointSlice index SlicesByService.
+	BySlicesService = "service"
 	byPodIP         = "ip"
 )
+
+// SlicesByService indexes EndpointSlices by "<ns>/<service>", from their
+// kubernetes.io/service-name label.
+func SlicesByService(obj any) ([]string, error) {
+	s := obj.(*discoveryv1.EndpointSlice)
+	if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
+		return []string{s.Namespace + "/" + name}, nil
+	}
+	return nil, nil
+}
 
 // NewZone watches client's Services, EndpointSlices and Pods until ctx ends; domain is the
 // cluster domain ("cluster.local"). Call WaitSynced before answering.
@@ -45,13 +56,7 @@ func NewZone(ctx context.Context, client kubernetes.Interface, domain string) *Z
 	svc := f.Core().V1().Services().Informer()
 	eps := f.Discovery().V1().EndpointSlices().Informer()
 	pods := f.Core().V1().Pods().Informer()
-	_ = eps.AddIndexers(cache.Indexers{bySlicesService: func(obj any) ([]string, error) {
-		s := obj.(*discoveryv1.EndpointSlice)
-		if name := s.Labels[discoveryv1.LabelServiceName]; name != "" {
-			return []string{s.Namespace + "/" + name}, nil
-		}
-		return nil, nil
-	}})
+	_ = eps.AddIndexers(cache.Indexers{BySlicesService: SlicesByService})
 	_ = pods.AddIndexers(cache.Indexers{byPodIP: func(obj any) ([]string, error) {
 		var ips []string
 		for _, ip := range obj.(*corev1.Pod).Status.PodIPs {
@@ -215,7 +220,7 @@ func (z *Zone) pod(ns, dashed string) ([]string, bool) {
 // readyEndpoints are the endpoints of the Service's slices that are ready (a nil ready
 // condition means ready, per the EndpointSlice API).
 func (z *Zone) readyEndpoints(ns, svc string) []discoveryv1.Endpoint {
-	objs, _ := z.slices.ByIndex(bySlicesService, ns+"/"+svc)
+	objs, _ := z.slices.ByIndex(BySlicesService, ns+"/"+svc)
 	var out []discoveryv1.Endpoint
 	for _, obj := range objs {
 		for _, ep := range obj.(*discoveryv1.EndpointSlice).Endpoints {

@@ -20,10 +20,7 @@ func testZone(t *testing.T) *Zone {
 	z := &Zone{
 		domain:   "cluster.local.",
 		services: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
-		slices: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{bySlicesService: func(obj any) ([]string, error) {
-			s := obj.(*discoveryv1.EndpointSlice)
-			return []string{s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]}, nil
-		}}),
+		slices:   cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{BySlicesService: SlicesByService}),
 		pods: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{byPodIP: func(obj any) ([]string, error) {
 			return []string{obj.(*corev1.Pod).Status.PodIP}, nil
 		}}),

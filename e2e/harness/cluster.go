@@ -78,6 +78,7 @@ type Env struct {
 	kubeletArgs            map[string][]string
 	mirrors                []string // registry=host:port for the kubelets
 	stopDNS                func()
+	stopProxy              func()
 	stopOnce               sync.Once
 }
 
@@ -156,6 +157,9 @@ func Launch(opts Options) (*Env, error) {
 	if err := c.startDNS(ctx); err != nil {
 		return c, err
 	}
+	if err := c.startServiceProxy(); err != nil {
+		return c, err
+	}
 	if err := c.createVolumes(ctx, opts.Volumes); err != nil {
 		return c, err
 	}
@@ -201,10 +205,12 @@ func (c *Env) Stop() {
 			procs[i].stop(10 * time.Second)
 		}
 		c.mu.Lock()
-		stopDNS := c.stopDNS
+		stops := []func(){c.stopDNS, c.stopProxy}
 		c.mu.Unlock()
-		if stopDNS != nil {
-			stopDNS()
+		for _, stop := range stops {
+			if stop != nil {
+				stop()
+			}
 		}
 		if os.Getenv("KAAS_E2E_KEEP") == "1" {
 			fmt.Fprintf(os.Stderr, "harness: KAAS_E2E_KEEP=1, leaving %s\n", c.Dir)

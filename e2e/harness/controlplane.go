@@ -19,8 +19,9 @@ import (
 )
 
 const (
-	// serviceCIDR is only bookkeeping: nothing routes it (there is no kube-proxy), so pods reach
-	// the apiserver through KUBERNETES_SERVICE_HOST, which the kubelet sets to the real address.
+	// serviceCIDR is where cluster IPs come from; inside the network namespace the service proxy
+	// (startServiceProxy) serves them. Pods reach the apiserver through KUBERNETES_SERVICE_HOST,
+	// which the kubelet sets to the real address.
 	serviceCIDR = "10.96.0.0/16"
 	// StorageClass is the class of the pre-created RWX volumes.
 	StorageClass = "kaas-e2e-rwx"

@@ -3,13 +3,16 @@ package harness
 import (
 	"context"
 	"fmt"
+	"log"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"kaas/e2e/clusterdns"
+	"kaas/e2e/svcproxy"
 )
 
 // ClusterDomain is the harness clusters' DNS domain.
@@ -119,4 +122,35 @@ func (c *Env) Resolver() *net.Resolver {
 		d := net.Dialer{Timeout: 5 * time.Second}
 		return d.DialContext(ctx, network, addr)
 	}}
+}
+
+// startServiceProxy makes the cluster's Service IPs reachable inside the network namespace
+// (svcproxy: a TCP relay per cluster IP and port, kube-proxy's old userspace mode): the service
+// range is routed to `lo` as local addresses, so that the relays can bind any cluster IP.
+func (c *Env) startServiceProxy() error {
+	if !InNetns() {
+		return nil
+	}
+	out, err := exec.Command("ip", "route", "replace", "local", serviceCIDR, "dev", "lo").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip route replace local %s dev lo: %v: %s", serviceCIDR, err, out)
+	}
+	f, err := os.OpenFile(c.logPath("service-proxy"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	logger := log.New(f, "", log.LstdFlags|log.Lmicroseconds)
+	pctx, cancel := context.WithCancel(context.Background())
+	if _, err := svcproxy.Start(pctx, c.Client, logger.Printf); err != nil {
+		cancel()
+		f.Close()
+		return err
+	}
+	c.mu.Lock()
+	c.stopProxy = func() {
+		cancel()
+		f.Close()
+	}
+	c.mu.Unlock()
+	return nil
 }

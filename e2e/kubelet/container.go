@@ -358,9 +358,9 @@ func envLookup(env []string) func(string) (string, bool) {
 }
 
 // writeHosts writes the pod's /etc/hosts as the kubelet manages it (the pod's own name and
-// address), plus the in-cluster names of the apiserver: its Service's ClusterIP leads nowhere
-// (there is no kube-proxy), so clients that reach the apiserver as kubernetes.default.svc find
-// its real address here before asking the cluster DNS.
+// address), plus the in-cluster names of the apiserver at its real address: outside the
+// harness' network namespace there is neither cluster DNS nor a service proxy, and clients that
+// reach the apiserver as kubernetes.default.svc still find it.
 func (w *podWorker) writeHosts() (string, error) {
 	p := w.pod
 	name := podHostname(p)

@@ -35,7 +35,8 @@ func (w *podWorker) containerEnv(ctx context.Context, c *corev1.Container, base 
 		}
 	}
 	set("HOSTNAME", podHostname(w.pod))
-	// NB: pods reach the real apiserver here, not a ClusterIP: there is no kube-proxy.
+	// NB: pods reach the real apiserver here, not its ClusterIP, which only the harness' service
+	// proxy serves (and only inside its network namespace).
 	host, port := k.cfg.APIServerHost, strconv.Itoa(k.cfg.APIServerPort)
 	hp := host + ":" + port
 	set("KUBERNETES_SERVICE_HOST", host)

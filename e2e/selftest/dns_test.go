@@ -15,6 +15,8 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"kaas/e2e/harness"
 )
@@ -67,6 +69,7 @@ spec:
         args: ["--listen=$(POD_IP):8080"]
         env:
         - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
         readinessProbe:
           httpGet: {path: /healthz, port: 8080}
           periodSeconds: 1
@@ -75,14 +78,16 @@ spec:
 
 // lookups are what the client pods resolve with glibc (getent, from the host's PATH): the short
 // names only resolve through the pod's search path.
-const lookups = `cat /etc/resolv.conf; for n in web-0 web-0.web front front.dnstest web-0.web.dnstest.svc.cluster.local kubernetes.default nosuch; do echo "lookup $n: $(getent hosts $n || echo FAILED)"; done`
+const lookups = `cat /etc/resolv.conf; for n in web-0 web-0.web front front.dnstest web-0.web.dnstest.svc.cluster.local kubernetes.default nosuch; do echo "lookup $n: $(getent hosts $n || echo FAILED)"; done; echo "front says: $(curl -sS --max-time 10 http://front/whoami)"`
 
-// TestClusterDNS checks the cluster DNS with real resolvers: a StatefulSet pod's name behind its
-// headless Service (also while not ready: publishNotReadyAddresses), a headless Service's ready
-// endpoints, a ClusterIP Service, NXDOMAIN, a refusal outside the cluster domain, pods' search
-// paths (glibc in a pod, dnsPolicy ClusterFirst/Default/None), and the test process's own
-// resolver and its children's, which resolve the names brokers advertise.
-func TestClusterDNS(t *testing.T) {
+// TestServiceDiscovery checks the cluster DNS with real resolvers: a StatefulSet pod's name behind
+// its headless Service (also while not ready: publishNotReadyAddresses), a headless Service's
+// ready endpoints, a ClusterIP Service, NXDOMAIN, a refusal outside the cluster domain, pods'
+// search paths (glibc in a pod, dnsPolicy ClusterFirst/Default/None), and the test process's own
+// resolver and its children's, which resolve the names brokers advertise. And Service IPs: a
+// ClusterIP Service (port → targetPort) from the test and from a pod, the apiserver's
+// `kubernetes` Service.
+func TestServiceDiscovery(t *testing.T) {
 	if !harness.InNetns() {
 		t.Skip("no cluster DNS outside the harness' network namespace")
 	}
@@ -197,6 +202,8 @@ spec:
 		"lookup nosuch: FAILED",
 		// A pod's own hostname is no name of its namespace's search domain.
 		"lookup web-0: FAILED",
+		// Through the Service's cluster IP, port 80 → the pod's 8080.
+		"front says: web-0\n",
 	} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("pod client: no %q in:\n%s", want, logs)
@@ -217,6 +224,23 @@ spec:
 		if !strings.Contains(logs, want) {
 			t.Errorf("pod client-none: no %q in:\n%s", want, logs)
 		}
+	}
+
+	// The cluster IPs lead to the Services' endpoints.
+	body := httpGet(t, "http://front.dnstest.svc/whoami")
+	if strings.TrimSpace(body) != "web-0" {
+		t.Errorf("http://front.dnstest.svc/whoami = %q, want web-0", body)
+	}
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Host = "https://kubernetes.default.svc" // its ClusterIP 10.96.0.1, in the serving certificate
+	api, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := api.Discovery().ServerVersion(); err != nil {
+		t.Errorf("the apiserver through the kubernetes Service: %v", err)
+	} else {
+		t.Logf("the apiserver through the kubernetes Service: %s", v.GitVersion)
 	}
 
 	// Not ready: the headless Service that publishes not-ready addresses still names the pod,
