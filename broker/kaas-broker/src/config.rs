@@ -147,6 +147,17 @@ impl Default for LogCleanerSettings {
 }
 
 impl BrokerConfig {
+    /// The advertised `host:port` as one string, an IPv6 host in brackets (`[fd00::5]:9092`),
+    /// as Kafka writes `advertised.listeners`. (Metadata carries host and port apart, the host
+    /// without brackets.)
+    pub fn advertised_address(&self) -> String {
+        if self.advertise_host.contains(':') {
+            format!("[{}]:{}", self.advertise_host, self.advertise_port)
+        } else {
+            format!("{}:{}", self.advertise_host, self.advertise_port)
+        }
+    }
+
     /// A configuration for tests and local development: loopback, in-memory, ephemeral port.
     pub fn local_in_memory() -> BrokerConfig {
         BrokerConfig {
@@ -261,6 +272,14 @@ pub fn parse_per_ip_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_advertised_ipv6_host_is_bracketed_in_host_port() {
+        let with = |host: &str| BrokerConfig { advertise_host: host.to_string(), advertise_port: 9092, ..BrokerConfig::local_in_memory() };
+        assert_eq!(with("fd00::5").advertised_address(), "[fd00::5]:9092");
+        assert_eq!(with("10.0.0.5").advertised_address(), "10.0.0.5:9092");
+        assert_eq!(with("kc-0.kc-brokers.demo.svc").advertised_address(), "kc-0.kc-brokers.demo.svc:9092");
+    }
 
     #[test]
     fn per_ip_overrides_parse_as_kafka_spells_them() {

@@ -325,7 +325,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     });
     println!("kaas probes and metrics on http://{http_bound} (/healthz, /readyz, /metrics)");
     // Tests and scripts wait for this line.
-    println!("kaas listening on {bound} (advertised as {}:{}; storage: {}; security: {})", config.advertise_host, config.advertise_port, describe(&config.storage), config.security.protocol());
+    println!("kaas listening on {bound} (advertised as {}; storage: {}; security: {})", config.advertised_address(), describe(&config.storage), config.security.protocol());
     let draining = broker.clone();
     // SIGTERM drains first (partitions move away while this broker still serves), then the
     // listener stops.

@@ -128,7 +128,7 @@ fn broker_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeCon
         ("node.id", c.node_id.to_string(), 3),
         ("broker.id", c.node_id.to_string(), 3),
         ("listeners", format!("PLAINTEXT://{}", c.listen), 7),
-        ("advertised.listeners", format!("PLAINTEXT://{}:{}", c.advertise_host, c.advertise_port), 7),
+        ("advertised.listeners", format!("PLAINTEXT://{}", c.advertised_address()), 7),
         ("log.dirs", log_dirs, 2),
         ("num.partitions", c.default_partitions.to_string(), 3),
         ("default.replication.factor", "1".to_string(), 4),
