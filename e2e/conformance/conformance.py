@@ -228,6 +228,15 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
         if "All configs for broker" not in out:
             raise Failed(f"no broker configs: {shorten(out)}")
 
+    def configs_list_resources() -> None:
+        # Without --entity-name, kafka-configs 4.1+ lists the resources to describe with
+        # ListConfigResources (KIP-1142); a broker without it fails the command. No group configs
+        # or client-metrics subscriptions exist here, so each lists nothing.
+        for entity_type in ("client-metrics", "groups"):
+            out = t.run("configs", "--describe", "--entity-type", entity_type)
+            if out.strip():
+                raise Failed(f"{entity_type}: expected nothing to describe, got {shorten(out)}")
+
     def console_produce() -> None:
         t.run("topics", "--create", "--topic", con_topic, "--partitions", "1", "--replication-factor", "1")
         # Kafka 4.2+ (KIP-1147) names the reader's and the formatter's properties
@@ -306,6 +315,7 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
         ("kafka-configs", "describe topic", configs_describe),
         ("kafka-configs", "alter/delete topic config", configs_alter),
         ("kafka-configs", "describe brokers", configs_brokers),
+        ("kafka-configs", "describe every group and client-metrics (ListConfigResources)", configs_list_resources),
         ("kafka-log-dirs", "describe", log_dirs_describe),
         ("kafka-console", "produce keys+headers", console_produce),
         ("kafka-console", "consume assign (--partition)", lambda: console_consume("--partition", "0", "--offset", "earliest")),

@@ -111,6 +111,7 @@ error_codes! {
         r.results.iter().for_each(|u| f(u.error_code));
     };
     AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
+    ListConfigResourcesResponse => |r, f| f(r.error_code);
 }
 
 /// The Kafka name of an error code (`NOT_LEADER_OR_FOLLOWER`), as Kafka labels its

@@ -214,6 +214,7 @@ routes! {
     DeleteAcls: messages::DeleteAclsRequest = 1..=3 => api::delete_acls::handle;
     DescribeUserScramCredentials: messages::DescribeUserScramCredentialsRequest = 0..=0 => api::describe_user_scram_credentials::handle;
     AlterUserScramCredentials: messages::AlterUserScramCredentialsRequest = 0..=0 => api::alter_user_scram_credentials::handle;
+    ListConfigResources: messages::ListConfigResourcesRequest = 0..=1 => api::list_config_resources::handle;
 }
 
 /// The route for an API key, if this broker handles it.

@@ -1,7 +1,7 @@
 //! Protocol details no stock client in the suite exercises: incremental fetch sessions
 //! (KIP-227), fetch by topic id (v13+), long-poll wake-up on append, DescribeCluster,
-//! OffsetForLeaderEpoch, DescribeTopicPartitions paging, DescribeLogDirs and the advertised
-//! versions.
+//! OffsetForLeaderEpoch, DescribeTopicPartitions paging, DescribeLogDirs, ListConfigResources
+//! and the advertised versions.
 
 mod common;
 
@@ -16,7 +16,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderP
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, DescribeClusterRequest, DescribeLogDirsRequest, DescribeTopicPartitionsRequest,
-    DescribeTopicPartitionsResponse, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse,
+    DescribeTopicPartitionsResponse, FetchRequest, FetchResponse, ListConfigResourcesRequest, MetadataRequest, MetadataResponse,
     OffsetForLeaderEpochRequest, ProduceRequest, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::Decodable;
@@ -221,6 +221,27 @@ fn describe_cluster_offset_for_leader_epoch_and_api_versions() -> TestResult {
     assert_eq!(find(ApiKey::Fetch), Some((4, 18)));
     assert_eq!(find(ApiKey::EndTxn), Some((0, 4)), "transactions, without the transactions-v2 version");
     assert_eq!(find(ApiKey::ElectLeaders), None, "nothing unbuilt is advertised");
+    Ok(())
+}
+
+/// ListConfigResources as Kafka answers it: v1 lists broker loggers, brokers and topics (an
+/// empty type list is every type; groups and client metrics have no configs here), v0 lists
+/// client-metrics subscriptions only, and a type Kafka does not list fails the request.
+#[test]
+fn list_config_resources_names_what_describe_configs_describes() -> TestResult {
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    wire.create_topic("listed", 1)?;
+    let listed = |wire: &mut Wire, version: i16, types: Vec<i8>| -> TestResult<(i16, Vec<(i8, String)>)> {
+        let response = wire.call(version, &ListConfigResourcesRequest::default().with_resource_types(types))?;
+        Ok((response.error_code, response.config_resources.iter().map(|r| (r.resource_type, r.resource_name.to_string())).collect()))
+    };
+    let every = listed(&mut wire, 1, vec![])?;
+    assert_eq!(every, (0, vec![(8, "0".to_string()), (4, "0".to_string()), (2, "listed".to_string())]), "broker loggers, brokers, topics");
+    assert_eq!(listed(&mut wire, 1, vec![2])?, (0, vec![(2, "listed".to_string())]));
+    assert_eq!(listed(&mut wire, 1, vec![32, 16])?, (0, vec![]), "no group configs, no client-metrics subscriptions");
+    assert_eq!(listed(&mut wire, 0, vec![])?, (0, vec![]), "v0 is ListClientMetricsResources");
+    assert_eq!(listed(&mut wire, 1, vec![2, 1])?.0, ResponseError::UnsupportedVersion.code(), "type 1 (unknown) is refused");
     Ok(())
 }
 
