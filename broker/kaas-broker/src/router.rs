@@ -156,8 +156,13 @@ macro_rules! routes {
                         // every Metadata refresh; Kafka 4.4 answers. So does kaas.
                         tracing::debug!(api = ?ctx.api_key, version = ctx.version, extra = body.len(), "ignoring bytes after the request body, as Kafka does");
                     }
+                    // What the slow-request log names, taken before the handler consumes it.
+                    let named = match broker.config.slow_request {
+                        Some(_) => crate::slow_requests::NamedPartitions::of(&request),
+                        None => Default::default(),
+                    };
                     let reply = $handler(broker, &ctx, request).await;
-                    finish(&ctx, reply, broker, started)
+                    finish(&ctx, reply, broker, started, named)
                 } )*
                 other => Err(DispatchError::NotRouted(other)),
             }
@@ -224,13 +229,19 @@ pub fn route(key: ApiKey) -> Option<Route> {
 
 /// Encodes a ready answer, or spawns the wait for a deferred one; either way the request's
 /// duration and error codes are recorded when its answer is ready.
-fn finish<T>(ctx: &RequestContext, reply: Reply<T>, broker: &Broker, started: Instant) -> Result<Pending, DispatchError>
+fn finish<T>(
+    ctx: &RequestContext,
+    reply: Reply<T>,
+    broker: &Broker,
+    started: Instant,
+    named: crate::slow_requests::NamedPartitions,
+) -> Result<Pending, DispatchError>
 where
     T: Encodable + ErrorCodes + Send + 'static,
 {
     let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
     let metrics = &broker.metrics;
-    let slow_log = SlowRequestLog::for_request(broker.config.slow_request, ctx);
+    let slow_log = SlowRequestLog::for_request(broker.config.slow_request, ctx, named);
     match reply {
         Reply::Now(body) => {
             metrics.answered(key, started, None, &body);

@@ -1,12 +1,19 @@
 //! The slow-request log: a request whose own time passed `--slow-request-ms` is logged at WARN
-//! with its client, API and the phase that took the time, so one misbehaving client or a disk
-//! that stalls shows in the logs without turning on request tracing.
+//! with its client, API, the partitions it named and the phase that took the time, so one
+//! misbehaving client or a disk that stalls shows in the logs without turning on request
+//! tracing.
 
+use std::any::Any;
+use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{
+    ApiKey, DeleteRecordsRequest, FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    TopicName, TxnOffsetCommitRequest,
+};
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use crate::router::RequestContext;
 
@@ -19,12 +26,14 @@ pub struct SlowRequestLog {
     correlation_id: i32,
     client_id: Option<StrBytes>,
     peer: SocketAddr,
+    partitions: NamedPartitions,
 }
 
 impl SlowRequestLog {
     /// `None` when the log is off, so nothing is cloned per request.
-    pub fn for_request(threshold: Option<Duration>, ctx: &RequestContext) -> Option<SlowRequestLog> {
+    pub fn for_request(threshold: Option<Duration>, ctx: &RequestContext, partitions: NamedPartitions) -> Option<SlowRequestLog> {
         Some(SlowRequestLog {
+            partitions,
             threshold: threshold?,
             api: ctx.api_key,
             version: ctx.version,
@@ -52,12 +61,73 @@ impl SlowRequestLog {
             correlation_id = self.correlation_id,
             client_id = self.client_id.as_deref().unwrap_or(""),
             peer = %self.peer,
+            partitions = %self.partitions,
             local_ms = local.as_millis() as u64,
             wait_ms = wait.as_millis() as u64,
             phase,
             "slow request"
         );
         Some(phase)
+    }
+}
+
+/// How many partitions a log line names before it only counts the rest.
+const NAMED_MAX: usize = 8;
+
+/// The partitions a request names (the first [`NAMED_MAX`], and how many more), shown as
+/// `topic-partition`; a topic a request names by id alone (Fetch v13+) shows its id. Taken for
+/// every request while the log is on, so it only clones reference-counted names; the text is
+/// made only for a request that is logged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamedPartitions {
+    named: Vec<(TopicName, Uuid, i32)>,
+    more: usize,
+}
+
+impl NamedPartitions {
+    /// What `request` names, for the request types that name partitions; nothing for the rest.
+    pub fn of(request: &dyn Any) -> NamedPartitions {
+        let mut out = NamedPartitions::default();
+        let none = Uuid::nil();
+        if let Some(r) = request.downcast_ref::<ProduceRequest>() {
+            r.topic_data.iter().for_each(|t| out.add(&t.name, t.topic_id, t.partition_data.iter().map(|p| p.index)));
+        } else if let Some(r) = request.downcast_ref::<FetchRequest>() {
+            r.topics.iter().for_each(|t| out.add(&t.topic, t.topic_id, t.partitions.iter().map(|p| p.partition)));
+        } else if let Some(r) = request.downcast_ref::<ListOffsetsRequest>() {
+            r.topics.iter().for_each(|t| out.add(&t.name, none, t.partitions.iter().map(|p| p.partition_index)));
+        } else if let Some(r) = request.downcast_ref::<OffsetCommitRequest>() {
+            r.topics.iter().for_each(|t| out.add(&t.name, t.topic_id, t.partitions.iter().map(|p| p.partition_index)));
+        } else if let Some(r) = request.downcast_ref::<TxnOffsetCommitRequest>() {
+            r.topics.iter().for_each(|t| out.add(&t.name, none, t.partitions.iter().map(|p| p.partition_index)));
+        } else if let Some(r) = request.downcast_ref::<DeleteRecordsRequest>() {
+            r.topics.iter().for_each(|t| out.add(&t.name, none, t.partitions.iter().map(|p| p.partition_index)));
+        } else if let Some(r) = request.downcast_ref::<OffsetForLeaderEpochRequest>() {
+            r.topics.iter().for_each(|t| out.add(&t.topic, none, t.partitions.iter().map(|p| p.partition)));
+        }
+        out
+    }
+
+    fn add(&mut self, name: &TopicName, id: Uuid, partitions: impl ExactSizeIterator<Item = i32>) {
+        let room = NAMED_MAX.saturating_sub(self.named.len());
+        self.more += partitions.len().saturating_sub(room);
+        self.named.extend(partitions.take(room).map(|p| (name.clone(), id, p)));
+    }
+}
+
+impl fmt::Display for NamedPartitions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (name, id, partition)) in self.named.iter().enumerate() {
+            let separator = if i == 0 { "" } else { "," };
+            if name.is_empty() {
+                write!(f, "{separator}{id}-{partition}")?;
+            } else {
+                write!(f, "{separator}{}-{partition}", name.as_str())?;
+            }
+        }
+        if self.more > 0 {
+            write!(f, " (+{} more)", self.more)?;
+        }
+        Ok(())
     }
 }
 
@@ -73,7 +143,15 @@ mod tests {
 
     fn log(api: ApiKey) -> SlowRequestLog {
         let peer = SocketAddr::from(([127, 0, 0, 1], 40000));
-        SlowRequestLog { threshold: Duration::from_millis(100), api, version: 0, correlation_id: 7, client_id: None, peer }
+        SlowRequestLog {
+            threshold: Duration::from_millis(100),
+            api,
+            version: 0,
+            correlation_id: 7,
+            client_id: None,
+            peer,
+            partitions: NamedPartitions::default(),
+        }
     }
 
     fn ago(ms: u64) -> Instant {
@@ -94,5 +172,24 @@ mod tests {
         assert_eq!(log(ApiKey::JoinGroup).answered(ago(5000), Some(ago(4999))), None);
         // ... but a fetch that took long to read is.
         assert_eq!(log(ApiKey::Fetch).answered(ago(5000), Some(ago(200))), Some("local"));
+    }
+
+    #[test]
+    fn names_the_first_partitions_of_a_request_and_counts_the_rest() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        let topic = |name: &str, partitions: std::ops::Range<i32>| {
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(name.to_string())))
+                .with_partition_data(partitions.map(|p| PartitionProduceData::default().with_index(p)).collect())
+        };
+        let produce = ProduceRequest::default().with_topic_data(vec![topic("a", 0..2), topic("b", 0..10)]);
+        assert_eq!(NamedPartitions::of(&produce).to_string(), "a-0,a-1,b-0,b-1,b-2,b-3,b-4,b-5 (+4 more)");
+        let by_id = FetchRequest::default().with_topics(vec![
+            kafka_protocol::messages::fetch_request::FetchTopic::default()
+                .with_topic_id(Uuid::nil())
+                .with_partitions(vec![kafka_protocol::messages::fetch_request::FetchPartition::default().with_partition(3)]),
+        ]);
+        assert_eq!(NamedPartitions::of(&by_id).to_string(), format!("{}-3", Uuid::nil()));
+        assert_eq!(NamedPartitions::of(&kafka_protocol::messages::MetadataRequest::default()).to_string(), "");
     }
 }
