@@ -117,6 +117,10 @@ pub fn refusal(kc: &KafkaCluster) -> Option<Cond> {
     if let Err(problem) = validate::pod_env(env.unwrap_or_default()) {
         return Some(Cond::new(DEGRADED, true, "InvalidPodTemplate", problem));
     }
+    let drain = kc.spec.config.get("drain.timeout.ms").map(String::as_str);
+    if let Err(problem) = validate::grace_period(resources::broker_grace_seconds(kc), drain) {
+        return Some(Cond::new(DEGRADED, true, "InvalidPodTemplate", problem));
+    }
     None
 }
 
@@ -772,6 +776,16 @@ mod tests {
                 .unwrap(),
         );
         assert_eq!(refusal(&kc).unwrap().reason, "InvalidPodTemplate");
+        let mut kc = cluster("0.1.0");
+        kc.spec.pod_template =
+            Some(serde_json::from_value(json!({"terminationGracePeriodSeconds": 20})).unwrap());
+        let r = refusal(&kc).unwrap();
+        assert_eq!(r.reason, "InvalidPodTemplate");
+        assert!(
+            r.message.contains("drain.timeout.ms (30000 ms)"),
+            "{}",
+            r.message
+        );
     }
 
     #[test]

@@ -237,6 +237,16 @@ pub fn termination_grace_seconds(kc: &KafkaCluster) -> i64 {
     (2 * kc.spec.timeouts.session_timeout_ms / 1000 + 30).max(60)
 }
 
+/// The brokers' termination grace period: the spec's `podTemplate.terminationGracePeriodSeconds`,
+/// or [`termination_grace_seconds`].
+pub fn broker_grace_seconds(kc: &KafkaCluster) -> i64 {
+    kc.spec
+        .pod_template
+        .as_ref()
+        .and_then(|o| o.termination_grace_period_seconds)
+        .unwrap_or_else(|| termination_grace_seconds(kc))
+}
+
 /// The broker pod template.
 pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTemplateSpec> {
     let spec = &kc.spec;
@@ -322,12 +332,9 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
     if let Some(resources) = &spec.resources {
         container["resources"] = to_json("resources", resources)?;
     }
-    let grace = overrides
-        .termination_grace_period_seconds
-        .unwrap_or_else(|| termination_grace_seconds(kc));
     let mut pod_spec = json!({
         "serviceAccountName": broker_service_account(kc, names),
-        "terminationGracePeriodSeconds": grace,
+        "terminationGracePeriodSeconds": broker_grace_seconds(kc),
         "securityContext": broker_pod_security(kc)?,
         "containers": [container],
         "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}],

@@ -231,6 +231,25 @@ pub fn pod_env(env: &[k8s_openapi::api::core::v1::EnvVar]) -> Result<(), String>
     ))
 }
 
+/// The broker's `--drain-timeout-ms` default (`drain.timeout.ms`), which the operator cannot
+/// read from the broker: keep it equal to the flag's.
+pub const DEFAULT_DRAIN_TIMEOUT_MS: i64 = 30_000;
+
+/// Checks that a broker's termination grace period outlasts its drain: the kubelet kills the
+/// broker when the grace period ends, and a broker killed mid-drain leaves its partitions to be
+/// recovered instead of handed over. `drain_timeout` is the `drain.timeout.ms` config value.
+pub fn grace_period(grace_seconds: i64, drain_timeout: Option<&str>) -> Result<(), String> {
+    let drain_ms = drain_timeout
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or(DEFAULT_DRAIN_TIMEOUT_MS);
+    if grace_seconds.saturating_mul(1000) > drain_ms {
+        return Ok(());
+    }
+    Err(format!(
+        "the termination grace period ({grace_seconds} s) must exceed drain.timeout.ms ({drain_ms} ms): the kubelet would kill brokers before they hand their partitions over"
+    ))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -354,6 +373,18 @@ mod tests {
             Some("KAAS_DEFAULT_PARTITIONS")
         );
         assert_eq!(broker_env_name("listen"), None);
+    }
+
+    #[test]
+    fn the_grace_period_outlasts_the_drain() {
+        assert!(grace_period(60, None).is_ok());
+        assert!(grace_period(31, Some("30000")).is_ok());
+        let e = grace_period(30, None).unwrap_err();
+        assert!(
+            e.contains("(30 s) must exceed drain.timeout.ms (30000 ms)"),
+            "{e}"
+        );
+        assert!(grace_period(60, Some("120000")).is_err());
     }
 
     #[test]
