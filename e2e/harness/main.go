@@ -27,7 +27,7 @@ const (
 //	func TestMain(m *testing.M) { harness.Main(m) }
 //
 // It builds (or finds cached) binaries, then re-runs the test binary inside a private network
-// namespace. Why: the apiserver refuses loopback addresses in EndpointSlices, so pods need
+// namespace (and mount namespace, where /etc/resolv.conf names the cluster DNS: see dns.go). Why: the apiserver refuses loopback addresses in EndpointSlices, so pods need
 // routable-looking addresses; inside a namespace that has nothing but its own `lo`, addresses
 // such as 10.100.1.5 can be put on `lo` and no packet can ever leave the machine. A second
 // harness run never collides with this one's ports or addresses either.

@@ -75,11 +75,12 @@ type seedsEnv struct {
 	nfs    *nfs
 }
 
-// seeds are the three brokers' Kafka addresses.
+// seeds are the three brokers' Kafka addresses: the names they advertise (listener.advertise
+// PodDns, the default), which the test process resolves through the cluster DNS.
 func (e *seedsEnv) seeds() []string {
 	var out []string
 	for i := range 3 {
-		out = append(out, e.PodAddr(ns, fmt.Sprintf("kc-%d", i), 9092))
+		out = append(out, fmt.Sprintf("kc-%d.kc-brokers.%s.svc:9092", i, ns))
 	}
 	return out
 }
@@ -221,7 +222,13 @@ func TestSeeds(t *testing.T) {
 		}
 		verify(t, e.seeds(), orders)
 		verify(t, e.seeds(), payments)
-		consumeAsGroup(t, e.seeds(), "orders", "steady-group", 3000)
+		// A consumer group bootstrapped as a user's would be: from the cluster's status, the
+		// bootstrap Service (a ClusterIP, through the harness' service proxy).
+		bootstrap := e.JSONPath(ns, "kafkacluster", "kc", ".status.bootstrapServers")
+		if bootstrap != "kc-bootstrap."+ns+".svc:9092" {
+			t.Fatalf("status.bootstrapServers = %q", bootstrap)
+		}
+		consumeAsGroup(t, []string{bootstrap}, "orders", "steady-group", 3000)
 	})
 
 	t.Run("kafkaclusterassignments shows the live assignment", func(t *testing.T) {

@@ -57,8 +57,8 @@ func main() {
 	_ = os.Chmod(filepath.Join(*state, "kubectl"), 0o755)
 	write(*state, "env", fmt.Sprintf("KUBECONFIG=%s\nKAAS_E2E_HARNESS_DIR=%s\nKAAS_E2E_NETNS_PID=%d\n", env.Kubeconfig, env.Dir, pid))
 	write(*state, "ready", "ready\n")
-	fmt.Printf("harness up: dir %s\nkubeconfig: %s\nkubectl:    %s/kubectl get pods -A\nshell:      nsenter --net=/proc/%d/ns/net -- bash   (then KUBECONFIG=%s)\n",
-		env.Dir, env.Kubeconfig, *state, pid, env.Kubeconfig)
+	fmt.Printf("harness up: dir %s\nkubeconfig: %s\nkubectl:    %s/kubectl get pods -A\nshell:      nsenter --net=/proc/%d/ns/net --mount=/proc/%d/ns/mnt -- bash   (then KUBECONFIG=%s; cluster DNS resolves there)\n",
+		env.Dir, env.Kubeconfig, *state, pid, pid, env.Kubeconfig)
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
