@@ -37,10 +37,14 @@ value: 1000
 
 func TestOperator(t *testing.T) {
 	root := repoRoot(t)
-	c := harness.Start(t, harness.Options{Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
-		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
-	}})
+	c := harness.Start(t, harness.Options{
+		Images: map[string]string{
+			"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
+			"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
+		},
+		// "spare" backs the claim of a cluster whose broker pods cannot be created.
+		Volumes: []string{"shared", "spare"},
+	})
 	volume := c.VolumeDir("shared")
 
 	// Install exactly as a user would: CRDs, RBAC and the operator Deployment from config/.
@@ -612,6 +616,37 @@ spec:
 				t.Fatalf("no StorageNotBound event on kafkacluster/nostore; events: %q", out)
 			}
 			time.Sleep(time.Second)
+		}
+	})
+
+	t.Run("status names a broker pod the StatefulSet cannot create", func(t *testing.T) {
+		c := c.For(t)
+		// The API server refuses the pod (no such PriorityClass): the StatefulSet controller only
+		// records a FailedCreate event on the StatefulSet, so no pod status says why.
+		c.Apply(`
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: spare, namespace: ` + ns + `}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: kaas-e2e-rwx
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: nopods, namespace: ` + ns + `}
+spec:
+  replicas: 1
+  version: 0.1.0
+  storage: {existingClaim: spare}
+  listener: {bind: PodIp}
+  podTemplate: {priorityClassName: no-such-priority}
+`)
+		defer c.Kubectl("-n", ns, "delete", "kafkacluster", "nopods", "--wait=false")
+		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "nopods", `.status.conditions[?(@.type=="Degraded")].reason`, "BrokerPodsNotCreated")
+		msg := c.JSONPath(ns, "kafkacluster", "nopods", `.status.conditions[?(@.type=="Degraded")].message`)
+		if !strings.Contains(msg, "0 of 1 broker pods exist") || !strings.Contains(msg, "no-such-priority") {
+			t.Fatalf("Degraded message %q does not say which pod is missing and why", msg)
 		}
 	})
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -211,7 +211,8 @@ pub fn with_refusal(conditions: Vec<Cond>, refused: Cond, running: bool) -> Vec<
 }
 
 /// Reads what explains brokers that are not ready: the shared claim (and its StorageClass while
-/// it is not bound) and the broker pods. A read that fails leaves that part unexplained.
+/// it is not bound), the StatefulSet's events and the broker pods. A read that fails leaves that
+/// part unexplained.
 async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<Cond> {
     let claim_name = resources::claim_name(kc, names);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &names.namespace);
@@ -234,11 +235,21 @@ async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<C
         .await
         .map(|l| l.items)
         .unwrap_or_default();
+    // The StatefulSet is named after the cluster; its controller's FailedCreate events say why
+    // a pod does not exist.
+    let fields = format!("involvedObject.kind=StatefulSet,involvedObject.name={}", names.cluster);
+    let statefulset_events = Api::<Event>::namespaced(client.clone(), &names.namespace)
+        .list(&ListParams::default().fields(&fields))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
     diagnosis::diagnose(&diagnosis::Observed {
         claim_name: &claim_name,
         claim: claim.as_ref(),
         storage_class_exists,
         pods: &pods,
+        replicas: kc.spec.replicas,
+        statefulset_events: &statefulset_events,
     })
 }
 

@@ -1,9 +1,11 @@
 //! Why a cluster's brokers are not ready, in the words a user can act on: the shared claim is
-//! missing or not bound (and whether its StorageClass exists), a broker image cannot be pulled,
-//! a broker crash-loops, or a broker pod cannot be scheduled. The reconciler reports the first
-//! that applies as the `Degraded` condition's reason and message, and as a Warning event.
+//! missing or not bound (and whether its StorageClass exists), the StatefulSet cannot create a
+//! broker pod (a missing ServiceAccount or PriorityClass, a quota, an admission webhook), a
+//! broker image cannot be pulled, a broker crash-loops, or a broker pod cannot be scheduled. The
+//! reconciler reports the first that applies as the `Degraded` condition's reason and message,
+//! and as a Warning event.
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kaas_shared::crd::conditions::DEGRADED;
 
 use crate::conditions::Cond;
@@ -19,12 +21,40 @@ pub struct Observed<'a> {
     pub storage_class_exists: Option<bool>,
     /// The broker pods.
     pub pods: &'a [Pod],
+    /// How many broker pods the cluster wants.
+    pub replicas: i32,
+    /// The StatefulSet's events (its controller reports a pod it cannot create as `FailedCreate`).
+    pub statefulset_events: &'a [Event],
 }
 
 /// The first problem found, as a `Degraded=True` condition; `None` when nothing is wrong that
 /// a user must fix (brokers may still be starting).
 pub fn diagnose(o: &Observed<'_>) -> Option<Cond> {
-    claim_problem(o).or_else(|| pod_problem(o.pods))
+    claim_problem(o).or_else(|| creation_problem(o)).or_else(|| pod_problem(o.pods))
+}
+
+/// A broker pod that does not exist because the StatefulSet controller's create failed: the
+/// newest `FailedCreate` event says why (the API server's refusal).
+fn creation_problem(o: &Observed<'_>) -> Option<Cond> {
+    if i32::try_from(o.pods.len()).unwrap_or(i32::MAX) >= o.replicas {
+        return None;
+    }
+    let newest = o
+        .statefulset_events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
+        .max_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)))?;
+    Some(Cond::new(
+        DEGRADED,
+        true,
+        "BrokerPodsNotCreated",
+        format!(
+            "{} of {} broker pods exist; the StatefulSet cannot create the others: {}",
+            o.pods.len(),
+            o.replicas,
+            newest.message.as_deref().unwrap_or("no reason given")
+        ),
+    ))
 }
 
 fn claim_problem(o: &Observed<'_>) -> Option<Cond> {
@@ -33,10 +63,7 @@ fn claim_problem(o: &Observed<'_>) -> Option<Cond> {
             DEGRADED,
             true,
             "StorageClaimMissing",
-            format!(
-                "PersistentVolumeClaim {:?} does not exist; brokers cannot start without the shared volume",
-                o.claim_name
-            ),
+            format!("PersistentVolumeClaim {:?} does not exist; brokers cannot start without the shared volume", o.claim_name),
         ));
     };
     let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
@@ -51,12 +78,7 @@ fn claim_problem(o: &Observed<'_>) -> Option<Cond> {
         ),
         (None, _) => "no StorageClass is named and none has provided a volume (is there a default ReadWriteMany class?)".to_owned(),
     };
-    Some(Cond::new(
-        DEGRADED,
-        true,
-        "StorageNotBound",
-        format!("PersistentVolumeClaim {:?} is {phase}: {why}", o.claim_name),
-    ))
+    Some(Cond::new(DEGRADED, true, "StorageNotBound", format!("PersistentVolumeClaim {:?} is {phase}: {why}", o.claim_name)))
 }
 
 /// The first broker pod problem, by pod name order: image pulls, then crash loops, then
@@ -78,8 +100,7 @@ fn pod_problem(pods: &[Pod]) -> Option<Cond> {
             })
         })
     };
-    if let Some((pod, image, reason, message, _)) =
-        waiting(&["ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"])
+    if let Some((pod, image, reason, message, _)) = waiting(&["ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"])
     {
         return Some(Cond::new(
             DEGRADED,
@@ -98,10 +119,7 @@ fn pod_problem(pods: &[Pod]) -> Option<Cond> {
             DEGRADED,
             true,
             "BrokerCrashLooping",
-            format!(
-                "broker pod {pod} is crash-looping ({} restarts{exit}); see kubectl logs {pod} --previous",
-                c.restart_count
-            ),
+            format!("broker pod {pod} is crash-looping ({} restarts{exit}); see kubectl logs {pod} --previous", c.restart_count),
         ));
     }
     pods.iter().find_map(|pod| {
@@ -149,7 +167,38 @@ mod tests {
     }
 
     fn observed<'a>(claim: Option<&'a PersistentVolumeClaim>, exists: Option<bool>, pods: &'a [Pod]) -> Observed<'a> {
-        Observed { claim_name: "data", claim, storage_class_exists: exists, pods }
+        Observed { claim_name: "data", claim, storage_class_exists: exists, pods, replicas: pods.len() as i32, statefulset_events: &[] }
+    }
+
+    fn event(reason: &str, at: &str, message: &str) -> Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("c.{at}")}, "involvedObject": {"kind": "StatefulSet", "name": "c"},
+            "reason": reason, "lastTimestamp": at, "message": message,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_pod_the_statefulset_cannot_create_is_named_with_the_refusal() {
+        let bound = claim("Bound", None);
+        let running = [pod("c-0", json!({"phase": "Running"}))];
+        let events = [
+            event("FailedCreate", "2026-12-01T10:00:00Z", "create Pod c-1 in StatefulSet c failed error: an older refusal"),
+            event(
+                "FailedCreate",
+                "2026-12-01T10:05:00Z",
+                "create Pod c-1 in StatefulSet c failed error: pods \"c-1\" is forbidden: no PriorityClass with name gold was found",
+            ),
+            event("SuccessfulCreate", "2026-12-01T10:06:00Z", "create Pod c-0 in StatefulSet c successful"),
+        ];
+        let o = Observed { replicas: 3, statefulset_events: &events, ..observed(Some(&bound), None, &running) };
+        let problem = diagnose(&o).unwrap();
+        assert_eq!(problem.reason, "BrokerPodsNotCreated");
+        assert!(problem.message.starts_with("1 of 3 broker pods exist"), "{}", problem.message);
+        assert!(problem.message.contains("no PriorityClass with name gold"), "{}", problem.message);
+        // Every pod exists: an old refusal explains nothing any more.
+        let all = Observed { replicas: 1, statefulset_events: &events, ..observed(Some(&bound), None, &running) };
+        assert_eq!(diagnose(&all), None);
     }
 
     #[test]
@@ -190,7 +239,11 @@ mod tests {
 
         let looping = diagnose(&observed(Some(&bound), None, &[crash, unschedulable.clone()])).unwrap();
         assert_eq!(looping.reason, "BrokerCrashLooping");
-        assert!(looping.message.contains("4 restarts, last exit code 2: cannot open /var/lib/kaas: Permission denied"), "{}", looping.message);
+        assert!(
+            looping.message.contains("4 restarts, last exit code 2: cannot open /var/lib/kaas: Permission denied"),
+            "{}",
+            looping.message
+        );
 
         let pending = diagnose(&observed(Some(&bound), None, &[unschedulable])).unwrap();
         assert_eq!(pending.reason, "BrokerUnschedulable");

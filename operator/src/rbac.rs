@@ -114,7 +114,8 @@ pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
             MANAGE,
         ),
         rule("", &["pods"], &["get", "list", "watch"]),
-        rule("", &["events"], &["create", "patch"]),
+        // list: the StatefulSet's FailedCreate events explain a broker pod that does not exist.
+        rule("", &["events"], &["create", "patch", "list"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
         rule(
             "rbac.authorization.k8s.io",
