@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use common::wire::{Wire, batch};
 use common::{Kaas, TestResult};
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeClusterRequest, DescribeLogDirsRequest, DescribeTopicPartitionsRequest,
+    ApiKey, ApiVersionsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeLogDirsRequest, DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse, FetchRequest, FetchResponse, ListConfigResourcesRequest, MetadataRequest, MetadataResponse,
     OffsetForLeaderEpochRequest, ProduceRequest, ResponseHeader, TopicName,
 };
@@ -242,6 +243,30 @@ fn list_config_resources_names_what_describe_configs_describes() -> TestResult {
     assert_eq!(listed(&mut wire, 1, vec![32, 16])?, (0, vec![]), "no group configs, no client-metrics subscriptions");
     assert_eq!(listed(&mut wire, 0, vec![])?, (0, vec![]), "v0 is ListClientMetricsResources");
     assert_eq!(listed(&mut wire, 1, vec![2, 1])?.0, ResponseError::UnsupportedVersion.code(), "type 1 (unknown) is refused");
+
+    // kafka-configs --describe --entity-type groups also describes every group ListGroups
+    // names: a group's configs are the consumer-protocol settings, as defaults.
+    let group = |name: &str| {
+        DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(32)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
+                .with_configuration_keys(None),
+        ])
+    };
+    let described = wire.call(4, &group("orders-app"))?;
+    let result = &described.results[0];
+    assert_eq!(result.error_code, 0);
+    let entries: Vec<(String, Option<String>, i8)> =
+        result.configs.iter().map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()), c.config_source)).collect();
+    assert_eq!(
+        entries,
+        vec![
+            ("consumer.session.timeout.ms".to_string(), Some("45000".to_string()), 5),
+            ("consumer.heartbeat.interval.ms".to_string(), Some("5000".to_string()), 5),
+        ]
+    );
+    assert_eq!(wire.call(4, &group(""))?.results[0].error_code, ResponseError::InvalidRequest.code(), "a group needs a name");
     Ok(())
 }
 

@@ -104,9 +104,10 @@ pub(crate) fn check_config_resource(
     resource_type: i8,
     name: &str,
 ) -> Result<(), ResponseError> {
-    use super::describe_configs::{BROKER, BROKER_LOGGER, TOPIC};
+    use super::describe_configs::{BROKER, BROKER_LOGGER, GROUP, TOPIC};
     match resource_type {
         TOPIC => check(broker, ctx, operation, ResourceType::Topic, name),
+        GROUP => check(broker, ctx, operation, ResourceType::Group, name),
         BROKER | BROKER_LOGGER => check(broker, ctx, operation, ResourceType::Cluster, CLUSTER_NAME),
         _ => Ok(()),
     }

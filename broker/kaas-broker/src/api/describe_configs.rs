@@ -1,4 +1,5 @@
-//! DescribeConfigs: topic configs (set ones and defaults) and the broker's settings (read-only).
+//! DescribeConfigs: topic configs (set ones and defaults), the broker's settings (read-only) and
+//! a group's (the consumer-protocol settings every group has here: no group overrides them).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,11 +20,15 @@ use crate::topic_config::{TOPIC_CONFIGS, default_value};
 pub const TOPIC: i8 = 2;
 pub const BROKER: i8 = 4;
 pub const BROKER_LOGGER: i8 = 8;
+pub const GROUP: i8 = 32;
 
 /// Kafka's `ConfigSource` codes.
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const STATIC_BROKER_CONFIG: i8 = 4;
 const DEFAULT_CONFIG: i8 = 5;
+
+/// Kafka's `ConfigDef.Type` code of an int.
+const INT: i8 = 3;
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DescribeConfigsRequest) -> Reply<DescribeConfigsResponse> {
     let with_docs = ctx.version >= 3 && request.include_documentation;
@@ -55,6 +60,10 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Describ
                 BROKER => result
                     .with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(str_bytes(format!("unknown broker {:?}", &*resource.resource_name)))),
+                GROUP if !resource.resource_name.is_empty() => result.with_configs(group_entries(broker, keys)),
+                GROUP => result
+                    .with_error_code(ResponseError::InvalidRequest.code())
+                    .with_error_message(Some(str_bytes("a group name is required"))),
                 BROKER_LOGGER => result
                     .with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(str_bytes("broker loggers are not configurable through the Kafka API; use RUST_LOG"))),
@@ -159,6 +168,36 @@ fn broker_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeCon
                 .with_read_only(true)
                 .with_config_source(STATIC_BROKER_CONFIG)
                 .with_config_type(config_type)
+        })
+        .collect()
+}
+
+/// A group's config entries: Kafka's KIP-848 consumer-group settings, at the values this broker
+/// applies to every group (kaas keeps no per-group overrides, so each is a default). Kafka names
+/// the broker-wide setting each falls back to as its synonym.
+fn group_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeConfigsResourceResult> {
+    let groups = &broker.config.groups;
+    let entries = [
+        ("consumer.session.timeout.ms", "group.consumer.session.timeout.ms", groups.consumer_session_timeout),
+        ("consumer.heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms", groups.consumer_heartbeat_interval),
+    ];
+    entries
+        .into_iter()
+        .filter(|(name, _, _)| wanted(keys, name))
+        .map(|(name, broker_name, value)| {
+            let value = str_bytes(value.as_millis().to_string());
+            DescribeConfigsResourceResult::default()
+                .with_name(str_bytes(name))
+                .with_value(Some(value.clone()))
+                .with_read_only(true)
+                .with_config_source(DEFAULT_CONFIG)
+                .with_config_type(INT)
+                .with_synonyms(vec![
+                    DescribeConfigsSynonym::default()
+                        .with_name(str_bytes(broker_name))
+                        .with_value(Some(value))
+                        .with_source(DEFAULT_CONFIG),
+                ])
         })
         .collect()
 }
