@@ -76,19 +76,33 @@ fn client(kaas: &Kaas, client: &str, topic: &str, args: &[&str]) -> TestResult<S
     Ok(format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
 }
 
-/// Both clients, with the same settings, read back what they wrote.
-fn both_succeed(kaas: &Kaas, topic: &str, args: &[&str]) -> TestResult {
-    for name in ["confluent", "kafka-python"] {
-        let out = client(kaas, name, &format!("{topic}-{name}"), args)?;
+/// Runs every `(client, topic, args)` at once and returns what each printed, in order. Each is
+/// its own process, and a refusal is mostly a client waiting out its timeout: one after the
+/// other they took minutes.
+fn clients_at_once(kaas: &Kaas, runs: &[(&str, String, &[&str])]) -> TestResult<Vec<String>> {
+    std::thread::scope(|s| {
+        let running: Vec<_> = runs.iter().map(|(name, topic, args)| s.spawn(move || client(kaas, name, topic, args))).collect();
+        running.into_iter().map(|r| r.join().map_err(|_| "a client thread panicked")?).collect()
+    })
+}
+
+const CLIENTS: [&str; 2] = ["confluent", "kafka-python"];
+
+/// Both clients, with each of the settings, read back what they wrote (`topic` per setting).
+fn all_succeed(kaas: &Kaas, settings: &[(&str, &[&str])]) -> TestResult {
+    let runs: Vec<(&str, String, &[&str])> =
+        settings.iter().flat_map(|(topic, args)| CLIENTS.map(|name| (name, format!("{topic}-{name}"), *args))).collect();
+    for ((name, _, args), out) in runs.iter().zip(clients_at_once(kaas, &runs)?) {
         assert!(out.contains("secure ok 20"), "{name} {args:?}:\n{out}");
     }
     Ok(())
 }
 
-/// Both clients are refused.
-fn both_refused(kaas: &Kaas, args: &[&str]) -> TestResult {
-    for name in ["confluent", "kafka-python"] {
-        let out = client(kaas, name, "never", args)?;
+/// Both clients are refused with each of the settings.
+fn all_refused(kaas: &Kaas, settings: &[&[&str]]) -> TestResult {
+    let runs: Vec<(&str, String, &[&str])> =
+        settings.iter().flat_map(|args| CLIENTS.map(|name| (name, "never".to_string(), *args))).collect();
+    for ((name, _, args), out) in runs.iter().zip(clients_at_once(kaas, &runs)?) {
         assert!(out.contains("refused"), "{name} {args:?} was not refused:\n{out}");
     }
     Ok(())
@@ -106,8 +120,8 @@ fn tls_with_and_without_client_certificates() -> TestResult {
 
     // TLS only: any client that trusts the broker's CA.
     let kaas = Kaas::start_with(&["--security-protocol", "SSL", "--ssl-certificate", path(&crt), "--ssl-key", path(&key)])?;
-    both_succeed(&kaas, "tls", &["--ssl", path(&ca)])?;
-    both_refused(&kaas, &[])?; // plaintext against TLS
+    all_succeed(&kaas, &[("tls", &["--ssl", path(&ca)])])?;
+    all_refused(&kaas, &[&[]])?; // plaintext against TLS
     drop(kaas);
 
     // mTLS: a certificate from the clients CA is required.
@@ -116,9 +130,8 @@ fn tls_with_and_without_client_certificates() -> TestResult {
         "--ssl-certificate", path(&crt), "--ssl-key", path(&key),
         "--ssl-truststore", path(&clients.ca("clients-ca")), "--ssl-client-auth", "required",
     ])?;
-    both_succeed(&kaas, "mtls", &["--ssl", path(&ca), "--cert", path(&alice_crt), path(&alice_key)])?;
-    both_refused(&kaas, &["--ssl", path(&ca)])?;
-    both_refused(&kaas, &["--ssl", path(&ca), "--cert", path(&mallory_crt), path(&mallory_key)])?;
+    all_succeed(&kaas, &[("mtls", &["--ssl", path(&ca), "--cert", path(&alice_crt), path(&alice_key)])])?;
+    all_refused(&kaas, &[&["--ssl", path(&ca)], &["--ssl", path(&ca), "--cert", path(&mallory_crt), path(&mallory_key)]])?;
     Ok(())
 }
 
@@ -141,14 +154,24 @@ fn sasl_scram_and_plain_over_tls() -> TestResult {
     let sasl = |mechanism: &'static str, user: &'static str, password: &'static str| {
         [ssl[0], ssl[1], "--sasl", mechanism, user, password]
     };
-    both_succeed(&kaas, "scram512", &sasl("SCRAM-SHA-512", "alice", "alice-secret"))?;
-    both_succeed(&kaas, "scram256", &sasl("SCRAM-SHA-256", "bob", "bob-secret"))?;
-    both_succeed(&kaas, "plain", &sasl("PLAIN", "alice", "alice-secret"))?;
-    both_refused(&kaas, &sasl("SCRAM-SHA-512", "alice", "wrong"))?;
-    both_refused(&kaas, &sasl("SCRAM-SHA-512", "nobody", "x"))?;
-    both_refused(&kaas, &sasl("SCRAM-SHA-512", "bob", "bob-secret"))?; // bob has SHA-256 only
-    both_refused(&kaas, &sasl("PLAIN", "bob", "wrong"))?;
-    both_refused(&kaas, &ssl)?; // TLS without SASL
+    all_succeed(
+        &kaas,
+        &[
+            ("scram512", &sasl("SCRAM-SHA-512", "alice", "alice-secret")),
+            ("scram256", &sasl("SCRAM-SHA-256", "bob", "bob-secret")),
+            ("plain", &sasl("PLAIN", "alice", "alice-secret")),
+        ],
+    )?;
+    all_refused(
+        &kaas,
+        &[
+            &sasl("SCRAM-SHA-512", "alice", "wrong"),
+            &sasl("SCRAM-SHA-512", "nobody", "x"),
+            &sasl("SCRAM-SHA-512", "bob", "bob-secret"), // bob has SHA-256 only
+            &sasl("PLAIN", "bob", "wrong"),
+            &ssl, // TLS without SASL
+        ],
+    )?;
 
     // A user added while the broker runs can log in without a restart.
     add_user(&credentials, "carol", "carol-secret", "SCRAM-SHA-512")?;
