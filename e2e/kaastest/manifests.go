@@ -17,15 +17,7 @@ func Cluster(extra string) string {
 apiVersion: v1
 kind: Namespace
 metadata: {name: ` + Namespace + `}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: shared, namespace: ` + Namespace + `}
-spec:
-  accessModes: [ReadWriteMany]
-  storageClassName: kaas-e2e-rwx
-  resources: {requests: {storage: 1Gi}}
----
+---` + Claim("shared") + `---
 apiVersion: kaas.dev/v1alpha1
 kind: KafkaCluster
 metadata: {name: kc, namespace: ` + Namespace + `}
@@ -35,6 +27,19 @@ spec:
   storage: {existingClaim: shared}
   listener: {bind: PodIp}
 ` + extra
+}
+
+// Claim is an RWX claim in Namespace that binds one of the harness' pre-created volumes.
+func Claim(name string) string {
+	return `
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: ` + name + `, namespace: ` + Namespace + `}
+spec:
+  accessModes: [ReadWriteMany]
+  storageClassName: kaas-e2e-rwx
+  resources: {requests: {storage: 1Gi}}
+`
 }
 
 // Topic is a KafkaTopic of cluster kc; extra continues its spec flow mapping (", config: {...}").

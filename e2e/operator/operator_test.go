@@ -623,15 +623,7 @@ spec:
 		c := c.For(t)
 		// The API server refuses the pod (no such PriorityClass): the StatefulSet controller only
 		// records a FailedCreate event on the StatefulSet, so no pod status says why.
-		c.Apply(`
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: spare, namespace: ` + ns + `}
-spec:
-  accessModes: [ReadWriteMany]
-  storageClassName: kaas-e2e-rwx
-  resources: {requests: {storage: 1Gi}}
----
+		c.Apply(kaastest.Claim("spare") + `---
 apiVersion: kaas.dev/v1alpha1
 kind: KafkaCluster
 metadata: {name: nopods, namespace: ` + ns + `}
