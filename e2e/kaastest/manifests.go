@@ -29,13 +29,15 @@ spec:
 ` + extra
 }
 
-// Claim is an RWX claim in Namespace that binds one of the harness' pre-created volumes.
+// Claim is an RWX claim in Namespace bound to the harness' pre-created volume of the same name:
+// by volumeName, since with several volumes an unnamed claim binds whichever the PV controller picks.
 func Claim(name string) string {
 	return `
 apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {name: ` + name + `, namespace: ` + Namespace + `}
 spec:
+  volumeName: ` + name + `
   accessModes: [ReadWriteMany]
   storageClassName: kaas-e2e-rwx
   resources: {requests: {storage: 1Gi}}
