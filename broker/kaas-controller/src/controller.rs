@@ -66,6 +66,9 @@ pub struct Controller {
     /// Brokers seen back at a new address, and when: they hold no coordinator shard for
     /// [`READDRESS_HANDOFF`] after it (see `recompute`).
     readdressed_at: parking_lot::Mutex<BTreeMap<i32, Instant>>,
+    /// Until when, after winning the Lease, brokers of the previous assignment keep their work
+    /// without having beaten this controller (see [`grace_after_winning`]).
+    grace_until: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// How long a broker back at a new address holds no coordinator shard. librdkafka keeps a
@@ -96,6 +99,7 @@ impl Controller {
             recompute: Notify::new(),
             recompute_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             readdressed_at: Default::default(),
+            grace_until: Default::default(),
         })
     }
 
@@ -106,17 +110,23 @@ impl Controller {
 
     /// Runs until `stop` fires; then releases the Lease if held (keeping its epoch).
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut won_at: Option<Instant> = None;
+        // Whether the last round found this broker the controller: a first win recomputes at once.
+        let mut controlling = false;
         let mut last_recompute = Instant::now() - self.config.recompute_interval;
         // When this broker last renewed the Lease it holds (tokio's clock: tests pause it).
         let mut renewed_at: Option<tokio::time::Instant> = None;
         loop {
             let round_started = tokio::time::Instant::now();
-            // NB: an API server that hangs is as unreachable as one that fails; the round may
-            // not outlast the renew deadline.
-            let round = match tokio::time::timeout(self.renew_deadline(), self.lease_round()).await {
+            // NB: an API server that hangs is as unreachable as one that fails, and a round
+            // that starts after failed ones has only what is left of the renew deadline: the
+            // deadline counts from the last renewal, not from this round.
+            let budget = match (self.hub.role(), renewed_at) {
+                (Role::Controller { .. }, Some(at)) => self.renew_deadline().saturating_sub(at.elapsed()),
+                _ => self.renew_deadline(),
+            };
+            let round = match tokio::time::timeout(budget, self.lease_round()).await {
                 Ok(result) => result,
-                Err(_) => Err(crate::Error::Lease(format!("no answer from the Lease store within {:?}", self.renew_deadline()))),
+                Err(_) => Err(crate::Error::Lease(format!("no answer from the Lease store within {budget:?}"))),
             };
             match &round {
                 Ok(Role::Controller { .. }) => renewed_at = Some(round_started),
@@ -131,24 +141,24 @@ impl Controller {
                         warn!(epoch, deadline = ?self.renew_deadline(), reason = "cannot renew the controller lease", "stepping down as controller");
                         self.hub.set_role(Role::Follower);
                         renewed_at = None;
-                        won_at = None;
+                        controlling = false;
                     }
                 }
             }
             match round {
                 Ok(Role::Controller { epoch }) => {
-                    let first = won_at.is_none();
-                    let won = *won_at.get_or_insert_with(Instant::now);
+                    let first = !std::mem::replace(&mut controlling, true);
                     if first || last_recompute.elapsed() >= self.config.recompute_interval || self.membership_changed() {
                         let started = Instant::now();
-                        if let Err(e) = self.recompute(epoch, won.elapsed() < self.config.session_timeout) {
+                        let in_grace = self.grace_until.lock().is_some_and(|until| Instant::now() < until);
+                        if let Err(e) = self.recompute(epoch, in_grace) {
                             warn!(epoch, error = %e, "recompute failed; retrying");
                         }
                         self.recompute_seconds.observe(started.elapsed().as_secs_f64());
                         last_recompute = Instant::now();
                     }
                 }
-                Ok(Role::Follower) => won_at = None,
+                Ok(Role::Follower) => controlling = false,
                 Err(e) => warn!(error = %e, "lease round failed; retrying"),
             }
             tokio::select! {
@@ -185,7 +195,14 @@ impl Controller {
                         Some(_) => "lease expired",
                         None => "lease free",
                     };
-                    info!(epoch = transitions, identity = %self.config.identity, reason, "won the controller lease");
+                    let grace = grace_after_winning(
+                        current.as_ref().map(|l| &l.state),
+                        self.config.lease_duration,
+                        self.config.session_timeout,
+                        now,
+                    );
+                    *self.grace_until.lock() = Some(Instant::now() + grace);
+                    info!(epoch = transitions, identity = %self.config.identity, reason, ?grace, "won the controller lease");
                     Role::Controller { epoch: transitions }
                 } else {
                     Role::Follower
@@ -315,6 +332,29 @@ impl Controller {
     }
 }
 
+/// How long a freshly elected controller lets brokers of the previous assignment keep their work
+/// before it has heard from them: until each is either beating it or certainly fenced.
+///
+/// Every heartbeat acknowledgement a broker holds came from the previous controller, which
+/// acknowledges only while it holds the role and gives the role up within its renew deadline
+/// of its last renewal. So no broker was acknowledged after `renew_time + renew deadline`, and
+/// none acknowledges a write a fence timeout later; the session timeout (> fence timeout +
+/// margin) after that bound is as safe as it is after a last beat. It is also never longer than
+/// a session timeout from now, which is safe too: the previous controller gave the role up before
+/// this one could win it. This is what makes a paused controller's partitions move a session timeout after
+/// its last renewal's deadline rather than after its Lease expired *and* another session
+/// timeout. The bound compares the previous holder's clock with this one's, as the Lease's own
+/// expiry does: clocks must agree to well within the fence margin.
+fn grace_after_winning(previous: Option<&LeaseState>, lease_duration: Duration, session_timeout: Duration, now: SystemTime) -> Duration {
+    let Some(previous) = previous else { return session_timeout };
+    // The longer of the two durations: a previous holder configured otherwise held the role
+    // for two thirds of its own.
+    let deadline = previous.duration.max(lease_duration) * 2 / 3;
+    let fenced_after = previous.renew_time.checked_add(deadline + session_timeout);
+    let left = fenced_after.map_or(session_timeout, |t| t.duration_since(now).unwrap_or(Duration::ZERO));
+    left.min(session_timeout)
+}
+
 /// One log line per leadership change, naming partition, epoch and reason.
 fn log_moves(previous: &Assignment, next: &Assignment, alive: &BTreeSet<i32>, draining: &BTreeSet<i32>) {
     for (key, p) in &next.partitions {
@@ -339,3 +379,6 @@ fn log_moves(previous: &Assignment, next: &Assignment, alive: &BTreeSet<i32>, dr
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

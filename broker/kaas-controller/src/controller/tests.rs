@@ -1,0 +1,133 @@
+//! A freshly elected controller's grace for the previous assignment's brokers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use kaas_shared::assignment::{self, Assignment, BrokerEndpoint, PartitionAssignment};
+use kaas_shared::brokers::{self, BrokerRegistration};
+use kaas_shared::fs::{FsRef, RealFs};
+use kaas_shared::layout::Layout;
+use kaas_shared::names;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use super::{Controller, ControllerConfig, grace_after_winning};
+use crate::balancer::{ShardCounts, TopicInfo};
+use crate::heartbeat_server::HeartbeatHub;
+use crate::lease::{LeaseState, LeaseStore, MemoryLease};
+use crate::proto::BrokerBeat;
+use crate::topics::TopicSource;
+
+const LEASE: Duration = Duration::from_millis(600);
+/// Long, so that a grace of one session timeout after the win outlasts the test.
+const SESSION: Duration = Duration::from_secs(60);
+const TOPIC_ID: Uuid = Uuid::from_u128(7);
+
+fn held_by(holder: Option<&str>, renew_time: SystemTime) -> LeaseState {
+    LeaseState { holder: holder.map(str::to_string), renew_time, duration: LEASE, transitions: 1 }
+}
+
+#[test]
+fn the_grace_ends_a_session_timeout_after_the_previous_controller_last_could_acknowledge() {
+    let now = SystemTime::now();
+    let deadline = LEASE * 2 / 3;
+    assert_eq!(grace_after_winning(None, LEASE, SESSION, now), SESSION, "no previous controller: a whole session timeout");
+    let just_renewed = held_by(None, now);
+    assert_eq!(grace_after_winning(Some(&just_renewed), LEASE, SESSION, now), SESSION, "never beyond a session timeout from now");
+    let expired = held_by(Some("kaas-1"), now - LEASE);
+    assert_eq!(grace_after_winning(Some(&expired), LEASE, SESSION, now), SESSION + deadline - LEASE);
+    let long_gone = held_by(Some("kaas-1"), now - SESSION - LEASE);
+    assert_eq!(grace_after_winning(Some(&long_gone), LEASE, SESSION, now), Duration::ZERO);
+    // A previous holder with a longer Lease held the role for two thirds of its own.
+    let longer = LeaseState { duration: LEASE * 10, ..held_by(Some("kaas-1"), now - SESSION) };
+    assert_eq!(grace_after_winning(Some(&longer), LEASE, SESSION, now), LEASE * 10 * 2 / 3);
+}
+
+#[derive(Debug)]
+struct OneTopic;
+
+impl TopicSource for OneTopic {
+    fn list(&self) -> crate::Result<Vec<TopicInfo>> {
+        Ok(vec![TopicInfo { name: "t".into(), id: TOPIC_ID, partitions: 1 }])
+    }
+}
+
+/// Broker 1 led t/0 under controller kaas-1, whose Lease `previous` describes; broker 0 then
+/// wins the Lease while only it beats. Returns the leader of t/0 in the new controller's first
+/// assignment.
+async fn leader_after_the_win(previous: LeaseState) -> Result<i32, Box<dyn std::error::Error>> {
+    let tmp = tempfile::tempdir()?;
+    let fs: FsRef = Arc::new(RealFs);
+    let layout = Layout::new(tmp.path());
+    for id in [0, 1] {
+        let r = BrokerRegistration {
+            broker_id: id,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            heartbeat: String::new(),
+            incarnation: Uuid::new_v4(),
+        };
+        brokers::register(&*fs, &layout, &r)?;
+    }
+    let endpoint = BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 };
+    let before = Assignment {
+        controller_epoch: 1,
+        assignment_version: 1,
+        controller_id: 1,
+        brokers: [(0, endpoint.clone()), (1, endpoint)].into(),
+        partitions: [(names::partition_key("t", 0), PartitionAssignment { topic_id: TOPIC_ID, leader: 1, leader_epoch: 1 })].into(),
+        consumer_groups: Default::default(),
+        transactions: Default::default(),
+    };
+    assignment::write(&*fs, &layout, &before)?;
+    let lease = Arc::new(MemoryLease::new());
+    assert!(lease.put(previous, None).await?);
+
+    let config = ControllerConfig {
+        identity: "kaas-0".into(),
+        broker_id: 0,
+        lease_duration: LEASE,
+        renew_interval: Duration::from_millis(100),
+        session_timeout: SESSION,
+        recompute_interval: Duration::from_millis(200),
+        shards: ShardCounts { groups: 0, transactions: 0 },
+        mirror: None,
+        ready_brokers: None,
+    };
+    let hub = HeartbeatHub::new();
+    let controller = Controller::new(config, fs.clone(), layout.clone(), lease, Arc::new(OneTopic), hub.clone());
+    // Broker 0 has beaten already, so the first recompute after the win knows it is alive.
+    hub.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(controller.run(stop_rx));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        if let Some(a) = assignment::read(&*fs, &layout)?.filter(|a| a.controller_epoch == 2) {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "no assignment of epoch 2");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let _ = stop.send(true);
+    task.await?;
+    let moved = after.partitions.get(&names::partition_key("t", 0)).ok_or("t/0 unplaced")?;
+    Ok(moved.leader)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_controller_s_partitions_move_once_it_is_certainly_fenced() -> Result<(), Box<dyn std::error::Error>> {
+    // kaas-1 last renewed long ago (paused): it acknowledged nothing for longer than a session
+    // timeout, so the new controller has no reason to wait for it.
+    let paused = held_by(Some("kaas-1"), SystemTime::now() - SESSION - LEASE);
+    assert_eq!(leader_after_the_win(paused).await?, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_of_a_controller_that_just_released_keep_their_work_meanwhile() -> Result<(), Box<dyn std::error::Error>> {
+    // kaas-1 renewed and released just now: broker 1 may have been acknowledged a moment ago
+    // and is not fenced yet, so it keeps t/0 until it beats this controller or the grace ends.
+    let released = held_by(None, SystemTime::now());
+    assert_eq!(leader_after_the_win(released).await?, 1);
+    Ok(())
+}
