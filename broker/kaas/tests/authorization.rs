@@ -158,6 +158,8 @@ fn acls_decide_what_each_user_may_do() -> TestResult {
     assert_eq!(run(&kaas, ALICE, &["cluster-ops"])?, "ok ops");
     let all = "ok ops ALTER,ALTER_CONFIGS,CLUSTER_ACTION,CREATE,DESCRIBE,DESCRIBE_CONFIGS,IDEMPOTENT_WRITE";
     assert_eq!(run(&kaas, ADMIN, &["cluster-ops"])?, all);
+    // Groups have configs since Kafka 4 (KIP-848): their operations include the config ones.
+    assert_eq!(run(&kaas, ADMIN, &["group-ops", "app-1"])?, "ok ops ALTER_CONFIGS,DELETE,DESCRIBE,DESCRIBE_CONFIGS,READ");
 
     // A PREFIXED topic ACL for everything under logs-: create, produce, configs, delete.
     kafka_acls(

@@ -23,7 +23,7 @@ impl ResourceType {
         use Operation::*;
         match self {
             ResourceType::Topic => &[Read, Write, Create, Describe, Delete, Alter, DescribeConfigs, AlterConfigs],
-            ResourceType::Group => &[Read, Describe, Delete],
+            ResourceType::Group => &[Read, Describe, Delete, DescribeConfigs, AlterConfigs],
             ResourceType::Cluster => &[Create, ClusterAction, DescribeConfigs, AlterConfigs, IdempotentWrite, Alter, Describe],
             ResourceType::TransactionalId => &[Describe, Write],
         }
