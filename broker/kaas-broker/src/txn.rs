@@ -26,7 +26,7 @@ mod verification;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,8 +128,9 @@ impl ShardOwner for TxnCoordinator {
 #[derive(Debug)]
 pub struct TxnCoordinator {
     shards: Vec<TxnShard>,
-    /// Transactional ids with a completion driver running.
-    in_flight: Mutex<HashSet<String>>,
+    /// Transactional ids with a completion driver running, each with the receiver that sees
+    /// the driver's sender dropped when it is done.
+    in_flight: Mutex<HashMap<String, tokio::sync::watch::Receiver<()>>>,
     /// Outcomes decided here, for `/metrics`.
     pub outcomes: TxnOutcomes,
 }
@@ -156,7 +157,7 @@ impl TxnCoordinator {
             .collect::<crate::Result<Vec<_>>>()?;
         Ok(TxnCoordinator {
             shards,
-            in_flight: Mutex::new(HashSet::new()),
+            in_flight: Mutex::new(HashMap::new()),
             outcomes: TxnOutcomes::default(),
         })
     }
@@ -355,10 +356,10 @@ impl TxnCoordinator {
         else {
             return Ok(());
         };
-        let Some(driver) = markers::spawn_completion(broker.clone(), decided) else {
-            return Ok(());
-        };
-        if tokio::time::timeout(END_TXN_WAIT, driver).await.is_err() {
+        // NB: the transactions loop may have started this decision's driver already (it
+        // re-drives every decided transaction): then this waits for that one.
+        let completing = markers::spawn_completion(broker.clone(), decided);
+        if tokio::time::timeout(END_TXN_WAIT, completing.done()).await.is_err() {
             warn!(
                 transactional_id = id,
                 producer_id,
@@ -424,9 +425,16 @@ impl TxnCoordinator {
         Ok(())
     }
 
-    /// Marks a driver for `id` as running; `false` if one already is.
-    pub(crate) fn start_driver(&self, id: &str) -> bool {
-        self.in_flight.lock().insert(id.to_owned())
+    /// Marks a driver for `id` as running and hands it the sender to drop when it is done;
+    /// if one already runs, `Err` with a receiver that sees it done.
+    pub(crate) fn start_driver(&self, id: &str) -> Result<tokio::sync::watch::Sender<()>, tokio::sync::watch::Receiver<()>> {
+        let mut in_flight = self.in_flight.lock();
+        if let Some(running) = in_flight.get(id) {
+            return Err(running.clone());
+        }
+        let (done, watching) = tokio::sync::watch::channel(());
+        in_flight.insert(id.to_owned(), watching);
+        Ok(done)
     }
 
     pub(crate) fn driver_done(&self, id: &str) {

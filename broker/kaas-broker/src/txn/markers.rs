@@ -18,7 +18,6 @@ use kafka_protocol::ResponseError as E;
 use kafka_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
 use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
 use kafka_protocol::protocol::StrBytes;
-use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use super::Completion;
@@ -116,15 +115,32 @@ async fn send_marker(broker: &Broker, address: &str, topic: &str, partition: i32
     E::try_from_code(code).map_or(Ok(()), Err)
 }
 
-/// Starts the driver for `c` unless one is running for its transactional id already.
-pub(crate) fn spawn_completion(broker: Arc<Broker>, c: Completion) -> Option<JoinHandle<()>> {
-    if !broker.txns.start_driver(&c.transactional_id) {
-        return None;
+/// A completion under way: the driver of one transactional id, started here or before.
+#[derive(Debug)]
+pub(crate) struct Completing(tokio::sync::watch::Receiver<()>);
+
+impl Completing {
+    /// Resolves when the driver is done (its sender dropped; nothing is ever sent).
+    pub(crate) async fn done(mut self) {
+        while self.0.changed().await.is_ok() {}
     }
-    Some(tokio::spawn(async move {
-        complete(&broker, &c).await;
-        broker.txns.driver_done(&c.transactional_id);
-    }))
+}
+
+/// Starts the driver for `c` unless one is running for its transactional id already; either
+/// way, the driver's completion.
+pub(crate) fn spawn_completion(broker: Arc<Broker>, c: Completion) -> Completing {
+    match broker.txns.start_driver(&c.transactional_id) {
+        Err(running) => Completing(running),
+        Ok(done) => {
+            let watching = done.subscribe();
+            tokio::spawn(async move {
+                complete(&broker, &c).await;
+                broker.txns.driver_done(&c.transactional_id);
+                drop(done);
+            });
+            Completing(watching)
+        }
+    }
 }
 
 async fn complete(broker: &Broker, c: &Completion) {
