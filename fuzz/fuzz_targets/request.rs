@@ -36,7 +36,7 @@ fuzz_target!(|frame: &[u8]| {
     let session = Arc::new(parking_lot::Mutex::new(Session::new(None)));
     let closed = CancellationToken::new();
     world.runtime.block_on(async {
-        if let Ok(Pending::Later(handle)) = handle_frame(&world.broker, Bytes::copy_from_slice(frame), peer, &closed, &session).await {
+        if let Ok(Pending::Later(handle)) = handle_frame(&world.broker, Bytes::copy_from_slice(frame), peer, &closed, &session, &Default::default()).await {
             // A long poll or a durability wait: give it a moment, then move on (a panic inside
             // it surfaces as a join error).
             if let Ok(joined) = tokio::time::timeout(Duration::from_millis(20), handle).await {

@@ -43,6 +43,8 @@ pub struct Broker {
     pub metrics: crate::metrics::TrafficMetrics,
     /// ACL authorization (`--authorizer standard`); `None` allows every request.
     pub authorizer: Option<crate::authz::Authorizer>,
+    /// Client quotas (produce and fetch byte rates); with none configured nothing is counted.
+    pub quotas: crate::quota::ClientQuotas,
 }
 
 impl Broker {
@@ -83,7 +85,25 @@ impl Broker {
             Some(settings) => Some(crate::authz::Authorizer::open(engine.fs().clone(), engine.layout(), settings)?),
             None => None,
         };
-        Ok(Arc::new(Broker { config, engine, topics, fetch_sessions: FetchSessions::default(), fetches: Default::default(), lease, cluster, groups, txns, interbroker: Default::default(), auto_creates, listener_metrics: Default::default(), metrics, authorizer }))
+        // Local mode: this broker is the volume's one writer of the quota file.
+        let quotas = crate::quota::ClientQuotas::open(engine.fs().clone(), engine.layout(), config.cluster.is_none())?;
+        Ok(Arc::new(Broker {
+            config,
+            engine,
+            topics,
+            fetch_sessions: FetchSessions::default(),
+            fetches: Default::default(),
+            lease,
+            cluster,
+            groups,
+            txns,
+            interbroker: Default::default(),
+            auto_creates,
+            listener_metrics: Default::default(),
+            metrics,
+            authorizer,
+            quotas,
+        }))
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.

@@ -107,7 +107,16 @@ where
     let closed = CancellationToken::new();
     let observers = Observers { listener: slot.metrics().clone(), traffic: broker.metrics.clone() };
     let writer = tokio::spawn(write_responses(write_half, rx, peer, activity.clone(), observers, limits.max_idle));
+    let mute = Arc::new(crate::quota::Mute::default());
     loop {
+        // A throttled client's connection reads nothing until its throttle ran out (KIP-219).
+        if let Some(until) = mute.until() {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = activity.closed() => break,
+                _ = shutdown.recv() => break,
+            }
+        }
         let frame = match next_frame(&broker, &mut reader, &activity, &mut shutdown).await {
             Ok(frame) => frame,
             Err(stop) => {
@@ -116,7 +125,7 @@ where
             }
         };
         activity.request_started();
-        match handle_frame(&broker, frame, peer, &closed, &session).await {
+        match handle_frame(&broker, frame, peer, &closed, &session, &mute).await {
             Ok(pending) => {
                 if tx.send(pending).await.is_err() {
                     break;
@@ -203,7 +212,15 @@ impl<R: AsyncRead + Unpin> AsyncRead for Touching<R> {
 }
 
 /// Parses the header of one frame and dispatches it.
-pub async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAddr, closed: &CancellationToken, session: &Arc<Mutex<Session>>) -> Result<Pending, ConnectionError> {
+pub async fn handle_frame(
+    broker: &Arc<Broker>,
+    mut frame: Bytes,
+    peer: SocketAddr,
+    closed: &CancellationToken,
+    session: &Arc<Mutex<Session>>,
+    mute: &Arc<crate::quota::Mute>,
+) -> Result<Pending, ConnectionError> {
+    let size = frame.len();
     let prefix = HeaderPrefix::parse(&frame)?;
     let key = ApiKey::try_from(prefix.api_key).map_err(|_| ConnectionError::UnknownApiKey(prefix.api_key))?;
     let route = router::route(key).ok_or(ConnectionError::NotRouted(key))?;
@@ -232,7 +249,17 @@ pub async fn handle_frame(broker: &Arc<Broker>, mut frame: Bytes, peer: SocketAd
         ConnectionError::Header { key, version: prefix.api_version, source }
     })?;
     tracing::trace!(%peer, ?key, version = prefix.api_version, correlation_id = prefix.correlation_id, "request");
-    let ctx = RequestContext { header, api_key: key, version: prefix.api_version, peer, closed: closed.clone(), session: session.clone(), user };
+    let ctx = RequestContext {
+        header,
+        api_key: key,
+        version: prefix.api_version,
+        peer,
+        closed: closed.clone(),
+        session: session.clone(),
+        user,
+        size,
+        mute: mute.clone(),
+    };
     Ok(router::dispatch(broker, ctx, frame).await?)
 }
 
@@ -348,7 +375,7 @@ mod tests {
             rt.block_on(async {
                 // Deferred answers (durability waits) must not panic either; a long poll that a
                 // random max_wait keeps open is cut short.
-                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session()).await
+                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session(), &Default::default()).await
                     && let Ok(joined) = tokio::time::timeout(std::time::Duration::from_millis(50), handle).await
                 {
                     assert!(joined.is_ok(), "a deferred handler panicked");
@@ -363,7 +390,7 @@ mod tests {
             let rt = match rt { Ok(rt) => rt, Err(e) => panic!("runtime: {e}") };
             let broker = broker();
             rt.block_on(async {
-                let _ = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session()).await;
+                let _ = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session(), &Default::default()).await;
             });
         }
     }

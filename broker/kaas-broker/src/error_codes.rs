@@ -112,6 +112,8 @@ error_codes! {
     };
     AlterUserScramCredentialsResponse => |r, f| r.results.iter().for_each(|u| f(u.error_code));
     ListConfigResourcesResponse => |r, f| f(r.error_code);
+    DescribeClientQuotasResponse => |r, f| f(r.error_code);
+    AlterClientQuotasResponse => |r, f| r.entries.iter().for_each(|e| f(e.error_code));
 }
 
 /// The Kafka name of an error code (`NOT_LEADER_OR_FOLLOWER`), as Kafka labels its

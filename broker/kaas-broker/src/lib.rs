@@ -25,6 +25,7 @@ pub mod interbroker;
 pub mod lag;
 pub mod leadership;
 pub mod metrics;
+pub mod quota;
 pub mod rate_limit;
 pub mod reload;
 pub mod router;

@@ -79,6 +79,10 @@ pub struct RequestContext {
     /// Who sent the request: the SASL user when the connection authenticated before it, else
     /// `None` (Kafka's `User:ANONYMOUS`). Requests are authorized as this principal.
     pub user: Option<Arc<str>>,
+    /// The request's size on the wire (what a produce quota counts).
+    pub size: usize,
+    /// The connection's mute: a throttled request stops it reading for a while.
+    pub mute: Arc<crate::quota::Mute>,
 }
 
 /// One routed API: the versions this broker answers.
@@ -220,6 +224,8 @@ routes! {
     DescribeUserScramCredentials: messages::DescribeUserScramCredentialsRequest = 0..=0 => api::describe_user_scram_credentials::handle;
     AlterUserScramCredentials: messages::AlterUserScramCredentialsRequest = 0..=0 => api::alter_user_scram_credentials::handle;
     ListConfigResources: messages::ListConfigResourcesRequest = 0..=1 => api::list_config_resources::handle;
+    DescribeClientQuotas: messages::DescribeClientQuotasRequest = 0..=1 => api::describe_client_quotas::handle;
+    AlterClientQuotas: messages::AlterClientQuotasRequest = 0..=1 => api::alter_client_quotas::handle;
 }
 
 /// The route for an API key, if this broker handles it.

@@ -250,3 +250,68 @@ fn scram_credentials_made_through_the_admin_api_log_in() -> TestResult {
     expect(&kaas, ALICE, &["topics"], "ok")?;
     Ok(())
 }
+
+fn kafka_configs(kaas: &Kaas, properties: &Path, args: &[&str]) -> TestResult<String> {
+    kafka_tool(kaas, properties, "org.apache.kafka.tools.ConfigCommand", args)
+}
+
+/// The throttle librdkafka reported and the seconds a quota action took ("ok throttled MS in S s").
+fn throttled(answer: &str) -> TestResult<(u64, f64)> {
+    let fields: Vec<&str> = answer.split_whitespace().collect();
+    match fields.as_slice() {
+        ["ok", "throttled", ms, "in", secs, "s"] => Ok((ms.parse()?, secs.parse()?)),
+        _ => Err(format!("unexpected answer {answer:?}").into()),
+    }
+}
+
+/// Client quotas set with Kafka's `kafka-configs` (AlterClientQuotas) throttle a user over its
+/// produce and fetch byte rates — librdkafka reports the broker's throttle time and takes
+/// longer than the free part of the quota allows — and nobody else; they are durable, only who
+/// may ALTER_CONFIGS the cluster sets them, and a key kaas does not enforce is refused.
+#[test]
+fn client_quotas_throttle_a_user_over_its_byte_rates() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let credentials = dir.path().join("users.json");
+    add_user(&credentials, ADMIN)?;
+    add_user(&credentials, ALICE)?;
+    let mut kaas = start(&credentials)?;
+    let admin = tool_properties(dir.path(), ADMIN)?;
+    let alice = tool_properties(dir.path(), ALICE)?;
+    expect(&kaas, ADMIN, &["create", "metered"], "ok")?;
+    kafka_acls(&kaas, &admin, &["--add", "--allow-principal", "User:alice", "--operation", "Read", "--operation", "Write", "--topic", "metered"])?;
+    kafka_acls(&kaas, &admin, &["--add", "--allow-principal", "User:alice", "--operation", "Read", "--group", "quota-reader"])?;
+
+    let alice_rates = ["--alter", "--add-config", "producer_byte_rate=262144,consumer_byte_rate=131072", "--entity-type", "users", "--entity-name", "alice"];
+    let (ok, text) = try_kafka_tool(&kaas, &alice, "org.apache.kafka.tools.ConfigCommand", &alice_rates)?;
+    assert!(!ok && text.contains("ClusterAuthorizationException"), "alice set her own quota:\n{text}");
+    let not_enforced = ["--alter", "--add-config", "request_percentage=50", "--entity-type", "users", "--entity-name", "alice"];
+    let (ok, text) = try_kafka_tool(&kaas, &admin, "org.apache.kafka.tools.ConfigCommand", &not_enforced)?;
+    assert!(!ok && text.contains("\"request_percentage\" is not enforced"), "{text}");
+
+    kafka_configs(&kaas, &admin, &alice_rates)?;
+    kafka_configs(&kaas, &admin, &["--alter", "--add-config", "consumer_byte_rate=1048576", "--entity-type", "clients", "--entity-default"])?;
+    // Acknowledged means fsynced: a restarted broker still has both.
+    kaas.stop()?;
+    kaas.restart()?;
+    let described = kafka_configs(&kaas, &admin, &["--describe", "--entity-type", "users", "--entity-name", "alice"])?;
+    assert!(described.contains("producer_byte_rate=262144") && described.contains("consumer_byte_rate=131072"), "{described}");
+    let defaults = kafka_configs(&kaas, &admin, &["--describe", "--entity-type", "clients", "--entity-default"])?;
+    assert!(defaults.contains("consumer_byte_rate=1048576"), "{defaults}");
+
+    // The admin has no producer quota of its own and none that applies by default.
+    let (throttle_ms, _) = throttled(&run(&kaas, ADMIN, &["quota-produce", "metered", "4194304"])?)?;
+    assert_eq!(throttle_ms, 0, "the admin was throttled");
+    // 4 MiB at 256 KiB/s: the first ten seconds' worth passes at once (a rate is measured over
+    // ten windows at least), the rest only as fast as the quota allows.
+    let (throttle_ms, secs) = throttled(&run(&kaas, ALICE, &["quota-produce", "metered", "4194304"])?)?;
+    assert!(throttle_ms > 0 && secs >= 3.0, "alice's producer: throttled {throttle_ms} ms, {secs} s");
+    // 4 MiB at 128 KiB/s, in fetches of at most 1 MiB (librdkafka's max.partition.fetch.bytes):
+    // the second takes alice past 1.25 MiB, and she waits before the third.
+    let (throttle_ms, secs) = throttled(&run(&kaas, ALICE, &["quota-consume", "metered", "4194304"])?)?;
+    assert!(throttle_ms > 0 && secs >= 3.0, "alice's consumer: throttled {throttle_ms} ms, {secs} s");
+
+    kafka_configs(&kaas, &admin, &["--alter", "--delete-config", "producer_byte_rate,consumer_byte_rate", "--entity-type", "users", "--entity-name", "alice"])?;
+    let described = kafka_configs(&kaas, &admin, &["--describe", "--entity-type", "users", "--entity-name", "alice"])?;
+    assert!(!described.contains("byte_rate"), "{described}");
+    Ok(())
+}

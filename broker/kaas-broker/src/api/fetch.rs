@@ -25,8 +25,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::access::{Op, Resource};
+use super::quota_use::QuotaSubject;
 use super::{check_leader_epoch, topic_name};
 use crate::broker::Broker;
+use crate::quota::model::QuotaKey;
 use crate::config::StorageMode;
 use crate::fetch_session::{FetchPosition, LastSent, PartitionKey, Serve, SessionLimits, SessionPlan, SessionRequest, TopicKey};
 use crate::router::{Reply, RequestContext};
@@ -153,12 +155,20 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FetchRe
         Err(error) => return Reply::Now(FetchResponse::default().with_error_code(error.code())),
     };
     let targets: Arc<[Target]> = serve.into_iter().map(|(key, position)| resolve(broker, ctx, key, position, by_id)).collect();
-    let limits = limits(broker, &request);
+    let mut limits = limits(broker, &request);
+    let quota = QuotaSubject::of(ctx);
+    if let Some(most) = quota.max_in_window(broker, QuotaKey::ConsumerByteRate) {
+        // Kafka's bound too: one answer never carries more than the quota's whole window.
+        limits.max_bytes = limits.max_bytes.min(most);
+    }
     let (broker, closed, rejected, owner) = (broker.clone(), ctx.closed.clone(), keyed.rejected, ctx.peer);
     Reply::Later(Box::pin(async move {
         let found = long_poll(&broker.fetches, &targets, &limits, &closed).await;
         let answer = Answer { plan: &plan, owner, by_id, read_committed: limits.read_committed };
         let response = respond(&broker, &answer, &targets, found, rejected);
+        // The answer is sent whole; a client it takes over consumer_byte_rate waits before the next.
+        let sent: usize = response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, Bytes::len)).sum();
+        let response = response.with_throttle_time_ms(quota.record(&broker, QuotaKey::ConsumerByteRate, sent));
         // Sessions exist from v7; the codec refuses a session id below that.
         if version < 7 { response.with_session_id(0) } else { response }
     }))

@@ -14,6 +14,7 @@ use tracing::debug;
 use super::access::{Op, Resource, check};
 use super::{led_partition, str_bytes};
 use crate::broker::{Broker, now_ms};
+use crate::quota::model::QuotaKey;
 use crate::router::{Reply, RequestContext};
 
 /// One partition's append, done or refused.
@@ -72,6 +73,8 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Produce
             (name, partitions)
         })
         .collect();
+    // Kafka counts a produce request's size against producer_byte_rate, whatever became of it.
+    let throttle_ms = super::quota_use::QuotaSubject::of(ctx).record(broker, QuotaKey::ProducerByteRate, ctx.size);
     if acks == 0 {
         // Nobody waits for these records, but they become visible only once fsynced: start
         // that sync now (one group commit with whatever else is appending).
@@ -89,7 +92,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Produce
             TopicProduceResponse::default().with_name(super::topic_name(name)).with_partition_responses(responses)
         }))
         .await;
-        ProduceResponse::default().with_responses(topics)
+        ProduceResponse::default().with_responses(topics).with_throttle_time_ms(throttle_ms)
     }))
 }
 

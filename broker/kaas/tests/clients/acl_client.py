@@ -18,7 +18,11 @@ actions:
   group-ops GROUP              the operations DescribeGroups says the user may do on the group
   scram-alter USER PASSWORD    AlterUserScramCredentials (SCRAM-SHA-512, 8192 iterations)
   scram-describe USER          DescribeUserScramCredentials
+  quota-produce TOPIC BYTES    BYTES in 16 KiB records, acks=all; the broker throttle librdkafka saw
+  quota-consume TOPIC BYTES    read BYTES from the start (no group); the broker throttle it saw
+                               (both print "ok throttled MAX_MS in SECONDS s")
 """
+import json
 import sys
 import time
 
@@ -86,6 +90,66 @@ def consume(topic, group):
         consumer.close()
 
 
+class Throttle:
+    """The largest broker throttle time librdkafka's statistics reported (KIP-219: the broker's
+    throttle_time_ms, which librdkafka also waits out before its next request)."""
+
+    def __init__(self):
+        self.max_ms = 0
+
+    def stats(self, raw):
+        for broker in json.loads(raw).get("brokers", {}).values():
+            self.max_ms = max(self.max_ms, broker.get("throttle", {}).get("max", 0))
+
+
+def quota_produce(topic, total):
+    throttle = Throttle()
+    producer = Producer({**conf, "acks": "all", "linger.ms": 5, "statistics.interval.ms": 200, "stats_cb": throttle.stats})
+    failures = []
+    value = b"q" * 16384
+    started = time.time()
+    for _ in range(total // len(value)):
+        while True:
+            try:
+                producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(err))
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    producer.flush(120)
+    elapsed = time.time() - started
+    producer.poll(0.5)  # one more statistics callback
+    if failures:
+        return error_name(failures[0])
+    return f"ok throttled {throttle.max_ms} in {elapsed:.1f} s"
+
+
+def quota_consume(topic, total):
+    from confluent_kafka import TopicPartition
+    throttle = Throttle()
+    consumer = Consumer({**conf, "group.id": "quota-reader", "enable.auto.commit": False,
+                         "statistics.interval.ms": 200, "stats_cb": throttle.stats})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got, started = 0, time.time()
+    try:
+        while got < total and time.time() - started < 120:
+            m = consumer.poll(1)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                return m.error().name()
+            got += len(m.value() or b"")
+        elapsed = time.time() - started
+        consumer.poll(0.5)  # one more statistics callback
+    finally:
+        consumer.close()
+    if got < total:
+        return f"TIMED_OUT after {got} bytes"
+    return f"ok throttled {throttle.max_ms} in {elapsed:.1f} s"
+
+
 admin = AdminClient(conf)
 
 
@@ -133,6 +197,10 @@ def main():
         described = admin.describe_user_scram_credentials([args[0]])[args[0]].result(timeout=TIMEOUT)
         infos = described.scram_credential_infos
         return "ok scram " + ",".join(f"{i.mechanism.name}:{i.iterations}" for i in infos)
+    if action == "quota-produce":
+        return quota_produce(args[0], int(args[1]))
+    if action == "quota-consume":
+        return quota_consume(args[0], int(args[1]))
     raise SystemExit(f"unknown action {action}")
 
 

@@ -1,0 +1,277 @@
+//! Kafka's client quotas (KIP-13, KIP-55, KIP-546): entities — a user, a client id, or both,
+//! each a name or the default —, the quota keys kaas enforces, which configured entity's quota
+//! applies to a client, and DescribeClientQuotas' filters. No wire types.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+/// An entity's name: a specific one, or the default for every name without its own.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntityName {
+    Default,
+    Named(String),
+}
+
+impl EntityName {
+    /// The wire form: the name, `None` for the default.
+    pub fn as_wire(&self) -> Option<&str> {
+        match self {
+            EntityName::Default => None,
+            EntityName::Named(n) => Some(n),
+        }
+    }
+
+    fn from_wire(name: Option<&str>) -> EntityName {
+        name.map_or(EntityName::Default, |n| EntityName::Named(n.to_string()))
+    }
+}
+
+/// A quota entity: `/users/<user>`, `/clients/<client-id>` or `/users/<user>/clients/<client-id>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Entity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<EntityName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<EntityName>,
+}
+
+/// The entity types of the protocol (`ip` is Kafka's connection-rate entity, which kaas
+/// neither stores nor enforces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EntityType {
+    User,
+    ClientId,
+    Ip,
+}
+
+impl EntityType {
+    pub fn parse(name: &str) -> Result<EntityType, InvalidQuota> {
+        match name {
+            "user" => Ok(EntityType::User),
+            "client-id" => Ok(EntityType::ClientId),
+            "ip" => Ok(EntityType::Ip),
+            other => Err(InvalidQuota::UnknownEntityType(other.to_string())),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EntityType::User => "user",
+            EntityType::ClientId => "client-id",
+            EntityType::Ip => "ip",
+        }
+    }
+}
+
+impl Entity {
+    /// An entity from its wire components (type, name or `None` for the default).
+    pub fn from_components<'a>(components: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> Result<Entity, InvalidQuota> {
+        let mut entity = Entity { user: None, client_id: None };
+        for (entity_type, name) in components {
+            let slot = match EntityType::parse(entity_type)? {
+                EntityType::User => &mut entity.user,
+                EntityType::ClientId => &mut entity.client_id,
+                EntityType::Ip => return Err(InvalidQuota::IpUnsupported),
+            };
+            if slot.replace(EntityName::from_wire(name)).is_some() {
+                return Err(InvalidQuota::DuplicateEntityType(entity_type.to_string()));
+            }
+        }
+        if entity.user.is_none() && entity.client_id.is_none() {
+            return Err(InvalidQuota::EmptyEntity);
+        }
+        Ok(entity)
+    }
+
+    /// The wire components, user first.
+    pub fn components(&self) -> Vec<(EntityType, Option<&str>)> {
+        let user = self.user.as_ref().map(|n| (EntityType::User, n.as_wire()));
+        let client = self.client_id.as_ref().map(|n| (EntityType::ClientId, n.as_wire()));
+        user.into_iter().chain(client).collect()
+    }
+
+    fn types(&self) -> BTreeSet<EntityType> {
+        self.components().into_iter().map(|(t, _)| t).collect()
+    }
+
+    fn name_of(&self, entity_type: EntityType) -> Option<&EntityName> {
+        match entity_type {
+            EntityType::User => self.user.as_ref(),
+            EntityType::ClientId => self.client_id.as_ref(),
+            EntityType::Ip => None,
+        }
+    }
+}
+
+/// The quotas kaas enforces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuotaKey {
+    /// Bytes of produce requests a second.
+    ProducerByteRate,
+    /// Bytes of fetch responses a second.
+    ConsumerByteRate,
+}
+
+impl QuotaKey {
+    pub fn name(self) -> &'static str {
+        match self {
+            QuotaKey::ProducerByteRate => "producer_byte_rate",
+            QuotaKey::ConsumerByteRate => "consumer_byte_rate",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<QuotaKey, InvalidQuota> {
+        match name {
+            "producer_byte_rate" => Ok(QuotaKey::ProducerByteRate),
+            "consumer_byte_rate" => Ok(QuotaKey::ConsumerByteRate),
+            // Kafka's other keys: refused rather than stored and silently not enforced.
+            "request_percentage" | "controller_mutation_rate" | "connection_creation_rate" => {
+                Err(InvalidQuota::NotEnforced(name.to_string()))
+            }
+            other => Err(InvalidQuota::UnknownKey(other.to_string())),
+        }
+    }
+
+    /// A byte rate must be a whole, positive number of bytes a second (Kafka's LONG keys).
+    pub fn validate(self, value: f64) -> Result<(), InvalidQuota> {
+        if value.is_finite() && value >= 1.0 && value.fract() == 0.0 && value <= i64::MAX as f64 {
+            Ok(())
+        } else {
+            Err(InvalidQuota::BadValue { key: self.name(), value })
+        }
+    }
+}
+
+/// Every configured quota: by entity, the values it sets.
+pub type QuotaTable = BTreeMap<Entity, BTreeMap<QuotaKey, f64>>;
+
+/// Why a quota entity, filter or change is refused (INVALID_REQUEST at the protocol edge).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidQuota {
+    #[error("unknown quota entity type {0:?} (user, client-id or ip)")]
+    UnknownEntityType(String),
+    #[error("ip quotas (connection_creation_rate) are not supported by kaas")]
+    IpUnsupported,
+    #[error("entity type {0:?} given twice")]
+    DuplicateEntityType(String),
+    #[error("a quota entity needs a user, a client-id or both")]
+    EmptyEntity,
+    #[error("unknown quota key {0:?} (kaas enforces producer_byte_rate and consumer_byte_rate)")]
+    UnknownKey(String),
+    #[error("quota key {0:?} is not enforced by kaas (it enforces producer_byte_rate and consumer_byte_rate)")]
+    NotEnforced(String),
+    #[error("quota key {0:?} given twice")]
+    DuplicateKey(String),
+    #[error("{key} must be a whole number of bytes a second, at least 1 (got {value})")]
+    BadValue { key: &'static str, value: f64 },
+    #[error("unknown match type {0} (0: exact name, 1: default, 2: any name)")]
+    UnknownMatchType(i8),
+    #[error("an exact match of {0:?} needs a name")]
+    MissingMatch(String),
+}
+
+/// The quota in force for one client, and the sensor its usage is counted in: clients whose
+/// quota comes from one entity share its sensor, with a default name standing for each name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applicable {
+    pub bound: f64,
+    pub sensor: SensorKey,
+}
+
+/// A sensor: the quota key and the user and client id tags Kafka's metrics carry (`""`
+/// where the applicable entity has no such component).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SensorKey {
+    pub key: QuotaKey,
+    pub user: String,
+    pub client_id: String,
+}
+
+/// Which quota applies to `user` with `client_id` for `key`: the first configured of Kafka's
+/// eight levels, most specific first — `/users/<user>/clients/<client>`,
+/// `/users/<user>/clients/<default>`, `/users/<user>`, `/users/<default>/clients/<client>`,
+/// `/users/<default>/clients/<default>`, `/users/<default>`, `/clients/<client>`,
+/// `/clients/<default>`.
+pub fn applicable(table: &QuotaTable, key: QuotaKey, user: &str, client_id: &str) -> Option<Applicable> {
+    use EntityName::{Default, Named};
+    let named_user = || Some(Named(user.to_string()));
+    let named_client = || Some(Named(client_id.to_string()));
+    let levels = [
+        (named_user(), named_client()),
+        (named_user(), Some(Default)),
+        (named_user(), None),
+        (Some(Default), named_client()),
+        (Some(Default), Some(Default)),
+        (Some(Default), None),
+        (None, named_client()),
+        (None, Some(Default)),
+    ];
+    levels.into_iter().find_map(|(u, c)| {
+        let tags = SensorKey {
+            key,
+            user: if u.is_some() { user.to_string() } else { String::new() },
+            client_id: if c.is_some() { client_id.to_string() } else { String::new() },
+        };
+        let bound = *table.get(&Entity { user: u, client_id: c })?.get(&key)?;
+        Some(Applicable { bound, sensor: tags })
+    })
+}
+
+/// How a filter component matches an entity's name of its type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameMatch {
+    Exact(String),
+    Default,
+    /// Any specific name (not the default).
+    Specified,
+}
+
+/// A DescribeClientQuotas filter: every component must match; `strict` also refuses entities
+/// with components of other types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaFilter {
+    components: Vec<(EntityType, NameMatch)>,
+    strict: bool,
+}
+
+impl QuotaFilter {
+    /// A filter from its wire components (type, match type, match).
+    pub fn parse<'a>(
+        components: impl IntoIterator<Item = (&'a str, i8, Option<&'a str>)>,
+        strict: bool,
+    ) -> Result<QuotaFilter, InvalidQuota> {
+        let mut parsed = Vec::new();
+        let mut seen = BTreeSet::new();
+        for (entity_type, match_type, name) in components {
+            let t = EntityType::parse(entity_type)?;
+            if !seen.insert(t) {
+                return Err(InvalidQuota::DuplicateEntityType(entity_type.to_string()));
+            }
+            let matcher = match match_type {
+                0 => NameMatch::Exact(name.ok_or_else(|| InvalidQuota::MissingMatch(entity_type.to_string()))?.to_string()),
+                1 => NameMatch::Default,
+                2 => NameMatch::Specified,
+                other => return Err(InvalidQuota::UnknownMatchType(other)),
+            };
+            parsed.push((t, matcher));
+        }
+        Ok(QuotaFilter { components: parsed, strict })
+    }
+
+    pub fn matches(&self, entity: &Entity) -> bool {
+        let all_match = self.components.iter().all(|(t, m)| match (entity.name_of(*t), m) {
+            (Some(EntityName::Named(n)), NameMatch::Exact(want)) => n == want,
+            (Some(EntityName::Default), NameMatch::Default) => true,
+            (Some(EntityName::Named(_)), NameMatch::Specified) => true,
+            _ => false,
+        });
+        all_match && (!self.strict || entity.types() == self.components.iter().map(|(t, _)| *t).collect())
+    }
+}
+
+#[cfg(test)]
+#[path = "model_tests.rs"]
+mod tests;
