@@ -51,6 +51,18 @@ fn start(credentials: &Path) -> TestResult<Kaas> {
     ])
 }
 
+/// A broker that knows the users admin (a super user) and alice, with the admin's properties for
+/// Kafka's tools; the directory holds the credentials and the properties.
+fn start_with_admin_and_alice() -> TestResult<(tempfile::TempDir, Kaas, PathBuf)> {
+    let dir = tempfile::tempdir()?;
+    let credentials = dir.path().join("users.json");
+    add_user(&credentials, ADMIN)?;
+    add_user(&credentials, ALICE)?;
+    let kaas = start(&credentials)?;
+    let admin = tool_properties(dir.path(), ADMIN)?;
+    Ok((dir, kaas, admin))
+}
+
 /// One operation as `user` through confluent-kafka; what it printed ("ok ..." or an error name).
 fn run(kaas: &Kaas, user: User, action: &[&str]) -> TestResult<String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/acl_client.py");
@@ -109,12 +121,7 @@ fn kafka_acls(kaas: &Kaas, properties: &Path, args: &[&str]) -> TestResult<Strin
 
 #[test]
 fn acls_decide_what_each_user_may_do() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let credentials = dir.path().join("users.json");
-    add_user(&credentials, ADMIN)?;
-    add_user(&credentials, ALICE)?;
-    let mut kaas = start(&credentials)?;
-    let admin = tool_properties(dir.path(), ADMIN)?;
+    let (dir, mut kaas, admin) = start_with_admin_and_alice()?;
 
     // The super user needs no ACL.
     for topic in ["orders", "logs-app", "secret"] {
@@ -214,12 +221,7 @@ fn acls_decide_what_each_user_may_do() -> TestResult {
 
 #[test]
 fn scram_credentials_made_through_the_admin_api_log_in() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let credentials = dir.path().join("users.json");
-    add_user(&credentials, ADMIN)?;
-    add_user(&credentials, ALICE)?;
-    let kaas = start(&credentials)?;
-    let admin = tool_properties(dir.path(), ADMIN)?;
+    let (dir, kaas, admin) = start_with_admin_and_alice()?;
 
     expect(&kaas, BOB, &["topics"], "_AUTHENTICATION")?;
 
@@ -240,7 +242,7 @@ fn scram_credentials_made_through_the_admin_api_log_in() -> TestResult {
     )?;
     expect(&kaas, BOB, &["topics"], "ok")?;
     expect(&kaas, ADMIN, &["scram-describe", "bob"], "ok scram SCRAM_SHA_512:4096")?;
-    let stored = std::fs::read_to_string(&credentials)?;
+    let stored = std::fs::read_to_string(dir.path().join("users.json"))?;
     assert!(stored.contains("\"bob\"") && !stored.contains(BOB.password), "{stored}");
 
     // The same through confluent-kafka's admin API; a user without ALTER on the cluster cannot.
@@ -270,12 +272,7 @@ fn throttled(answer: &str) -> TestResult<(u64, f64)> {
 /// may ALTER_CONFIGS the cluster sets them, and a key kaas does not enforce is refused.
 #[test]
 fn client_quotas_throttle_a_user_over_its_byte_rates() -> TestResult {
-    let dir = tempfile::tempdir()?;
-    let credentials = dir.path().join("users.json");
-    add_user(&credentials, ADMIN)?;
-    add_user(&credentials, ALICE)?;
-    let mut kaas = start(&credentials)?;
-    let admin = tool_properties(dir.path(), ADMIN)?;
+    let (dir, mut kaas, admin) = start_with_admin_and_alice()?;
     let alice = tool_properties(dir.path(), ALICE)?;
     expect(&kaas, ADMIN, &["create", "metered"], "ok")?;
     kafka_acls(&kaas, &admin, &["--add", "--allow-principal", "User:alice", "--operation", "Read", "--operation", "Write", "--topic", "metered"])?;

@@ -70,22 +70,32 @@ def txn_produce(topic, txid):
     return "ok committed"
 
 
+class ConsumeError(Exception):
+    """A consumer's error, by its Kafka name."""
+
+
+def messages(consumer, seconds):
+    """The consumer's messages for up to `seconds`; an error ends them with a ConsumeError."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        m = consumer.poll(1)
+        if m is None or (m.error() and m.error().code() == KafkaError._PARTITION_EOF):
+            continue
+        if m.error():
+            raise ConsumeError(m.error().name())
+        yield m
+
+
 def consume(topic, group):
     consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     try:
-        deadline = time.time() + TIMEOUT
-        while time.time() < deadline:
-            m = consumer.poll(1)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                return m.error().name()
+        for m in messages(consumer, TIMEOUT):
             consumer.commit(message=m, asynchronous=False)
             return "ok consumed"
         return "TIMED_OUT"
+    except ConsumeError as e:
+        return str(e)
     finally:
         consumer.close()
 
@@ -132,17 +142,14 @@ def quota_consume(topic, total):
     consumer.assign([TopicPartition(topic, 0, 0)])
     got, started = 0, time.time()
     try:
-        while got < total and time.time() - started < 120:
-            m = consumer.poll(1)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    continue
-                return m.error().name()
+        for m in messages(consumer, 120):
             got += len(m.value() or b"")
+            if got >= total:
+                break
         elapsed = time.time() - started
         consumer.poll(0.5)  # one more statistics callback
+    except ConsumeError as e:
+        return str(e)
     finally:
         consumer.close()
     if got < total:
