@@ -38,16 +38,19 @@ pub enum Refusal {
     PerIpLimit,
     /// The listener was at `max.connections` and every connection had a request outstanding.
     MaxConnections,
+    /// Its address opened connections faster than its `connection_creation_rate` quota.
+    ConnectionRate,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 2] = [Refusal::PerIpLimit, Refusal::MaxConnections];
+    pub const ALL: [Refusal; 3] = [Refusal::PerIpLimit, Refusal::MaxConnections, Refusal::ConnectionRate];
 
     /// The `reason` label of `kaas_connections_refused_total`.
     pub fn label(self) -> &'static str {
         match self {
             Refusal::PerIpLimit => "per_ip_limit",
             Refusal::MaxConnections => "max_connections",
+            Refusal::ConnectionRate => "connection_rate",
         }
     }
 }
@@ -123,7 +126,7 @@ impl ListenerMetrics {
         self.closed.get_or_create(&[("reason", reason.label())]).inc();
     }
 
-    fn count_refused(&self, reason: Refusal) {
+    pub(crate) fn count_refused(&self, reason: Refusal) {
         self.refused.get_or_create(&[("reason", reason.label())]).inc();
     }
 }

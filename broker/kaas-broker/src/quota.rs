@@ -1,7 +1,8 @@
 //! Client quotas: produce and fetch byte rates per user and client id, as Kafka's
 //! `ClientQuotaManager` applies them — a request is served, its bytes are counted in the
 //! sensor of the entity whose quota applies, and a client over its bound is told how long to
-//! wait (`throttle_time_ms`) while its connection reads nothing more for that long (KIP-219).
+//! wait (`throttle_time_ms`) while its connection reads nothing more for that long (KIP-219) —
+//! and new connections a second per address (KIP-612: one over the rate is closed at once).
 //!
 //! The quotas live in one file on the volume, `__cluster/quotas.json`, the only source of
 //! truth. Seed 001's questions, answered once here:
@@ -111,6 +112,21 @@ impl ClientQuotas {
             return Duration::ZERO;
         }
         let Some(applicable) = model::applicable(&table, key, user, client_id) else { return Duration::ZERO };
+        self.count(applicable, amount, now)
+    }
+
+    /// Counts a new connection from `ip` and answers how long it would have to wait to be
+    /// within its address's connection_creation_rate (nothing: admit it).
+    pub fn record_connection(&self, ip: std::net::IpAddr, now: Instant) -> Duration {
+        let table = self.current();
+        if table.is_empty() {
+            return Duration::ZERO;
+        }
+        let Some(applicable) = model::applicable_to_address(&table, ip) else { return Duration::ZERO };
+        self.count(applicable, 1.0, now)
+    }
+
+    fn count(&self, applicable: model::Applicable, amount: f64, now: Instant) -> Duration {
         let mut sensors = self.sensors.lock();
         if !sensors.contains_key(&applicable.sensor) && sensors.len() >= MAX_SENSORS {
             let idle_after = rate::WINDOW * rate::SAMPLES;
@@ -195,7 +211,7 @@ fn apply(table: &mut QuotaTable, change: QuotaChange) -> Result<(), QuotaError> 
         }
         match value {
             Some(v) => {
-                key.validate(*v)?;
+                key.validate(&change.entity, *v)?;
                 values.insert(*key, *v);
             }
             None => {

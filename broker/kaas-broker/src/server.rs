@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
 use crate::connection;
-use crate::connections::ConnectionTable;
+use crate::connections::{ConnectionTable, Refusal};
 
 /// How long the listener pauses after a failed accept.
 // NB: the usual failure is running out of file descriptors (EMFILE), which a retry at once
@@ -72,6 +72,16 @@ impl Server {
 
     /// Serves `stream` if the connection table admits it; otherwise closes it at once.
     fn admit(&self, table: &Arc<ConnectionTable>, stream: TcpStream, peer: SocketAddr, stop: &broadcast::Sender<()>, connections: &mut JoinSet<()>) {
+        // KIP-612: an address over its connection_creation_rate is refused. (Kafka keeps such
+        // a connection open for the throttle time before closing it; kaas closes it at once,
+        // so a flood holds no descriptors.)
+        let throttle = self.broker.quotas.record_connection(peer.ip(), tokio::time::Instant::now());
+        if !throttle.is_zero() {
+            self.broker.listener_metrics.count_refused(Refusal::ConnectionRate);
+            debug!(%peer, ?throttle, "connection refused: connection_creation_rate");
+            drop(stream);
+            return;
+        }
         match table.admit(peer.ip()) {
             Ok(slot) => {
                 let broker = self.broker.clone();

@@ -10,6 +10,8 @@ use std::time::Duration;
 use bytes::BytesMut;
 use kaas_broker::config::{ConnectionLimits, parse_per_ip_overrides};
 use kaas_broker::connections::{Closure, Refusal};
+use kaas_broker::quota::QuotaChange;
+use kaas_broker::quota::model::{Entity, InvalidQuota, QuotaKey};
 use kaas_broker::{Broker, BrokerConfig, Server};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, BrokerId, FetchRequest, RequestHeader};
 use kafka_protocol::protocol::{Encodable, Request, StrBytes};
@@ -294,5 +296,34 @@ async fn a_listener_full_of_busy_connections_refuses_at_once() -> TestResult {
         assert!(read_response(stream).await?.is_some(), "a long poll was cut short");
     }
     assert!(served(&mut connect(addr).await?, 9).await, "answered polls give way to a newcomer");
+    Ok(())
+}
+
+/// KIP-612: an address opening connections faster than its `connection_creation_rate` quota has
+/// the excess closed at once (and counted), while an address with a quota of its own is served.
+/// Real time: a rate of 1 a second lets the first ten through at once (a rate is measured over
+/// ten seconds at least), and 25 connections opened within seconds are well over it.
+#[tokio::test]
+async fn an_address_over_its_connection_rate_is_refused_and_others_are_served() -> TestResult {
+    let listener = start(ConnectionLimits::default()).await?;
+    let rate = |ip: Option<&str>, per_second: f64| -> Result<QuotaChange, InvalidQuota> {
+        let entity = Entity::from_components([("ip", ip)])?;
+        Ok(QuotaChange { entity, ops: vec![(QuotaKey::ConnectionCreationRate, Some(per_second))] })
+    };
+    let results = listener.broker.quotas.alter(vec![rate(None, 1.0), rate(Some("127.0.0.2"), 1000.0)], false);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let mut opened = Vec::new();
+    for _ in 0..25 {
+        opened.push(connect_from([127, 0, 0, 1], listener.addr).await?);
+    }
+    for (i, stream) in (1..).zip(opened.iter_mut().take(10)) {
+        assert!(served(stream, i).await, "connection {i} of 127.0.0.1 is within the rate");
+    }
+    let refused = listener.broker.listener_metrics.refused(Refusal::ConnectionRate);
+    assert!(refused >= 5, "only {refused} of 25 connections from 127.0.0.1 were refused");
+    for i in 100..125 {
+        assert!(served(&mut connect_from([127, 0, 0, 2], listener.addr).await?, i).await, "127.0.0.2 has a quota of its own");
+    }
+    assert_eq!(listener.broker.listener_metrics.refused(Refusal::ConnectionRate), refused);
     Ok(())
 }

@@ -287,6 +287,8 @@ fn client_quotas_throttle_a_user_over_its_byte_rates() -> TestResult {
 
     kafka_configs(&kaas, &admin, &alice_rates)?;
     kafka_configs(&kaas, &admin, &["--alter", "--add-config", "consumer_byte_rate=1048576", "--entity-type", "clients", "--entity-default"])?;
+    // An address's connection rate (KIP-612), for one the test does not connect from.
+    kafka_configs(&kaas, &admin, &["--alter", "--add-config", "connection_creation_rate=5", "--entity-type", "ips", "--entity-name", "10.9.8.7"])?;
     // Acknowledged means fsynced: a restarted broker still has both.
     kaas.stop()?;
     kaas.restart()?;
@@ -294,6 +296,8 @@ fn client_quotas_throttle_a_user_over_its_byte_rates() -> TestResult {
     assert!(described.contains("producer_byte_rate=262144") && described.contains("consumer_byte_rate=131072"), "{described}");
     let defaults = kafka_configs(&kaas, &admin, &["--describe", "--entity-type", "clients", "--entity-default"])?;
     assert!(defaults.contains("consumer_byte_rate=1048576"), "{defaults}");
+    let address = kafka_configs(&kaas, &admin, &["--describe", "--entity-type", "ips", "--entity-name", "10.9.8.7"])?;
+    assert!(address.contains("connection_creation_rate=5"), "{address}");
 
     // The admin has no producer quota of its own and none that applies by default.
     let (throttle_ms, _) = throttled(&run(&kaas, ADMIN, &["quota-produce", "metered", "4194304"])?)?;

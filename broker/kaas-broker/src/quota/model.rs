@@ -1,8 +1,9 @@
-//! Kafka's client quotas (KIP-13, KIP-55, KIP-546): entities — a user, a client id, or both,
-//! each a name or the default —, the quota keys kaas enforces, which configured entity's quota
-//! applies to a client, and DescribeClientQuotas' filters. No wire types.
+//! Kafka's client quotas (KIP-13, KIP-55, KIP-546, KIP-612): entities — a user, a client id, or
+//! both, or an IP address, each a name or the default —, the quota keys kaas enforces, which
+//! configured entity's quota applies to a client, and DescribeClientQuotas' filters. No wire types.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,17 +29,19 @@ impl EntityName {
     }
 }
 
-/// A quota entity: `/users/<user>`, `/clients/<client-id>` or `/users/<user>/clients/<client-id>`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// A quota entity: `/users/<user>`, `/clients/<client-id>`, `/users/<user>/clients/<client-id>`,
+/// or `/ips/<ip>` (which combines with nothing).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Entity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<EntityName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<EntityName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<EntityName>,
 }
 
-/// The entity types of the protocol (`ip` is Kafka's connection-rate entity, which kaas
-/// neither stores nor enforces).
+/// The entity types of the protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum EntityType {
     User,
@@ -68,28 +71,42 @@ impl EntityType {
 impl Entity {
     /// An entity from its wire components (type, name or `None` for the default).
     pub fn from_components<'a>(components: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> Result<Entity, InvalidQuota> {
-        let mut entity = Entity { user: None, client_id: None };
+        let mut entity = Entity::default();
         for (entity_type, name) in components {
             let slot = match EntityType::parse(entity_type)? {
                 EntityType::User => &mut entity.user,
                 EntityType::ClientId => &mut entity.client_id,
-                EntityType::Ip => return Err(InvalidQuota::IpUnsupported),
+                EntityType::Ip => {
+                    // Kafka keeps an address as written once it parses; kaas keeps its canonical
+                    // form, the one connections are counted by.
+                    let parsed = name.map(|n| n.parse::<IpAddr>().map_err(|_| InvalidQuota::BadIp(n.to_string()))).transpose()?;
+                    if entity
+                        .ip
+                        .replace(parsed.map_or(EntityName::Default, |ip| EntityName::Named(ip.to_canonical().to_string())))
+                        .is_some()
+                    {
+                        return Err(InvalidQuota::DuplicateEntityType(entity_type.to_string()));
+                    }
+                    continue;
+                }
             };
             if slot.replace(EntityName::from_wire(name)).is_some() {
                 return Err(InvalidQuota::DuplicateEntityType(entity_type.to_string()));
             }
         }
-        if entity.user.is_none() && entity.client_id.is_none() {
-            return Err(InvalidQuota::EmptyEntity);
+        match (&entity.user, &entity.client_id, &entity.ip) {
+            (None, None, None) => Err(InvalidQuota::EmptyEntity),
+            (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => Err(InvalidQuota::IpWithOthers),
+            _ => Ok(entity),
         }
-        Ok(entity)
     }
 
     /// The wire components, user first.
     pub fn components(&self) -> Vec<(EntityType, Option<&str>)> {
         let user = self.user.as_ref().map(|n| (EntityType::User, n.as_wire()));
         let client = self.client_id.as_ref().map(|n| (EntityType::ClientId, n.as_wire()));
-        user.into_iter().chain(client).collect()
+        let ip = self.ip.as_ref().map(|n| (EntityType::Ip, n.as_wire()));
+        user.into_iter().chain(client).chain(ip).collect()
     }
 
     fn types(&self) -> BTreeSet<EntityType> {
@@ -100,7 +117,7 @@ impl Entity {
         match entity_type {
             EntityType::User => self.user.as_ref(),
             EntityType::ClientId => self.client_id.as_ref(),
-            EntityType::Ip => None,
+            EntityType::Ip => self.ip.as_ref(),
         }
     }
 }
@@ -113,6 +130,8 @@ pub enum QuotaKey {
     ProducerByteRate,
     /// Bytes of fetch responses a second.
     ConsumerByteRate,
+    /// New connections a second from one address (KIP-612; `ip` entities only).
+    ConnectionCreationRate,
 }
 
 impl QuotaKey {
@@ -120,6 +139,7 @@ impl QuotaKey {
         match self {
             QuotaKey::ProducerByteRate => "producer_byte_rate",
             QuotaKey::ConsumerByteRate => "consumer_byte_rate",
+            QuotaKey::ConnectionCreationRate => "connection_creation_rate",
         }
     }
 
@@ -127,16 +147,19 @@ impl QuotaKey {
         match name {
             "producer_byte_rate" => Ok(QuotaKey::ProducerByteRate),
             "consumer_byte_rate" => Ok(QuotaKey::ConsumerByteRate),
+            "connection_creation_rate" => Ok(QuotaKey::ConnectionCreationRate),
             // Kafka's other keys: refused rather than stored and silently not enforced.
-            "request_percentage" | "controller_mutation_rate" | "connection_creation_rate" => {
-                Err(InvalidQuota::NotEnforced(name.to_string()))
-            }
+            "request_percentage" | "controller_mutation_rate" => Err(InvalidQuota::NotEnforced(name.to_string())),
             other => Err(InvalidQuota::UnknownKey(other.to_string())),
         }
     }
 
-    /// A byte rate must be a whole, positive number of bytes a second (Kafka's LONG keys).
-    pub fn validate(self, value: f64) -> Result<(), InvalidQuota> {
+    /// A rate must be a whole, positive number a second (Kafka's LONG and INT keys), and the
+    /// key one of the entity's kind: connections for an address, bytes for users and clients.
+    pub fn validate(self, entity: &Entity, value: f64) -> Result<(), InvalidQuota> {
+        if (self == QuotaKey::ConnectionCreationRate) != entity.ip.is_some() {
+            return Err(InvalidQuota::KeyNotForEntity(self.name()));
+        }
         if value.is_finite() && value >= 1.0 && value.fract() == 0.0 && value <= i64::MAX as f64 {
             Ok(())
         } else {
@@ -153,15 +176,19 @@ pub type QuotaTable = BTreeMap<Entity, BTreeMap<QuotaKey, f64>>;
 pub enum InvalidQuota {
     #[error("unknown quota entity type {0:?} (user, client-id or ip)")]
     UnknownEntityType(String),
-    #[error("ip quotas (connection_creation_rate) are not supported by kaas")]
-    IpUnsupported,
+    #[error("{0:?} is not an IP address")]
+    BadIp(String),
+    #[error("an ip entity combines with no user or client-id")]
+    IpWithOthers,
+    #[error("{0} is set for ip entities only, and byte rates for users and client ids only")]
+    KeyNotForEntity(&'static str),
     #[error("entity type {0:?} given twice")]
     DuplicateEntityType(String),
     #[error("a quota entity needs a user, a client-id or both")]
     EmptyEntity,
-    #[error("unknown quota key {0:?} (kaas enforces producer_byte_rate and consumer_byte_rate)")]
+    #[error("unknown quota key {0:?} (kaas enforces producer_byte_rate, consumer_byte_rate and connection_creation_rate)")]
     UnknownKey(String),
-    #[error("quota key {0:?} is not enforced by kaas (it enforces producer_byte_rate and consumer_byte_rate)")]
+    #[error("quota key {0:?} is not enforced by kaas (it enforces producer_byte_rate, consumer_byte_rate and connection_creation_rate)")]
     NotEnforced(String),
     #[error("quota key {0:?} given twice")]
     DuplicateKey(String),
@@ -182,12 +209,13 @@ pub struct Applicable {
 }
 
 /// A sensor: the quota key and the user and client id tags Kafka's metrics carry (`""`
-/// where the applicable entity has no such component).
+/// where the applicable entity has no such component), or the address connections come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SensorKey {
     pub key: QuotaKey,
     pub user: String,
     pub client_id: String,
+    pub ip: Option<IpAddr>,
 }
 
 /// Which quota applies to `user` with `client_id` for `key`: the first configured of Kafka's
@@ -214,9 +242,22 @@ pub fn applicable(table: &QuotaTable, key: QuotaKey, user: &str, client_id: &str
             key,
             user: if u.is_some() { user.to_string() } else { String::new() },
             client_id: if c.is_some() { client_id.to_string() } else { String::new() },
+            ip: None,
         };
-        let bound = *table.get(&Entity { user: u, client_id: c })?.get(&key)?;
+        let bound = *table.get(&Entity { user: u, client_id: c, ip: None })?.get(&key)?;
         Some(Applicable { bound, sensor: tags })
+    })
+}
+
+/// The connection_creation_rate of `ip`: its own (`/ips/<ip>`), else the default one
+/// (`/ips/<default>`), counted per address either way.
+pub fn applicable_to_address(table: &QuotaTable, ip: IpAddr) -> Option<Applicable> {
+    let key = QuotaKey::ConnectionCreationRate;
+    let levels = [EntityName::Named(ip.to_canonical().to_string()), EntityName::Default];
+    levels.into_iter().find_map(|level| {
+        let bound = *table.get(&Entity { ip: Some(level), ..Entity::default() })?.get(&key)?;
+        let sensor = SensorKey { key, user: String::new(), client_id: String::new(), ip: Some(ip) };
+        Some(Applicable { bound, sensor })
     })
 }
 

@@ -2,7 +2,7 @@ use super::*;
 
 fn entity(user: Option<Option<&str>>, client: Option<Option<&str>>) -> Entity {
     let name = |n: Option<&str>| n.map_or(EntityName::Default, |n| EntityName::Named(n.to_string()));
-    Entity { user: user.map(name), client_id: client.map(name) }
+    Entity { user: user.map(name), client_id: client.map(name), ip: None }
 }
 
 fn table(entries: &[(Entity, f64)]) -> QuotaTable {
@@ -10,7 +10,7 @@ fn table(entries: &[(Entity, f64)]) -> QuotaTable {
 }
 
 fn sensor(user: &str, client_id: &str) -> SensorKey {
-    SensorKey { key: QuotaKey::ProducerByteRate, user: user.into(), client_id: client_id.into() }
+    SensorKey { key: QuotaKey::ProducerByteRate, user: user.into(), client_id: client_id.into(), ip: None }
 }
 
 #[test]
@@ -49,10 +49,17 @@ fn the_most_specific_configured_level_applies_and_names_the_shared_sensor() {
 }
 
 #[test]
-fn entities_come_from_user_and_client_id_components_only() {
+fn entities_come_from_user_and_client_id_or_ip_components() {
     assert_eq!(Entity::from_components([("user", Some("alice")), ("client-id", None)]), Ok(entity(Some(Some("alice")), Some(None))));
     assert_eq!(Entity::from_components([("user", Some("a")), ("user", Some("b"))]), Err(InvalidQuota::DuplicateEntityType("user".into())));
-    assert_eq!(Entity::from_components([("ip", Some("10.0.0.1"))]), Err(InvalidQuota::IpUnsupported));
+    let ip =
+        |name: Option<&str>| Entity { ip: Some(name.map_or(EntityName::Default, |n| EntityName::Named(n.into()))), ..Entity::default() };
+    assert_eq!(Entity::from_components([("ip", Some("10.0.0.1"))]), Ok(ip(Some("10.0.0.1"))));
+    // An IPv4 address written as IPv6-mapped is the address connections are counted by.
+    assert_eq!(Entity::from_components([("ip", Some("::ffff:10.0.0.1"))]), Ok(ip(Some("10.0.0.1"))));
+    assert_eq!(Entity::from_components([("ip", None)]), Ok(ip(None)));
+    assert_eq!(Entity::from_components([("ip", Some("host.example"))]), Err(InvalidQuota::BadIp("host.example".into())));
+    assert_eq!(Entity::from_components([("ip", Some("10.0.0.1")), ("user", Some("a"))]), Err(InvalidQuota::IpWithOthers));
     assert_eq!(Entity::from_components([("group", Some("g"))]), Err(InvalidQuota::UnknownEntityType("group".into())));
     assert_eq!(Entity::from_components([]), Err(InvalidQuota::EmptyEntity));
 }
@@ -62,10 +69,33 @@ fn keys_and_values_are_checked() {
     assert_eq!(QuotaKey::parse("producer_byte_rate"), Ok(QuotaKey::ProducerByteRate));
     assert_eq!(QuotaKey::parse("request_percentage"), Err(InvalidQuota::NotEnforced("request_percentage".into())));
     assert_eq!(QuotaKey::parse("nonsense"), Err(InvalidQuota::UnknownKey("nonsense".into())));
-    assert!(QuotaKey::ConsumerByteRate.validate(1024.0).is_ok());
+    let client = entity(None, Some(Some("app")));
+    let address = Entity { ip: Some(EntityName::Default), ..Entity::default() };
+    assert!(QuotaKey::ConsumerByteRate.validate(&client, 1024.0).is_ok());
     for bad in [0.0, -5.0, 1.5, f64::NAN, f64::INFINITY] {
-        assert!(QuotaKey::ConsumerByteRate.validate(bad).is_err(), "{bad}");
+        assert!(QuotaKey::ConsumerByteRate.validate(&client, bad).is_err(), "{bad}");
     }
+    assert!(QuotaKey::ConnectionCreationRate.validate(&address, 10.0).is_ok());
+    assert_eq!(QuotaKey::ConnectionCreationRate.validate(&client, 10.0), Err(InvalidQuota::KeyNotForEntity("connection_creation_rate")));
+    assert_eq!(QuotaKey::ProducerByteRate.validate(&address, 10.0), Err(InvalidQuota::KeyNotForEntity("producer_byte_rate")));
+}
+
+#[test]
+fn an_address_gets_its_own_connection_rate_or_the_default_one_counted_apart() {
+    let own: std::net::IpAddr = "10.0.0.1".parse().expect("address");
+    let other: std::net::IpAddr = "10.0.0.2".parse().expect("address");
+    let rate = |v: f64| -> std::collections::BTreeMap<QuotaKey, f64> { [(QuotaKey::ConnectionCreationRate, v)].into() };
+    let table: QuotaTable = [
+        (Entity { ip: Some(EntityName::Named("10.0.0.1".into())), ..Entity::default() }, rate(5.0)),
+        (Entity { ip: Some(EntityName::Default), ..Entity::default() }, rate(1.0)),
+    ]
+    .into();
+    let got = |ip| applicable_to_address(&table, ip).map(|a| (a.bound, a.sensor.ip));
+    assert_eq!(got(own), Some((5.0, Some(own))));
+    assert_eq!(got(other), Some((1.0, Some(other))));
+    // The IPv6-mapped form of an address is the address.
+    assert_eq!(got("::ffff:10.0.0.1".parse().expect("address")).map(|(b, _)| b), Some(5.0));
+    assert_eq!(applicable_to_address(&QuotaTable::new(), own), None);
 }
 
 #[test]
@@ -84,7 +114,7 @@ fn filters_match_exact_default_and_any_name_strictly_or_not() {
     assert_eq!(matched(&filter(&[("user", 2, None)], false)), 2);
     assert_eq!(matched(&filter(&[("client-id", 2, None)], true)), 1);
     assert_eq!(matched(&filter(&[], false)), 4, "an empty filter matches everything");
-    assert_eq!(matched(&filter(&[("ip", 2, None)], false)), 0);
+    assert_eq!(matched(&filter(&[("ip", 2, None)], false)), 0, "no ip entity here");
 
     assert_eq!(QuotaFilter::parse([("user", 0, None)], false), Err(InvalidQuota::MissingMatch("user".into())));
     assert_eq!(QuotaFilter::parse([("user", 7, None)], false), Err(InvalidQuota::UnknownMatchType(7)));

@@ -17,7 +17,7 @@ fn open(dir: &std::path::Path, writable: bool) -> ClientQuotas {
 }
 
 fn client(name: &str) -> Entity {
-    Entity { user: None, client_id: Some(EntityName::Named(name.into())) }
+    Entity { client_id: Some(EntityName::Named(name.into())), ..Entity::default() }
 }
 
 fn set(entity: Entity, key: QuotaKey, value: f64) -> Result<QuotaChange, InvalidQuota> {
@@ -36,13 +36,15 @@ fn changes_are_durable_validated_one_by_one_and_removable() {
         vec![
             set(client("app"), QuotaKey::ProducerByteRate, 1024.0),
             set(client("bad"), QuotaKey::ProducerByteRate, 0.5),
-            Err(InvalidQuota::IpUnsupported),
+            Err(InvalidQuota::IpWithOthers),
+            set(client("bytes"), QuotaKey::ConnectionCreationRate, 5.0),
         ],
         false,
     );
     assert!(results[0].is_ok(), "{:?}", results[0]);
     assert!(matches!(results[1], Err(QuotaError::Invalid(InvalidQuota::BadValue { .. }))), "{:?}", results[1]);
-    assert!(matches!(results[2], Err(QuotaError::Invalid(InvalidQuota::IpUnsupported))));
+    assert!(matches!(results[2], Err(QuotaError::Invalid(InvalidQuota::IpWithOthers))));
+    assert!(matches!(results[3], Err(QuotaError::Invalid(InvalidQuota::KeyNotForEntity(_)))), "{:?}", results[3]);
 
     // validate_only changes nothing.
     assert!(quotas.alter(vec![set(client("dry"), QuotaKey::ConsumerByteRate, 10.0)], true)[0].is_ok());
