@@ -38,6 +38,7 @@ pub mod topic_admin;
 pub mod topic_config;
 pub mod topic_store;
 pub mod timed_fs;
+pub mod throttled;
 pub mod tls;
 pub mod topics;
 pub mod txn;

@@ -1,5 +1,5 @@
-//! Client quotas: produce and fetch byte rates per user and client id, as Kafka's
-//! `ClientQuotaManager` applies them — a request is served, its bytes are counted in the
+//! Client quotas: produce and fetch byte rates and request time per user and client id, as
+//! Kafka's `ClientQuotaManager` applies them — a request is served, its bytes are counted in the
 //! sensor of the entity whose quota applies, and a client over its bound is told how long to
 //! wait (`throttle_time_ms`) while its connection reads nothing more for that long (KIP-219) —
 //! and new connections a second per address (KIP-612: one over the rate is closed at once).
@@ -20,6 +20,7 @@ pub mod rate;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use kaas_shared::atomic_file;
@@ -75,6 +76,9 @@ struct StoredQuota {
 #[derive(Debug)]
 pub struct ClientQuotas {
     table: RwLock<Arc<QuotaTable>>,
+    /// The keys some entity sets, one bit each: a key nobody sets costs a request one atomic
+    /// load.
+    keys_in_use: AtomicU8,
     sensors: Mutex<HashMap<SensorKey, Rate>>,
     fs: FsRef,
     path: PathBuf,
@@ -91,6 +95,7 @@ impl ClientQuotas {
         let file: QuotaFile = atomic_file::read_json(&*fs, &path, "quota file")?.unwrap_or_default();
         let table: QuotaTable = file.quotas.into_iter().map(|q| (q.entity, q.values)).collect();
         Ok(ClientQuotas {
+            keys_in_use: AtomicU8::new(keys_in_use(&table)),
             table: RwLock::new(Arc::new(table)),
             sensors: Mutex::new(HashMap::new()),
             fs,
@@ -104,13 +109,17 @@ impl ClientQuotas {
         self.table.read().clone()
     }
 
+    fn in_use(&self, key: QuotaKey) -> bool {
+        self.keys_in_use.load(Ordering::Relaxed) & key.bit() != 0
+    }
+
     /// Counts `amount` for the client and answers how long it must now wait: nothing when no
     /// quota applies (and, with no quotas at all, at the cost of one read lock).
     pub fn record(&self, key: QuotaKey, user: &str, client_id: &str, amount: f64, now: Instant) -> Duration {
-        let table = self.current();
-        if table.is_empty() {
+        if !self.in_use(key) {
             return Duration::ZERO;
         }
+        let table = self.current();
         let Some(applicable) = model::applicable(&table, key, user, client_id) else { return Duration::ZERO };
         self.count(applicable, amount, now)
     }
@@ -118,10 +127,10 @@ impl ClientQuotas {
     /// Counts a new connection from `ip` and answers how long it would have to wait to be
     /// within its address's connection_creation_rate (nothing: admit it).
     pub fn record_connection(&self, ip: std::net::IpAddr, now: Instant) -> Duration {
-        let table = self.current();
-        if table.is_empty() {
+        if !self.in_use(QuotaKey::ConnectionCreationRate) {
             return Duration::ZERO;
         }
+        let table = self.current();
         let Some(applicable) = model::applicable_to_address(&table, ip) else { return Duration::ZERO };
         self.count(applicable, 1.0, now)
     }
@@ -143,10 +152,10 @@ impl ClientQuotas {
 
     /// The most one response may carry for the client under `key`, if a quota applies.
     pub fn max_in_window(&self, key: QuotaKey, user: &str, client_id: &str) -> Option<f64> {
-        let table = self.current();
-        if table.is_empty() {
+        if !self.in_use(key) {
             return None;
         }
+        let table = self.current();
         model::applicable(&table, key, user, client_id).map(|a| rate::max_in_window(a.bound))
     }
 
@@ -195,9 +204,14 @@ impl ClientQuotas {
             self.fs.create_dir_all(dir).map_err(|e| kaas_shared::Error::io("mkdir", dir, e))?;
         }
         atomic_file::write_json(&*self.fs, &self.path, &file)?;
+        self.keys_in_use.store(keys_in_use(&table), Ordering::Relaxed);
         *self.table.write() = Arc::new(table);
         Ok(())
     }
+}
+
+fn keys_in_use(table: &QuotaTable) -> u8 {
+    table.values().flat_map(|values| values.keys()).fold(0, |bits, key| bits | key.bit())
 }
 
 /// Applies one change to the table: values set or removed, an entity left without values

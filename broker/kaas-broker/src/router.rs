@@ -15,7 +15,9 @@ use tokio::task::JoinHandle;
 use crate::api;
 use crate::broker::Broker;
 use crate::error_codes::ErrorCodes;
+use crate::quota::model::QuotaKey;
 use crate::slow_requests::SlowRequestLog;
+use crate::throttled::Throttled;
 
 /// A future that produces a response later (durability wait, long poll).
 pub type Deferred<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -233,6 +235,12 @@ pub fn route(key: ApiKey) -> Option<Route> {
     ROUTES.iter().copied().find(|r| r.key == key)
 }
 
+/// The APIs the request-time quota leaves alone, as Kafka does: the handshake a client needs
+/// before it can do anything, and what brokers send each other.
+fn exempt_from_request_quota(key: ApiKey) -> bool {
+    matches!(key, ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate | ApiKey::WriteTxnMarkers)
+}
+
 /// Encodes a ready answer, or spawns the wait for a deferred one; either way the request's
 /// duration and error codes are recorded when its answer is ready.
 fn finish<T>(
@@ -243,13 +251,30 @@ fn finish<T>(
     named: crate::slow_requests::NamedPartitions,
 ) -> Result<Pending, DispatchError>
 where
-    T: Encodable + ErrorCodes + Send + 'static,
+    T: Encodable + ErrorCodes + Throttled + Send + 'static,
 {
     let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
     let metrics = &broker.metrics;
     let slow_log = SlowRequestLog::for_request(broker.config.slow_request, ctx, named);
+    // request_percentage counts the time the request held the runtime (decoding and the
+    // handler's ordered part; not what a deferred answer waits for), as percent of one thread.
+    let request_throttle = match exempt_from_request_quota(key) {
+        true => 0,
+        false => {
+            let percent_seconds = started.elapsed().as_secs_f64() * 100.0;
+            crate::api::quota_use::QuotaSubject::of(ctx).record(broker, QuotaKey::RequestPercentage, percent_seconds)
+        }
+    };
+    // Kafka answers the longer of a byte-rate throttle and the request-time one.
+    let throttled = move |mut body: T| {
+        if request_throttle > body.throttle_time_ms() {
+            body.set_throttle_time_ms(request_throttle);
+        }
+        body
+    };
     match reply {
         Reply::Now(body) => {
+            let body = throttled(body);
             metrics.answered(key, started, None, &body);
             if let Some(log) = &slow_log {
                 let _ = log.answered(started, None);
@@ -268,7 +293,7 @@ where
             let metrics = metrics.clone();
             let deferred_at = Instant::now();
             Ok(Pending::Later(tokio::spawn(async move {
-                let body = future.await;
+                let body = throttled(future.await);
                 metrics.answered(key, started, Some(deferred_at), &body);
                 if let Some(log) = &slow_log {
                     let _ = log.answered(started, Some(deferred_at));

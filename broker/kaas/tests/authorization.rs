@@ -281,9 +281,9 @@ fn client_quotas_throttle_a_user_over_its_byte_rates() -> TestResult {
     let alice_rates = ["--alter", "--add-config", "producer_byte_rate=262144,consumer_byte_rate=131072", "--entity-type", "users", "--entity-name", "alice"];
     let (ok, text) = try_kafka_tool(&kaas, &alice, "org.apache.kafka.tools.ConfigCommand", &alice_rates)?;
     assert!(!ok && text.contains("ClusterAuthorizationException"), "alice set her own quota:\n{text}");
-    let not_enforced = ["--alter", "--add-config", "request_percentage=50", "--entity-type", "users", "--entity-name", "alice"];
+    let not_enforced = ["--alter", "--add-config", "controller_mutation_rate=10", "--entity-type", "users", "--entity-name", "alice"];
     let (ok, text) = try_kafka_tool(&kaas, &admin, "org.apache.kafka.tools.ConfigCommand", &not_enforced)?;
-    assert!(!ok && text.contains("\"request_percentage\" is not enforced"), "{text}");
+    assert!(!ok && text.contains("\"controller_mutation_rate\" is not enforced"), "{text}");
 
     kafka_configs(&kaas, &admin, &alice_rates)?;
     kafka_configs(&kaas, &admin, &["--alter", "--add-config", "consumer_byte_rate=1048576", "--entity-type", "clients", "--entity-default"])?;

@@ -1,7 +1,7 @@
 //! Protocol details no stock client in the suite exercises: incremental fetch sessions
 //! (KIP-227), fetch by topic id (v13+), long-poll wake-up on append, DescribeCluster,
-//! OffsetForLeaderEpoch, DescribeTopicPartitions paging, DescribeLogDirs, ListConfigResources
-//! and the advertised versions.
+//! OffsetForLeaderEpoch, DescribeTopicPartitions paging, DescribeLogDirs, ListConfigResources,
+//! client quotas and the advertised versions.
 
 mod common;
 
@@ -395,5 +395,64 @@ fn describe_log_dirs_reports_the_data_directory_and_partition_sizes() -> TestRes
         .map(|t| (t.name.0.to_string(), t.partitions.iter().map(|p| p.partition_index).collect()))
         .collect();
     assert_eq!(listed, vec![("dirs".to_string(), vec![1])]);
+    Ok(())
+}
+
+/// Client quotas over the wire: AlterClientQuotas answers each entity (an invalid one with
+/// INVALID_REQUEST, the others applied), DescribeClientQuotas filters by exact, default and any
+/// name, and a request_percentage quota of a client id throttles its requests (KIP-124):
+/// responses carry throttle_time_ms, and another client id's do not.
+#[test]
+fn client_quotas_over_the_wire_and_a_request_time_quota() -> TestResult {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
+    use kafka_protocol::messages::{AlterClientQuotasRequest, DescribeClientQuotasRequest};
+
+    let kaas = Kaas::start()?;
+    let mut wire = Wire::connect(&kaas.bootstrap)?;
+    let entity = |kind: &str, name: Option<&str>| {
+        EntityData::default().with_entity_type(StrBytes::from_string(kind.into())).with_entity_name(name.map(|n| StrBytes::from_string(n.into())))
+    };
+    let set = |entity: Vec<EntityData>, key: &str, value: f64| {
+        EntryData::default().with_entity(entity).with_ops(vec![OpData::default().with_key(StrBytes::from_string(key.into())).with_value(value)])
+    };
+    // 0.0001 % of a thread: ten microseconds of request time over the ten-second window.
+    let request = AlterClientQuotasRequest::default().with_entries(vec![
+        set(vec![entity("client-id", Some("kaas-wire-test"))], "request_percentage", 0.0001),
+        set(vec![entity("client-id", None)], "consumer_byte_rate", 1e9),
+        set(vec![entity("user", Some("x")), entity("ip", Some("10.0.0.1"))], "connection_creation_rate", 5.0),
+    ]);
+    let answer = wire.call(1, &request)?;
+    let codes: Vec<i16> = answer.entries.iter().map(|e| e.error_code).collect();
+    assert_eq!(codes, vec![0, 0, ResponseError::InvalidRequest.code()], "{answer:?}");
+
+    let describe = |components: Vec<ComponentData>, strict: bool| -> TestResult<Vec<String>> {
+        let mut wire = Wire::connect(&kaas.bootstrap)?;
+        let response = wire.call(1, &DescribeClientQuotasRequest::default().with_components(components).with_strict(strict))?;
+        assert_eq!(response.error_code, 0, "{response:?}");
+        let mut keys: Vec<String> =
+            response.entries.unwrap_or_default().iter().flat_map(|e| e.values.iter().map(|v| format!("{}={}", v.key.as_str(), v.value))).collect();
+        keys.sort();
+        Ok(keys)
+    };
+    let component = |kind: &str, match_type: i8, name: Option<&str>| {
+        ComponentData::default()
+            .with_entity_type(StrBytes::from_string(kind.into()))
+            .with_match_type(match_type)
+            .with_match(name.map(|n| StrBytes::from_string(n.into())))
+    };
+    assert_eq!(describe(vec![], false)?, vec!["consumer_byte_rate=1000000000", "request_percentage=0.0001"]);
+    assert_eq!(describe(vec![component("client-id", 0, Some("kaas-wire-test"))], true)?, vec!["request_percentage=0.0001"]);
+    assert_eq!(describe(vec![component("client-id", 1, None)], true)?, vec!["consumer_byte_rate=1000000000"]);
+    assert_eq!(describe(vec![component("user", 2, None)], false)?, Vec::<String>::new());
+
+    // This client id is over its request time at once; a throttled answer mutes the connection,
+    // so the first one is where the check stops.
+    let throttled = (0..50).map(|_| wire.call(12, &MetadataRequest::default())).find(|r| r.as_ref().map_or(true, |m| m.throttle_time_ms > 0));
+    assert!(matches!(throttled, Some(Ok(_))), "no Metadata answer of 50 was throttled: {throttled:?}");
+    let mut other = Wire::connect_as(&kaas.bootstrap, "another-client")?;
+    for _ in 0..20 {
+        assert_eq!(other.call(12, &MetadataRequest::default())?.throttle_time_ms, 0, "another client id was throttled");
+    }
     Ok(())
 }

@@ -168,7 +168,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FetchRe
         let response = respond(&broker, &answer, &targets, found, rejected);
         // The answer is sent whole; a client it takes over consumer_byte_rate waits before the next.
         let sent: usize = response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, Bytes::len)).sum();
-        let response = response.with_throttle_time_ms(quota.record(&broker, QuotaKey::ConsumerByteRate, sent));
+        let response = response.with_throttle_time_ms(quota.record(&broker, QuotaKey::ConsumerByteRate, sent as f64));
         // Sessions exist from v7; the codec refuses a session id below that.
         if version < 7 { response.with_session_id(0) } else { response }
     }))

@@ -74,7 +74,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Produce
         })
         .collect();
     // Kafka counts a produce request's size against producer_byte_rate, whatever became of it.
-    let throttle_ms = super::quota_use::QuotaSubject::of(ctx).record(broker, QuotaKey::ProducerByteRate, ctx.size);
+    let throttle_ms = super::quota_use::QuotaSubject::of(ctx).record(broker, QuotaKey::ProducerByteRate, ctx.size as f64);
     if acks == 0 {
         // Nobody waits for these records, but they become visible only once fsynced: start
         // that sync now (one group commit with whatever else is appending).

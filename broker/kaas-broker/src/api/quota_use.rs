@@ -30,11 +30,12 @@ impl QuotaSubject {
         (self.user.as_deref().unwrap_or(ANONYMOUS), self.client_id.as_deref().unwrap_or(""))
     }
 
-    /// Counts `bytes` under `key`; over the quota, mutes the connection for the throttle and
-    /// returns it in milliseconds for the response (0 otherwise).
-    pub(crate) fn record(&self, broker: &Broker, key: QuotaKey, bytes: usize) -> i32 {
+    /// Counts `amount` (bytes, or percent-seconds of one thread) under `key`; over the quota,
+    /// mutes the connection for the throttle and returns it in milliseconds for the response (0
+    /// otherwise).
+    pub(crate) fn record(&self, broker: &Broker, key: QuotaKey, amount: f64) -> i32 {
         let (user, client_id) = self.names();
-        let throttle = broker.quotas.record(key, user, client_id, bytes as f64, Instant::now());
+        let throttle = broker.quotas.record(key, user, client_id, amount, Instant::now());
         self.mute.extend(throttle);
         i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX)
     }

@@ -132,6 +132,8 @@ pub enum QuotaKey {
     ConsumerByteRate,
     /// New connections a second from one address (KIP-612; `ip` entities only).
     ConnectionCreationRate,
+    /// Percent of one thread's time spent on the client's requests (KIP-124).
+    RequestPercentage,
 }
 
 impl QuotaKey {
@@ -140,7 +142,13 @@ impl QuotaKey {
             QuotaKey::ProducerByteRate => "producer_byte_rate",
             QuotaKey::ConsumerByteRate => "consumer_byte_rate",
             QuotaKey::ConnectionCreationRate => "connection_creation_rate",
+            QuotaKey::RequestPercentage => "request_percentage",
         }
+    }
+
+    /// One bit per key (a set of keys in a byte).
+    pub fn bit(self) -> u8 {
+        1 << (self as u8)
     }
 
     pub fn parse(name: &str) -> Result<QuotaKey, InvalidQuota> {
@@ -148,25 +156,31 @@ impl QuotaKey {
             "producer_byte_rate" => Ok(QuotaKey::ProducerByteRate),
             "consumer_byte_rate" => Ok(QuotaKey::ConsumerByteRate),
             "connection_creation_rate" => Ok(QuotaKey::ConnectionCreationRate),
-            // Kafka's other keys: refused rather than stored and silently not enforced.
-            "request_percentage" | "controller_mutation_rate" => Err(InvalidQuota::NotEnforced(name.to_string())),
+            "request_percentage" => Ok(QuotaKey::RequestPercentage),
+            // Kafka's other key: refused rather than stored and silently not enforced.
+            "controller_mutation_rate" => Err(InvalidQuota::NotEnforced(name.to_string())),
             other => Err(InvalidQuota::UnknownKey(other.to_string())),
         }
     }
 
-    /// A rate must be a whole, positive number a second (Kafka's LONG and INT keys), and the
-    /// key one of the entity's kind: connections for an address, bytes for users and clients.
+    /// A rate must be positive, and whole but for request_percentage (Kafka's LONG and INT
+    /// keys; it is a DOUBLE), and the key one of the entity's kind: connections for an address,
+    /// the others for users and clients.
     pub fn validate(self, entity: &Entity, value: f64) -> Result<(), InvalidQuota> {
         if (self == QuotaKey::ConnectionCreationRate) != entity.ip.is_some() {
             return Err(InvalidQuota::KeyNotForEntity(self.name()));
         }
-        if value.is_finite() && value >= 1.0 && value.fract() == 0.0 && value <= i64::MAX as f64 {
+        let whole = self == QuotaKey::RequestPercentage || (value >= 1.0 && value.fract() == 0.0);
+        if value.is_finite() && value > 0.0 && whole && value <= i64::MAX as f64 {
             Ok(())
         } else {
             Err(InvalidQuota::BadValue { key: self.name(), value })
         }
     }
 }
+
+/// What the errors list as enforced.
+const ENFORCED: &str = "producer_byte_rate, consumer_byte_rate, request_percentage and connection_creation_rate";
 
 /// Every configured quota: by entity, the values it sets.
 pub type QuotaTable = BTreeMap<Entity, BTreeMap<QuotaKey, f64>>;
@@ -180,19 +194,19 @@ pub enum InvalidQuota {
     BadIp(String),
     #[error("an ip entity combines with no user or client-id")]
     IpWithOthers,
-    #[error("{0} is set for ip entities only, and byte rates for users and client ids only")]
+    #[error("{0} does not apply to this entity: connection_creation_rate is for ip entities, the others for users and client ids")]
     KeyNotForEntity(&'static str),
     #[error("entity type {0:?} given twice")]
     DuplicateEntityType(String),
     #[error("a quota entity needs a user, a client-id or both")]
     EmptyEntity,
-    #[error("unknown quota key {0:?} (kaas enforces producer_byte_rate, consumer_byte_rate and connection_creation_rate)")]
+    #[error("unknown quota key {0:?} (kaas enforces {ENFORCED})")]
     UnknownKey(String),
-    #[error("quota key {0:?} is not enforced by kaas (it enforces producer_byte_rate, consumer_byte_rate and connection_creation_rate)")]
+    #[error("quota key {0:?} is not enforced by kaas (it enforces {ENFORCED})")]
     NotEnforced(String),
     #[error("quota key {0:?} given twice")]
     DuplicateKey(String),
-    #[error("{key} must be a whole number of bytes a second, at least 1 (got {value})")]
+    #[error("{key} must be a positive number (whole but for request_percentage), got {value}")]
     BadValue { key: &'static str, value: f64 },
     #[error("unknown match type {0} (0: exact name, 1: default, 2: any name)")]
     UnknownMatchType(i8),

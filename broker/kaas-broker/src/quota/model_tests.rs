@@ -67,7 +67,7 @@ fn entities_come_from_user_and_client_id_or_ip_components() {
 #[test]
 fn keys_and_values_are_checked() {
     assert_eq!(QuotaKey::parse("producer_byte_rate"), Ok(QuotaKey::ProducerByteRate));
-    assert_eq!(QuotaKey::parse("request_percentage"), Err(InvalidQuota::NotEnforced("request_percentage".into())));
+    assert_eq!(QuotaKey::parse("controller_mutation_rate"), Err(InvalidQuota::NotEnforced("controller_mutation_rate".into())));
     assert_eq!(QuotaKey::parse("nonsense"), Err(InvalidQuota::UnknownKey("nonsense".into())));
     let client = entity(None, Some(Some("app")));
     let address = Entity { ip: Some(EntityName::Default), ..Entity::default() };
@@ -76,6 +76,8 @@ fn keys_and_values_are_checked() {
         assert!(QuotaKey::ConsumerByteRate.validate(&client, bad).is_err(), "{bad}");
     }
     assert!(QuotaKey::ConnectionCreationRate.validate(&address, 10.0).is_ok());
+    assert!(QuotaKey::RequestPercentage.validate(&client, 0.5).is_ok(), "a percentage need not be whole");
+    assert!(QuotaKey::RequestPercentage.validate(&client, 0.0).is_err());
     assert_eq!(QuotaKey::ConnectionCreationRate.validate(&client, 10.0), Err(InvalidQuota::KeyNotForEntity("connection_creation_rate")));
     assert_eq!(QuotaKey::ProducerByteRate.validate(&address, 10.0), Err(InvalidQuota::KeyNotForEntity("producer_byte_rate")));
 }

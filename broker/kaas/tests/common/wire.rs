@@ -17,13 +17,19 @@ use super::TestResult;
 pub struct Wire {
     stream: TcpStream,
     correlation: i32,
+    client_id: StrBytes,
 }
 
 impl Wire {
     pub fn connect(addr: &str) -> TestResult<Wire> {
+        Wire::connect_as(addr, "kaas-wire-test")
+    }
+
+    /// A connection whose requests carry `client_id`.
+    pub fn connect_as(addr: &str, client_id: &str) -> TestResult<Wire> {
         let stream = TcpStream::connect(addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(20)))?;
-        Ok(Wire { stream, correlation: 0 })
+        Ok(Wire { stream, correlation: 0, client_id: StrBytes::from_string(client_id.into()) })
     }
 
     /// Sends a typed request and decodes its typed response.
@@ -34,7 +40,7 @@ impl Wire {
             .with_request_api_key(R::KEY)
             .with_request_api_version(version)
             .with_correlation_id(self.correlation)
-            .with_client_id(Some(StrBytes::from_static_str("kaas-wire-test")));
+            .with_client_id(Some(self.client_id.clone()));
         let mut body = BytesMut::new();
         header.encode(&mut body, key.request_header_version(version))?;
         request.encode(&mut body, version)?;
