@@ -124,6 +124,20 @@ impl ClientQuotas {
         self.count(applicable, amount, now)
     }
 
+    /// How long the client must wait under `key` now, counting nothing (KIP-599's strict check:
+    /// whether it is over its quota already).
+    pub fn current_throttle(&self, key: QuotaKey, user: &str, client_id: &str, now: Instant) -> Duration {
+        if !self.in_use(key) {
+            return Duration::ZERO;
+        }
+        let table = self.current();
+        let Some(applicable) = model::applicable(&table, key, user, client_id) else { return Duration::ZERO };
+        let mut sensors = self.sensors.lock();
+        let Some(sensor) = sensors.get_mut(&applicable.sensor) else { return Duration::ZERO };
+        let (measured, span) = sensor.measure(now);
+        rate::throttle(measured, applicable.bound, span)
+    }
+
     /// Counts a new connection from `ip` and answers how long it would have to wait to be
     /// within its address's connection_creation_rate (nothing: admit it).
     pub fn record_connection(&self, ip: std::net::IpAddr, now: Instant) -> Duration {

@@ -456,3 +456,42 @@ fn client_quotas_over_the_wire_and_a_request_time_quota() -> TestResult {
     }
     Ok(())
 }
+
+/// KIP-599: a client id over its controller_mutation_rate has further topic creations and
+/// deletions refused with THROTTLING_QUOTA_EXCEEDED in the versions that know it (the creation
+/// that takes it over passes, throttled), and only throttled in the older ones.
+#[test]
+fn a_controller_mutation_quota_refuses_topic_changes_over_it() -> TestResult {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::{AlterClientQuotasRequest, CreateTopicsRequest, DeleteTopicsRequest};
+
+    let kaas = Kaas::start()?;
+    let quota = EntryData::default()
+        .with_entity(vec![EntityData::default().with_entity_type(StrBytes::from_static_str("client-id")).with_entity_name(Some(StrBytes::from_static_str("mutator")))])
+        .with_ops(vec![OpData::default().with_key(StrBytes::from_static_str("controller_mutation_rate")).with_value(1.0)]);
+    let answer = Wire::connect(&kaas.bootstrap)?.call(1, &AlterClientQuotasRequest::default().with_entries(vec![quota]))?;
+    assert_eq!(answer.entries[0].error_code, 0, "{answer:?}");
+
+    let mut wire = Wire::connect_as(&kaas.bootstrap, "mutator")?;
+    let create = |topic: &str, partitions: i32| {
+        CreateTopicsRequest::default().with_timeout_ms(10_000).with_topics(vec![
+            CreatableTopic::default().with_name(name(topic)).with_num_partitions(partitions).with_replication_factor(1),
+        ])
+    };
+    // Twelve partitions at one a second: ten seconds' worth pass at once, these take it over.
+    let first = wire.call(7, &create("burst", 12))?;
+    assert_eq!(first.topics[0].error_code, 0, "{first:?}");
+    assert!(first.throttle_time_ms > 0, "{first:?}");
+    let refused = wire.call(7, &create("next", 1))?;
+    assert_eq!(refused.topics[0].error_code, ResponseError::ThrottlingQuotaExceeded.code(), "{refused:?}");
+    let delete = DeleteTopicsRequest::default().with_timeout_ms(10_000).with_topics(vec![DeleteTopicState::default().with_name(Some(name("burst")))]);
+    let refused = wire.call(6, &delete)?;
+    assert_eq!(refused.responses[0].error_code, ResponseError::ThrottlingQuotaExceeded.code(), "{refused:?}");
+    // CreateTopics v5 predates the error: the topic is created and the answer throttled.
+    let permissive = wire.call(5, &create("older", 1))?;
+    assert_eq!(permissive.topics[0].error_code, 0, "{permissive:?}");
+    assert!(permissive.throttle_time_ms > 0, "{permissive:?}");
+    Ok(())
+}

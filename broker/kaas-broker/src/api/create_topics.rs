@@ -10,6 +10,7 @@ use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, Cr
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 
 use super::access::{Op, Resource, allowed, cluster_allowed};
+use super::quota_use::{Mutations, THROTTLED};
 use super::{admin_timeout, str_bytes};
 use crate::broker::Broker;
 use crate::error::Error;
@@ -22,6 +23,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateT
         request.topics.iter().map(|t| t.name.0.to_string()).filter(|n| !seen.insert(n.clone())).collect();
     let timeout = admin_timeout(request.timeout_ms);
     let mut topics = Vec::with_capacity(request.topics.len());
+    let mut mutations = Mutations::new(broker, ctx, ctx.version >= 6);
     for wanted in request.topics {
         let name = wanted.name.0.to_string();
         let result = CreatableTopicResult::default().with_name(wanted.name.clone());
@@ -34,11 +36,18 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateT
             topics.push(refused(result, ResponseError::TopicAuthorizationFailed));
             continue;
         }
+        if !request.validate_only && !mutations.admit() {
+            topics.push(throttled(result));
+            continue;
+        }
         // Kafka returns the new topic's configs only to who may describe them.
         let describe_configs = allowed(broker, ctx, Op::DescribeConfigs, Resource::Topic, &name);
         topics.push({
             match create(broker, wanted, request.validate_only, timeout).await {
                 Ok((new, id)) => {
+                    if !request.validate_only {
+                        mutations.done(new.partitions);
+                    }
                     let configs = super::describe_configs::topic_entries(broker, &new.configs, None, false)
                         .into_iter()
                         .map(|c| {
@@ -61,7 +70,11 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateT
             }
         });
     }
-    Reply::Now(CreateTopicsResponse::default().with_topics(topics))
+    Reply::Now(CreateTopicsResponse::default().with_topics(topics).with_throttle_time_ms(mutations.throttle_ms()))
+}
+
+fn throttled(result: CreatableTopicResult) -> CreatableTopicResult {
+    refused(result, ResponseError::ThrottlingQuotaExceeded).with_error_message(Some(str_bytes(THROTTLED)))
 }
 
 fn failed(result: CreatableTopicResult, e: &Error) -> CreatableTopicResult {

@@ -8,6 +8,7 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 use uuid::Uuid;
 
 use super::access::{Op, Resource, allowed};
+use super::quota_use::{Mutations, THROTTLED};
 use super::{admin_timeout, str_bytes, topic_name};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -20,6 +21,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteT
     };
     let timeout = admin_timeout(request.timeout_ms);
     let mut responses = Vec::with_capacity(wanted.len());
+    let mut mutations = Mutations::new(broker, ctx, ctx.version >= 5);
     for (name, id) in wanted {
         responses.push({
             let name = match name {
@@ -35,15 +37,25 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteT
                 Ok(name) if !allowed(broker, ctx, Op::Delete, Resource::Topic, &name) => {
                     result.with_name(Some(topic_name(name))).with_error_code(refused)
                 }
-                Ok(name) => match crate::topic_admin::delete(broker, &name, timeout).await {
-                    Ok(deleted) => result.with_name(Some(topic_name(name))).with_topic_id(deleted),
-                    Err(e) => result
-                        .with_name(Some(topic_name(name)))
-                        .with_error_code(e.code())
-                        .with_error_message(Some(str_bytes(e.to_string()))),
-                },
+                Ok(name) if !mutations.admit() => result
+                    .with_name(Some(topic_name(name)))
+                    .with_error_code(ResponseError::ThrottlingQuotaExceeded.code())
+                    .with_error_message(Some(str_bytes(THROTTLED))),
+                Ok(name) => {
+                    let partitions = broker.topics.get(&name).map_or(0, |t| t.partition_count());
+                    match crate::topic_admin::delete(broker, &name, timeout).await {
+                        Ok(deleted) => {
+                            mutations.done(partitions);
+                            result.with_name(Some(topic_name(name))).with_topic_id(deleted)
+                        }
+                        Err(e) => result
+                            .with_name(Some(topic_name(name)))
+                            .with_error_code(e.code())
+                            .with_error_message(Some(str_bytes(e.to_string()))),
+                    }
+                }
             }
         });
     }
-    Reply::Now(DeleteTopicsResponse::default().with_responses(responses))
+    Reply::Now(DeleteTopicsResponse::default().with_responses(responses).with_throttle_time_ms(mutations.throttle_ms()))
 }

@@ -134,6 +134,8 @@ pub enum QuotaKey {
     ConnectionCreationRate,
     /// Percent of one thread's time spent on the client's requests (KIP-124).
     RequestPercentage,
+    /// Partitions created, added or deleted a second (KIP-599).
+    ControllerMutationRate,
 }
 
 impl QuotaKey {
@@ -143,6 +145,7 @@ impl QuotaKey {
             QuotaKey::ConsumerByteRate => "consumer_byte_rate",
             QuotaKey::ConnectionCreationRate => "connection_creation_rate",
             QuotaKey::RequestPercentage => "request_percentage",
+            QuotaKey::ControllerMutationRate => "controller_mutation_rate",
         }
     }
 
@@ -157,20 +160,20 @@ impl QuotaKey {
             "consumer_byte_rate" => Ok(QuotaKey::ConsumerByteRate),
             "connection_creation_rate" => Ok(QuotaKey::ConnectionCreationRate),
             "request_percentage" => Ok(QuotaKey::RequestPercentage),
-            // Kafka's other key: refused rather than stored and silently not enforced.
-            "controller_mutation_rate" => Err(InvalidQuota::NotEnforced(name.to_string())),
+            "controller_mutation_rate" => Ok(QuotaKey::ControllerMutationRate),
             other => Err(InvalidQuota::UnknownKey(other.to_string())),
         }
     }
 
-    /// A rate must be positive, and whole but for request_percentage (Kafka's LONG and INT
-    /// keys; it is a DOUBLE), and the key one of the entity's kind: connections for an address,
-    /// the others for users and clients.
+    /// A rate must be positive, and whole for the byte and connection rates (Kafka's LONG and
+    /// INT keys; the others are DOUBLEs), and the key one of the entity's kind: connections for
+    /// an address, the others for users and clients.
     pub fn validate(self, entity: &Entity, value: f64) -> Result<(), InvalidQuota> {
         if (self == QuotaKey::ConnectionCreationRate) != entity.ip.is_some() {
             return Err(InvalidQuota::KeyNotForEntity(self.name()));
         }
-        let whole = self == QuotaKey::RequestPercentage || (value >= 1.0 && value.fract() == 0.0);
+        let fractional = matches!(self, QuotaKey::RequestPercentage | QuotaKey::ControllerMutationRate);
+        let whole = fractional || (value >= 1.0 && value.fract() == 0.0);
         if value.is_finite() && value > 0.0 && whole && value <= i64::MAX as f64 {
             Ok(())
         } else {
@@ -180,7 +183,7 @@ impl QuotaKey {
 }
 
 /// What the errors list as enforced.
-const ENFORCED: &str = "producer_byte_rate, consumer_byte_rate, request_percentage and connection_creation_rate";
+const ENFORCED: &str = "producer_byte_rate, consumer_byte_rate, request_percentage, controller_mutation_rate and connection_creation_rate";
 
 /// Every configured quota: by entity, the values it sets.
 pub type QuotaTable = BTreeMap<Entity, BTreeMap<QuotaKey, f64>>;
@@ -202,11 +205,9 @@ pub enum InvalidQuota {
     EmptyEntity,
     #[error("unknown quota key {0:?} (kaas enforces {ENFORCED})")]
     UnknownKey(String),
-    #[error("quota key {0:?} is not enforced by kaas (it enforces {ENFORCED})")]
-    NotEnforced(String),
     #[error("quota key {0:?} given twice")]
     DuplicateKey(String),
-    #[error("{key} must be a positive number (whole but for request_percentage), got {value}")]
+    #[error("{key} must be a positive number (whole for byte and connection rates), got {value}")]
     BadValue { key: &'static str, value: f64 },
     #[error("unknown match type {0} (0: exact name, 1: default, 2: any name)")]
     UnknownMatchType(i8),

@@ -67,7 +67,7 @@ fn entities_come_from_user_and_client_id_or_ip_components() {
 #[test]
 fn keys_and_values_are_checked() {
     assert_eq!(QuotaKey::parse("producer_byte_rate"), Ok(QuotaKey::ProducerByteRate));
-    assert_eq!(QuotaKey::parse("controller_mutation_rate"), Err(InvalidQuota::NotEnforced("controller_mutation_rate".into())));
+    assert_eq!(QuotaKey::parse("controller_mutation_rate"), Ok(QuotaKey::ControllerMutationRate));
     assert_eq!(QuotaKey::parse("nonsense"), Err(InvalidQuota::UnknownKey("nonsense".into())));
     let client = entity(None, Some(Some("app")));
     let address = Entity { ip: Some(EntityName::Default), ..Entity::default() };
