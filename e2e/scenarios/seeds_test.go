@@ -390,7 +390,8 @@ func TestSeeds(t *testing.T) {
 		}
 		e.Eventually(time.Minute, "the resumed broker to step down", func() (bool, error) {
 			logs := e.PodLogs(ns, holder, "kaas")
-			return strings.Contains(logs, "no longer the controller") || strings.Contains(logs, "lost the controller lease"), nil
+			return strings.Contains(logs, "stepping down as controller") || strings.Contains(logs, "no longer the controller") ||
+				strings.Contains(logs, "lost the controller lease"), nil
 		})
 		e.waitBrokersReady(2 * time.Minute)
 		produceAndVerify(t, e.seeds(), newLedger("orders", "after-stale-controller"), 300)

@@ -116,10 +116,20 @@ impl Controller {
         // When this broker last renewed the Lease it holds (tokio's clock: tests pause it).
         let mut renewed_at: Option<tokio::time::Instant> = None;
         loop {
+            // client-go's renew-deadline rule: give the role up before the Lease can expire and
+            // be taken, so two controllers never act at once. Heartbeats go unacknowledged from
+            // then on, and this broker fences on schedule. The deadline counts from the last
+            // renewal: a process paused past it steps down before it does anything else.
+            if let (Role::Controller { epoch }, Some(at)) = (self.hub.role(), renewed_at)
+                && at.elapsed() >= self.renew_deadline()
+            {
+                let reason = "the renew deadline passed since the last renewal (a pause, or rounds too slow)";
+                self.step_down(epoch, reason);
+                (renewed_at, controlling) = (None, false);
+            }
             let round_started = tokio::time::Instant::now();
             // NB: an API server that hangs is as unreachable as one that fails, and a round
-            // that starts after failed ones has only what is left of the renew deadline: the
-            // deadline counts from the last renewal, not from this round.
+            // that starts after failed ones has only what is left of the renew deadline.
             let budget = match (self.hub.role(), renewed_at) {
                 (Role::Controller { .. }, Some(at)) => self.renew_deadline().saturating_sub(at.elapsed()),
                 _ => self.renew_deadline(),
@@ -135,13 +145,8 @@ impl Controller {
                     if let (Role::Controller { epoch }, Some(at)) = (self.hub.role(), renewed_at)
                         && at.elapsed() >= self.renew_deadline()
                     {
-                        // client-go's renew-deadline rule: give the role up before the Lease can
-                        // expire and be taken, so two controllers never act at once. Heartbeats
-                        // go unacknowledged from now on, and this broker fences on schedule.
-                        warn!(epoch, deadline = ?self.renew_deadline(), reason = "cannot renew the controller lease", "stepping down as controller");
-                        self.hub.set_role(Role::Follower);
-                        renewed_at = None;
-                        controlling = false;
+                        self.step_down(epoch, "cannot renew the controller lease");
+                        (renewed_at, controlling) = (None, false);
                     }
                 }
             }
@@ -168,6 +173,12 @@ impl Controller {
             }
         }
         self.release().await;
+    }
+
+    /// Gives the controller role up (the Lease is left to expire or be taken).
+    fn step_down(&self, epoch: i64, reason: &str) {
+        warn!(epoch, deadline = ?self.renew_deadline(), reason, "stepping down as controller");
+        self.hub.set_role(Role::Follower);
     }
 
     /// How long a controller may go without renewing the Lease before it steps down: two
