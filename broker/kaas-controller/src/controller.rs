@@ -67,8 +67,16 @@ pub struct Controller {
     /// [`READDRESS_HANDOFF`] after it (see `recompute`).
     readdressed_at: parking_lot::Mutex<BTreeMap<i32, Instant>>,
     /// Until when, after winning the Lease, brokers of the previous assignment keep their work
-    /// without having beaten this controller (see [`grace_after_winning`]).
-    grace_until: parking_lot::Mutex<Option<Instant>>,
+    /// without having beaten this controller: a session timeout for all of them, and for the
+    /// previous controller only until it is certainly fenced (see [`grace_after_winning`]).
+    grace_until: parking_lot::Mutex<Option<Grace>>,
+}
+
+/// A freshly elected controller's grace for the previous assignment's brokers.
+#[derive(Debug, Clone, Copy)]
+struct Grace {
+    brokers_until: Instant,
+    previous_controller_until: Instant,
 }
 
 /// How long a broker back at a new address holds no coordinator shard. librdkafka keeps a
@@ -155,8 +163,8 @@ impl Controller {
                     let first = !std::mem::replace(&mut controlling, true);
                     if first || last_recompute.elapsed() >= self.config.recompute_interval || self.membership_changed() {
                         let started = Instant::now();
-                        let in_grace = self.grace_until.lock().is_some_and(|until| Instant::now() < until);
-                        if let Err(e) = self.recompute(epoch, in_grace) {
+                        let grace = *self.grace_until.lock();
+                        if let Err(e) = self.recompute(epoch, grace) {
                             warn!(epoch, error = %e, "recompute failed; retrying");
                         }
                         self.recompute_seconds.observe(started.elapsed().as_secs_f64());
@@ -212,7 +220,11 @@ impl Controller {
                         self.config.session_timeout,
                         now,
                     );
-                    *self.grace_until.lock() = Some(Instant::now() + grace);
+                    let now_instant = Instant::now();
+                    *self.grace_until.lock() = Some(Grace {
+                        brokers_until: now_instant + self.config.session_timeout,
+                        previous_controller_until: now_instant + grace,
+                    });
                     info!(epoch = transitions, identity = %self.config.identity, reason, ?grace, "won the controller lease");
                     Role::Controller { epoch: transitions }
                 } else {
@@ -263,17 +275,27 @@ impl Controller {
     }
 
     /// Computes the placement and writes it if anything changed.
-    fn recompute(&self, epoch: i64, in_grace: bool) -> Result<()> {
+    fn recompute(&self, epoch: i64, grace: Option<Grace>) -> Result<()> {
         let previous = assignment::read(&*self.fs, &self.layout)?.unwrap_or_default();
         let sessions = self.hub.alive(self.config.session_timeout);
         let registered: BTreeMap<i32, brokers::BrokerRegistration> =
             brokers::list(&*self.fs, &self.layout)?.into_iter().map(|r| (r.broker_id, r)).collect();
         let heartbeating: BTreeSet<i32> = sessions.keys().copied().filter(|id| registered.contains_key(id)).collect();
         let mut alive = crate::endpoints::narrow(heartbeating, self.config.ready_brokers.as_ref().and_then(|r| r.ready()));
-        if in_grace {
+        let now = Instant::now();
+        if let Some(grace) = grace.filter(|g| now < g.brokers_until) {
             // A freshly elected controller has not heard from everyone yet: brokers of the
-            // previous assignment that are still registered keep their work meanwhile.
-            alive.extend(previous.brokers.keys().filter(|id| registered.contains_key(id)));
+            // previous assignment that are still registered keep their work meanwhile — the
+            // previous controller (the assignment's writer) only while it may be unfenced: it
+            // is the one a pause that cost it the Lease left silent.
+            let controller_in_grace = now < grace.previous_controller_until;
+            alive.extend(
+                previous
+                    .brokers
+                    .keys()
+                    .filter(|id| registered.contains_key(id))
+                    .filter(|id| **id != previous.controller_id || controller_in_grace),
+            );
         }
         let draining: BTreeSet<i32> = sessions.iter().filter(|(_, s)| s.draining).map(|(id, _)| *id).collect();
         let topics = self.topics.list()?;
@@ -343,8 +365,11 @@ impl Controller {
     }
 }
 
-/// How long a freshly elected controller lets brokers of the previous assignment keep their work
-/// before it has heard from them: until each is either beating it or certainly fenced.
+/// How long a freshly elected controller lets the previous controller keep its work before it
+/// has heard from it: until it is either beating this one or certainly fenced. (The other
+/// brokers of the previous assignment get a whole session timeout: they are alive and beat the
+/// new controller within a second or two unless they are down, and a cluster starting cold
+/// should not move everything onto the first broker up. The bound below holds for them too.)
 ///
 /// Every heartbeat acknowledgement a broker holds came from the previous controller, which
 /// acknowledges only while it holds the role and gives the role up within its renew deadline
@@ -352,9 +377,9 @@ impl Controller {
 /// none acknowledges a write a fence timeout later; the session timeout (> fence timeout +
 /// margin) after that bound is as safe as it is after a last beat. It is also never longer than
 /// a session timeout from now, which is safe too: the previous controller gave the role up before
-/// this one could win it. This is what makes a paused controller's partitions move a session timeout after
-/// its last renewal's deadline rather than after its Lease expired *and* another session
-/// timeout. The bound compares the previous holder's clock with this one's, as the Lease's own
+/// this one could win it. This is what makes a paused controller's partitions move a session
+/// timeout after its last renewal's deadline rather than after its Lease expired *and* another
+/// session timeout. The bound compares the previous holder's clock with this one's, as the Lease's own
 /// expiry does: clocks must agree to well within the fence margin.
 fn grace_after_winning(previous: Option<&LeaseState>, lease_duration: Duration, session_timeout: Duration, now: SystemTime) -> Duration {
     let Some(previous) = previous else { return session_timeout };

@@ -52,10 +52,10 @@ impl TopicSource for OneTopic {
     }
 }
 
-/// Broker 1 led t/0 under controller kaas-1, whose Lease `previous` describes; broker 0 then
-/// wins the Lease while only it beats. Returns the leader of t/0 in the new controller's first
-/// assignment.
-async fn leader_after_the_win(previous: LeaseState) -> Result<i32, Box<dyn std::error::Error>> {
+/// Broker 1 led t/0 in an assignment broker `writer` wrote as controller, under the Lease
+/// `previous` describes; broker 0 then wins the Lease while only it beats. Returns the leader of
+/// t/0 in the new controller's first assignment.
+async fn leader_after_the_win(previous: LeaseState, writer: i32) -> Result<i32, Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
     let fs: FsRef = Arc::new(RealFs);
     let layout = Layout::new(tmp.path());
@@ -73,7 +73,7 @@ async fn leader_after_the_win(previous: LeaseState) -> Result<i32, Box<dyn std::
     let before = Assignment {
         controller_epoch: 1,
         assignment_version: 1,
-        controller_id: 1,
+        controller_id: writer,
         brokers: [(0, endpoint.clone()), (1, endpoint)].into(),
         partitions: [(names::partition_key("t", 0), PartitionAssignment { topic_id: TOPIC_ID, leader: 1, leader_epoch: 1 })].into(),
         consumer_groups: Default::default(),
@@ -119,7 +119,7 @@ async fn a_paused_controller_s_partitions_move_once_it_is_certainly_fenced() -> 
     // kaas-1 last renewed long ago (paused): it acknowledged nothing for longer than a session
     // timeout, so the new controller has no reason to wait for it.
     let paused = held_by(Some("kaas-1"), SystemTime::now() - SESSION - LEASE);
-    assert_eq!(leader_after_the_win(paused).await?, 0);
+    assert_eq!(leader_after_the_win(paused, 1).await?, 0);
     Ok(())
 }
 
@@ -128,6 +128,15 @@ async fn brokers_of_a_controller_that_just_released_keep_their_work_meanwhile() 
     // kaas-1 renewed and released just now: broker 1 may have been acknowledged a moment ago
     // and is not fenced yet, so it keeps t/0 until it beats this controller or the grace ends.
     let released = held_by(None, SystemTime::now());
-    assert_eq!(leader_after_the_win(released).await?, 1);
+    assert_eq!(leader_after_the_win(released, 1).await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_brokers_of_the_previous_assignment_get_a_session_timeout_to_beat() -> Result<(), Box<dyn std::error::Error>> {
+    // The previous controller was broker 2 and renewed long ago (a cold start, say): broker 1,
+    // which was not the controller, keeps t/0 until it beats this one or a session timeout ends.
+    let long_ago = held_by(None, SystemTime::now() - SESSION - LEASE);
+    assert_eq!(leader_after_the_win(long_ago, 2).await?, 1);
     Ok(())
 }
