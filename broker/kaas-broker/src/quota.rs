@@ -109,29 +109,30 @@ impl ClientQuotas {
         self.table.read().clone()
     }
 
-    fn in_use(&self, key: QuotaKey) -> bool {
+    /// Whether some entity sets `key` (one atomic load): callers skip counting work otherwise.
+    pub fn in_use(&self, key: QuotaKey) -> bool {
         self.keys_in_use.load(Ordering::Relaxed) & key.bit() != 0
     }
 
-    /// Counts `amount` for the client and answers how long it must now wait: nothing when no
-    /// quota applies (and, with no quotas at all, at the cost of one read lock).
-    pub fn record(&self, key: QuotaKey, user: &str, client_id: &str, amount: f64, now: Instant) -> Duration {
+    /// The quota under `key` that applies to the client, if any entity sets the key.
+    fn applicable(&self, key: QuotaKey, user: &str, client_id: &str) -> Option<model::Applicable> {
         if !self.in_use(key) {
-            return Duration::ZERO;
+            return None;
         }
-        let table = self.current();
-        let Some(applicable) = model::applicable(&table, key, user, client_id) else { return Duration::ZERO };
+        model::applicable(&self.current(), key, user, client_id)
+    }
+
+    /// Counts `amount` for the client and answers how long it must now wait: nothing when no
+    /// quota applies (and, when no entity sets the key, at the cost of one atomic load).
+    pub fn record(&self, key: QuotaKey, user: &str, client_id: &str, amount: f64, now: Instant) -> Duration {
+        let Some(applicable) = self.applicable(key, user, client_id) else { return Duration::ZERO };
         self.count(applicable, amount, now)
     }
 
     /// How long the client must wait under `key` now, counting nothing (KIP-599's strict check:
     /// whether it is over its quota already).
     pub fn current_throttle(&self, key: QuotaKey, user: &str, client_id: &str, now: Instant) -> Duration {
-        if !self.in_use(key) {
-            return Duration::ZERO;
-        }
-        let table = self.current();
-        let Some(applicable) = model::applicable(&table, key, user, client_id) else { return Duration::ZERO };
+        let Some(applicable) = self.applicable(key, user, client_id) else { return Duration::ZERO };
         let mut sensors = self.sensors.lock();
         let Some(sensor) = sensors.get_mut(&applicable.sensor) else { return Duration::ZERO };
         let (measured, span) = sensor.measure(now);
@@ -166,11 +167,7 @@ impl ClientQuotas {
 
     /// The most one response may carry for the client under `key`, if a quota applies.
     pub fn max_in_window(&self, key: QuotaKey, user: &str, client_id: &str) -> Option<f64> {
-        if !self.in_use(key) {
-            return None;
-        }
-        let table = self.current();
-        model::applicable(&table, key, user, client_id).map(|a| rate::max_in_window(a.bound))
+        self.applicable(key, user, client_id).map(|a| rate::max_in_window(a.bound))
     }
 
     /// The entities `filter` matches, with their values.

@@ -258,9 +258,10 @@ where
     let slow_log = SlowRequestLog::for_request(broker.config.slow_request, ctx, named);
     // request_percentage counts the time the request held the runtime (decoding and the
     // handler's ordered part; not what a deferred answer waits for), as percent of one thread.
-    let request_throttle = match exempt_from_request_quota(key) {
-        true => 0,
-        false => {
+    let counted = broker.quotas.in_use(QuotaKey::RequestPercentage) && !exempt_from_request_quota(key);
+    let request_throttle = match counted {
+        false => 0,
+        true => {
             let percent_seconds = started.elapsed().as_secs_f64() * 100.0;
             crate::api::quota_use::QuotaSubject::of(ctx).record(broker, QuotaKey::RequestPercentage, percent_seconds)
         }

@@ -167,8 +167,14 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FetchRe
         let answer = Answer { plan: &plan, owner, by_id, read_committed: limits.read_committed };
         let response = respond(&broker, &answer, &targets, found, rejected);
         // The answer is sent whole; a client it takes over consumer_byte_rate waits before the next.
-        let sent: usize = response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, Bytes::len)).sum();
-        let response = response.with_throttle_time_ms(quota.record(&broker, QuotaKey::ConsumerByteRate, sent as f64));
+        let response = match broker.quotas.in_use(QuotaKey::ConsumerByteRate) {
+            false => response,
+            true => {
+                let sent: usize = response.responses.iter().flat_map(|t| &t.partitions).map(|p| p.records.as_ref().map_or(0, Bytes::len)).sum();
+                let throttle_ms = quota.record(&broker, QuotaKey::ConsumerByteRate, sent as f64);
+                response.with_throttle_time_ms(throttle_ms)
+            }
+        };
         // Sessions exist from v7; the codec refuses a session id below that.
         if version < 7 { response.with_session_id(0) } else { response }
     }))
