@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 
 use kaas_shared::broker_settings::{self, ValueKind};
+use kaas_shared::config_value::{boolean, one_of, whole};
+use kaas_shared::topic_configs;
 
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -47,128 +49,19 @@ pub fn collides(a: &str, b: &str) -> bool {
     a != b && a.replace('.', "_") == b.replace('.', "_")
 }
 
-enum Kind {
-    Long { min: i64 },
-    Int { min: i64 },
-    Ratio,
-    Bool,
-    OneOf(&'static [&'static str]),
-    ListOf(&'static [&'static str]),
-    Text,
-}
-
-/// Every topic config kaas accepts, with Kafka's type and lower bound.
-const TOPIC_CONFIGS: &[(&str, Kind)] = &[
-    ("cleanup.policy", Kind::ListOf(&["delete", "compact"])),
-    (
-        "compression.type",
-        Kind::OneOf(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
-    ),
-    ("delete.retention.ms", Kind::Long { min: 0 }),
-    ("file.delete.delay.ms", Kind::Long { min: 0 }),
-    ("flush.messages", Kind::Long { min: 1 }),
-    ("flush.ms", Kind::Long { min: 0 }),
-    ("follower.replication.throttled.replicas", Kind::Text),
-    ("index.interval.bytes", Kind::Int { min: 0 }),
-    ("leader.replication.throttled.replicas", Kind::Text),
-    ("max.compaction.lag.ms", Kind::Long { min: 1 }),
-    ("max.message.bytes", Kind::Int { min: 0 }),
-    ("message.timestamp.after.max.ms", Kind::Long { min: 0 }),
-    ("message.timestamp.before.max.ms", Kind::Long { min: 0 }),
-    (
-        "message.timestamp.type",
-        Kind::OneOf(&["CreateTime", "LogAppendTime"]),
-    ),
-    ("min.cleanable.dirty.ratio", Kind::Ratio),
-    ("min.compaction.lag.ms", Kind::Long { min: 0 }),
-    ("min.insync.replicas", Kind::Int { min: 1 }),
-    ("preallocate", Kind::Bool),
-    ("retention.bytes", Kind::Long { min: -1 }),
-    ("retention.ms", Kind::Long { min: -1 }),
-    ("segment.bytes", Kind::Int { min: 1024 * 1024 }),
-    ("segment.index.bytes", Kind::Int { min: 4 }),
-    ("segment.jitter.ms", Kind::Long { min: 0 }),
-    ("segment.ms", Kind::Long { min: 1 }),
-    ("unclean.leader.election.enable", Kind::Bool),
-];
-
-/// Checks every key and value of a topic config; returns one message per problem.
+/// Checks every key and value of a topic config against Kafka's topic configs
+/// ([`topic_configs::TOPIC_CONFIGS`], the table the broker checks too); returns one message per
+/// problem.
 pub fn topic_configs(configs: &BTreeMap<String, String>) -> Result<(), Vec<String>> {
     let problems: Vec<String> = configs
         .iter()
-        .filter_map(|(key, value)| topic_config(key, value).err())
+        .filter_map(|(key, value)| topic_configs::check(key, value).err())
+        .map(|e| e.to_string())
         .collect();
     if problems.is_empty() {
         Ok(())
     } else {
         Err(problems)
-    }
-}
-
-fn topic_config(key: &str, value: &str) -> Result<(), String> {
-    let Some((_, kind)) = TOPIC_CONFIGS.iter().find(|(k, _)| *k == key) else {
-        return Err(format!(
-            "config {key:?} is not a Kafka topic config kaas supports"
-        ));
-    };
-    let bad = |what: String| format!("config {key:?}: value {value:?} {what}");
-    match kind {
-        Kind::Long { min } => whole(value, *min, i64::MAX).map_err(bad),
-        Kind::Int { min } => whole(value, *min, i64::from(i32::MAX)).map_err(bad),
-        Kind::Ratio => {
-            let r: f64 = value
-                .trim()
-                .parse()
-                .map_err(|_| bad("is not a number".into()))?;
-            if !(0.0..=1.0).contains(&r) {
-                return Err(bad("must be between 0 and 1".into()));
-            }
-            Ok(())
-        }
-        Kind::Bool => boolean(value).map_err(bad),
-        Kind::OneOf(allowed) => one_of(value, allowed).map_err(bad),
-        Kind::ListOf(allowed) => {
-            let items: Vec<&str> = value.split(',').map(str::trim).collect();
-            if items.is_empty() || items.iter().any(|i| !allowed.contains(i)) {
-                return Err(bad(format!(
-                    "must be a comma-separated list of {}",
-                    allowed.join(", ")
-                )));
-            }
-            Ok(())
-        }
-        Kind::Text => Ok(()),
-    }
-}
-
-/// A whole number in `min..=max`; the error completes "value \"x\" ...".
-fn whole(value: &str, min: i64, max: i64) -> Result<(), String> {
-    let n: i64 = value
-        .trim()
-        .parse()
-        .map_err(|_| "is not a whole number".to_owned())?;
-    if n < min {
-        return Err(format!("must be at least {min}"));
-    }
-    if n > max {
-        return Err(format!("must be at most {max}"));
-    }
-    Ok(())
-}
-
-fn boolean(value: &str) -> Result<(), String> {
-    if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false") {
-        Ok(())
-    } else {
-        Err("must be true or false".into())
-    }
-}
-
-fn one_of(value: &str, allowed: &[&str]) -> Result<(), String> {
-    if allowed.contains(&value) {
-        Ok(())
-    } else {
-        Err(format!("must be one of {}", allowed.join(", ")))
     }
 }
 
@@ -324,6 +217,7 @@ mod tests {
             "must be at least 1048576",
             "must be at most 2147483647",
             r#""no.such.thing" is not a Kafka topic config"#,
+            r#"config "retention.ms": value "soon""#,
             "true or false",
         ] {
             assert!(all.contains(says), "missing {says:?} in {all}");

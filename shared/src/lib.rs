@@ -8,6 +8,7 @@
 pub mod assignment;
 pub mod atomic_file;
 pub mod broker_settings;
+pub mod config_value;
 #[cfg(feature = "crd")]
 pub mod crd;
 pub mod brokers;
@@ -19,6 +20,7 @@ pub mod listen_address;
 pub mod names;
 pub mod producer_ids;
 pub mod reclaim;
+pub mod topic_configs;
 pub mod topic_file;
 
 use std::path::PathBuf;

@@ -10,132 +10,35 @@ use kaas_storage::{LogConfig, TimestampType};
 
 use crate::error::{Error, Result};
 
-/// The value type of a config, with what it accepts. Also the DescribeConfigs `config_type`.
-#[derive(Debug, Clone, Copy)]
-pub enum Kind {
-    Long { min: i64 },
-    Int { min: i64 },
-    Double { min: f64, max: f64 },
-    Bool,
-    /// One of the listed words.
-    Choice(&'static [&'static str]),
-    /// A comma-separated list of the listed words (any word when empty).
-    List(&'static [&'static str]),
-}
+pub use kaas_shared::topic_configs::{ConfigDef, Kind, TOPIC_CONFIGS, definition};
 
-impl Kind {
-    /// Kafka's `ConfigType` code as DescribeConfigs v3+ reports it.
-    pub fn wire_type(&self) -> i8 {
-        match self {
-            Kind::Bool => 1,
-            Kind::Choice(_) => 2,
-            Kind::Int { .. } => 3,
-            Kind::Long { .. } => 5,
-            Kind::Double { .. } => 6,
-            Kind::List(_) => 7,
-        }
+/// Kafka's `ConfigType` code of a config kind, as DescribeConfigs v3+ reports it.
+pub fn wire_type(kind: Kind) -> i8 {
+    match kind {
+        Kind::Bool => 1,
+        Kind::Choice(_) => 2,
+        Kind::Int { .. } => 3,
+        Kind::Long { .. } => 5,
+        Kind::Double { .. } => 6,
+        Kind::List(_) => 7,
     }
 }
 
-/// One topic config Kafka defines.
-#[derive(Debug, Clone, Copy)]
-pub struct ConfigDef {
-    pub name: &'static str,
-    pub kind: Kind,
-    /// The default when the broker's own settings do not supply one.
-    pub default: &'static str,
-    pub doc: &'static str,
-}
-
-const CLEANUP: &[&str] = &["delete", "compact"];
-const COMPRESSION: &[&str] = &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
-const TIMESTAMP: &[&str] = &["CreateTime", "LogAppendTime"];
-
-/// Every topic config of Kafka 4.x that a client may set or read.
-pub const TOPIC_CONFIGS: &[ConfigDef] = &[
-    ConfigDef { name: "cleanup.policy", kind: Kind::List(CLEANUP), default: "delete", doc: "delete: retention.ms/retention.bytes delete old segments; compact: the log cleaner keeps the latest record of each key." },
-    ConfigDef { name: "compression.type", kind: Kind::Choice(COMPRESSION), default: "producer", doc: "Batches are stored as the producer sent them." },
-    ConfigDef { name: "compression.gzip.level", kind: Kind::Int { min: -1 }, default: "-1", doc: "Unused: batches are stored as sent." },
-    ConfigDef { name: "compression.lz4.level", kind: Kind::Int { min: 1 }, default: "9", doc: "Unused: batches are stored as sent." },
-    ConfigDef { name: "compression.zstd.level", kind: Kind::Int { min: -131072 }, default: "3", doc: "Unused: batches are stored as sent." },
-    ConfigDef { name: "delete.retention.ms", kind: Kind::Long { min: 0 }, default: "86400000", doc: "How long a tombstone stays after the clean that first saw it." },
-    ConfigDef { name: "file.delete.delay.ms", kind: Kind::Long { min: 0 }, default: "60000", doc: "Delay before a deleted segment is unlinked." },
-    ConfigDef { name: "flush.messages", kind: Kind::Long { min: 1 }, default: "1", doc: "kaas fsyncs before every acknowledgement." },
-    ConfigDef { name: "flush.ms", kind: Kind::Long { min: 0 }, default: "0", doc: "kaas fsyncs before every acknowledgement." },
-    ConfigDef { name: "follower.replication.throttled.replicas", kind: Kind::List(&[]), default: "", doc: "No followers in kaas." },
-    ConfigDef { name: "index.interval.bytes", kind: Kind::Int { min: 0 }, default: "4096", doc: "Bytes between offset index entries." },
-    ConfigDef { name: "leader.replication.throttled.replicas", kind: Kind::List(&[]), default: "", doc: "No followers in kaas." },
-    ConfigDef { name: "local.retention.bytes", kind: Kind::Long { min: -2 }, default: "-2", doc: "Tiered storage is not used." },
-    ConfigDef { name: "local.retention.ms", kind: Kind::Long { min: -2 }, default: "-2", doc: "Tiered storage is not used." },
-    ConfigDef { name: "max.compaction.lag.ms", kind: Kind::Long { min: 1 }, default: "9223372036854775807", doc: "Longest a record stays uncompacted (also caps segment.ms on compacted topics)." },
-    ConfigDef { name: "max.message.bytes", kind: Kind::Int { min: 0 }, default: "1048588", doc: "Largest record batch accepted." },
-    ConfigDef { name: "message.timestamp.after.max.ms", kind: Kind::Long { min: 0 }, default: "3600000", doc: "How far in the future a record's CreateTime may be; later ones are refused with INVALID_TIMESTAMP." },
-    ConfigDef { name: "message.timestamp.before.max.ms", kind: Kind::Long { min: 0 }, default: "9223372036854775807", doc: "How far in the past a record's CreateTime may be; older ones are refused with INVALID_TIMESTAMP." },
-    ConfigDef { name: "message.timestamp.type", kind: Kind::Choice(TIMESTAMP), default: "CreateTime", doc: "CreateTime or LogAppendTime." },
-    ConfigDef { name: "min.cleanable.dirty.ratio", kind: Kind::Double { min: 0.0, max: 1.0 }, default: "0.5", doc: "Share of the log not yet cleaned that starts a clean." },
-    ConfigDef { name: "min.compaction.lag.ms", kind: Kind::Long { min: 0 }, default: "0", doc: "Shortest time a record stays uncompacted." },
-    ConfigDef { name: "min.insync.replicas", kind: Kind::Int { min: 1 }, default: "1", doc: "The shared volume is the only copy." },
-    ConfigDef { name: "preallocate", kind: Kind::Bool, default: "false", doc: "Segments are not preallocated." },
-    ConfigDef { name: "remote.storage.enable", kind: Kind::Bool, default: "false", doc: "Tiered storage is not used." },
-    ConfigDef { name: "retention.bytes", kind: Kind::Long { min: -1 }, default: "-1", doc: "Largest partition size before old segments are deleted." },
-    ConfigDef { name: "retention.ms", kind: Kind::Long { min: -1 }, default: "604800000", doc: "Age after which segments are deleted." },
-    ConfigDef { name: "segment.bytes", kind: Kind::Int { min: 1024 * 1024 }, default: "1073741824", doc: "Segment size before a roll." },
-    ConfigDef { name: "segment.index.bytes", kind: Kind::Int { min: 4 }, default: "10485760", doc: "Largest offset index." },
-    ConfigDef { name: "segment.jitter.ms", kind: Kind::Long { min: 0 }, default: "0", doc: "Random jitter subtracted from segment.ms." },
-    ConfigDef { name: "segment.ms", kind: Kind::Long { min: 1 }, default: "604800000", doc: "Segment age before a roll." },
-    ConfigDef { name: "unclean.leader.election.enable", kind: Kind::Bool, default: "false", doc: "No replicas to elect from." },
-];
-
-/// The definition of a topic config, if Kafka has one of that name.
-pub fn definition(name: &str) -> Option<&'static ConfigDef> {
-    TOPIC_CONFIGS.iter().find(|d| d.name == name)
+/// The definition of a topic config, or INVALID_CONFIG when Kafka has none of that name.
+pub fn known(name: &str) -> Result<&'static ConfigDef> {
+    definition(name)
+        .ok_or_else(|| Error::InvalidConfig(kaas_shared::topic_configs::ConfigError::Unknown { name: name.to_owned() }.to_string()))
 }
 
 /// Checks one `name=value` the way Kafka's topic config validation does.
-pub fn validate(name: &str, value: &str) -> Result<()> {
-    let def = definition(name).ok_or_else(|| Error::InvalidConfig(format!("unknown topic config name: {name}")))?;
-    let bad = |why: String| Error::InvalidConfig(format!("invalid value {value:?} for configuration {name}: {why}"));
-    match def.kind {
-        Kind::Long { min } | Kind::Int { min } => {
-            let v: i64 = value.trim().parse().map_err(|_| bad("not a number".into()))?;
-            if matches!(def.kind, Kind::Int { .. }) && i32::try_from(v).is_err() {
-                return Err(bad("out of range for an int".into()));
-            }
-            if v < min {
-                return Err(bad(format!("value must be at least {min}")));
-            }
-        }
-        Kind::Double { min, max } => {
-            let v: f64 = value.trim().parse().map_err(|_| bad("not a number".into()))?;
-            if !(min..=max).contains(&v) {
-                return Err(bad(format!("value must be between {min} and {max}")));
-            }
-        }
-        Kind::Bool => {
-            if !value.trim().eq_ignore_ascii_case("true") && !value.trim().eq_ignore_ascii_case("false") {
-                return Err(bad("expected true or false".into()));
-            }
-        }
-        Kind::Choice(words) => {
-            if !words.contains(&value.trim()) {
-                return Err(bad(format!("string must be one of: {}", words.join(", "))));
-            }
-        }
-        Kind::List(words) => {
-            for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                if !words.is_empty() && !words.contains(&item) {
-                    return Err(bad(format!("list items must be among: {}", words.join(", "))));
-                }
-            }
-        }
-    }
-    Ok(())
+pub fn validate(name: &str, value: &str) -> Result<&'static ConfigDef> {
+    kaas_shared::topic_configs::check(name, value).map_err(|e| Error::InvalidConfig(e.to_string()))
 }
 
 /// Checks every entry of a topic's config map, then what Kafka's `LogConfig.validateValues`
 /// checks across entries, on the topic's configs over the broker's defaults.
 pub fn validate_all(configs: &BTreeMap<String, String>, broker: &LogConfig) -> Result<()> {
-    configs.iter().try_for_each(|(k, v)| validate(k, v))?;
+    configs.iter().try_for_each(|(k, v)| validate(k, v).map(drop))?;
     let merged = broker.with_topic_configs(configs).map_err(|e| Error::InvalidConfig(e.to_string()))?;
     if merged.min_compaction_lag_ms > merged.max_compaction_lag_ms {
         return Err(Error::InvalidConfig(format!(

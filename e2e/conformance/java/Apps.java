@@ -14,9 +14,13 @@ final class Apps {
 
     /** A JVM running mainClass on this program's class path, its output in work/log. */
     static Process childJvm(Path work, String log, String heap, String mainClass, String... args) throws Exception {
+        return childJvmLogging(work, log, System.getProperty("log4j2.configurationFile"), heap, mainClass, args);
+    }
+
+    /** childJvm with its own log4j2 configuration file (null: log4j2's default). */
+    static Process childJvmLogging(Path work, String log, String log4j, String heap, String mainClass, String... args) throws Exception {
         String java = ProcessHandle.current().info().command().orElse("java");
         List<String> cmd = new ArrayList<>(List.of(java, "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx" + heap));
-        String log4j = System.getProperty("log4j2.configurationFile");
         if (log4j != null) cmd.add("-Dlog4j2.configurationFile=" + log4j);
         cmd.addAll(List.of("-cp", System.getProperty("java.class.path"), mainClass));
         cmd.addAll(List.of(args));

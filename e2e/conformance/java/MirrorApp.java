@@ -10,6 +10,9 @@ import java.util.UUID;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -17,6 +20,7 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -28,7 +32,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * MirrorMaker sends them) and a replication factor of -1.
  * Checks: each topic's records arrive in the other cluster as `<alias>.<topic>` with their keys,
  * values and partitions; a consumer group's offsets committed on the peer are translated onto the
- * test cluster's copy, never past the committed position.
+ * test cluster's copy, never past the committed position; a topic config changed on the peer is
+ * changed on its copy (MirrorMaker sends every config of the peer's topic, defaults as deletions,
+ * so the test cluster must know every topic config the peer's release has).
+ * MirrorMaker's own log (work/mirrormaker.log) has its offset-sync and checkpoint steps at DEBUG.
  *
  * Usage: java -cp connect-libs/*:. MirrorApp PEER_BOOTSTRAP TEST_BOOTSTRAP
  */
@@ -40,6 +47,7 @@ public final class MirrorApp {
     static final String GROUP = "conf-mm2-group-" + RUN;
     static final int RECORDS = 200;
     static final int CONSUMED = 100;
+    static final String RETENTION_MS = "86400001";
     // Cluster aliases: MirrorMaker keeps its own state (worker groups, internal topics) under
     // them, so a run must not meet an earlier run's.
     static final String PEER = "peer" + RUN;
@@ -71,6 +79,7 @@ public final class MirrorApp {
                 "groups=" + GROUP,
                 "sync.group.offsets.enabled=true",
                 "sync.group.offsets.interval.seconds=1",
+                "sync.topic.configs.interval.seconds=1",
                 "emit.checkpoints.interval.seconds=1",
                 "offset.lag.max=0",
                 // Offset syncs held back while another is in flight go out on the task's commit.
@@ -83,7 +92,22 @@ public final class MirrorApp {
                 "offset.storage.replication.factor=-1",
                 "status.storage.replication.factor=-1",
                 ""));
-            mm2 = Apps.childJvm(work, "mirrormaker.log", "384M", "org.apache.kafka.connect.mirror.MirrorMaker", props.toString());
+            Path log4j = work.resolve("log4j2.properties");
+            Files.writeString(log4j, String.join("\n",
+                "status = error",
+                "appender.out.type = Console",
+                "appender.out.name = OUT",
+                "appender.out.layout.type = PatternLayout",
+                "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+                "rootLogger.level = warn",
+                "rootLogger.appenderRef.out.ref = OUT",
+                "logger.mirror.name = org.apache.kafka.connect.mirror",
+                "logger.mirror.level = debug",
+                "logger.log.name = org.apache.kafka.connect.util.KafkaBasedLog",
+                "logger.log.level = debug",
+                ""));
+            mm2 = Apps.childJvmLogging(work, "mirrormaker.log", log4j.toString(), "384M", "org.apache.kafka.connect.mirror.MirrorMaker",
+                props.toString());
             final Process running = mm2;
 
             Apps.waitFor(WAIT, PEER + "." + FORTH + " on the test cluster", running, () -> same(test, PEER + "." + FORTH, forth));
@@ -106,6 +130,18 @@ public final class MirrorApp {
                         + translated + ", past the committed " + e.getValue());
                 }
                 return got.size() == committed.size() ? "" : "offsets for other partitions too: " + got;
+            });
+            Apps.result(scenario, "");
+
+            scenario = "topic config change mirrored";
+            try (Admin admin = admin(peer)) {
+                ConfigResource forthTopic = new ConfigResource(ConfigResource.Type.TOPIC, FORTH);
+                var set = new AlterConfigOp(new ConfigEntry("retention.ms", RETENTION_MS), AlterConfigOp.OpType.SET);
+                admin.incrementalAlterConfigs(Map.of(forthTopic, List.of(set))).all().get(30, TimeUnit.SECONDS);
+            }
+            Apps.waitFor(WAIT, "retention.ms of " + PEER + "." + FORTH + " on the test cluster", running, () -> {
+                String now = topicConfig(test, PEER + "." + FORTH, "retention.ms");
+                return now.equals(RETENTION_MS) ? "" : "retention.ms is " + now + ", not " + RETENTION_MS;
             });
             Apps.result(scenario, "");
         } catch (Throwable t) {
@@ -199,6 +235,16 @@ public final class MirrorApp {
         if (got.equals(want)) return "";
         int n = got.values().stream().mapToInt(List::size).sum();
         return mirrored + " holds " + n + " of " + RECORDS + " records" + (n == RECORDS ? " (not as sent)" : "");
+    }
+
+    /** The value a topic reports for one config. */
+    static String topicConfig(String bootstrap, String topic, String name) throws Exception {
+        try (Admin admin = admin(bootstrap)) {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            Config config = admin.describeConfigs(List.of(resource)).all().get(10, TimeUnit.SECONDS).get(resource);
+            ConfigEntry entry = config.get(name);
+            return entry == null ? "absent" : entry.value();
+        }
     }
 
     /** The group's committed offsets on the topic (with one broker as both clusters, the group holds the source's too). */

@@ -14,7 +14,7 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::config::StorageMode;
 use crate::router::{Reply, RequestContext};
-use crate::topic_config::{TOPIC_CONFIGS, default_value};
+use crate::topic_config::{TOPIC_CONFIGS, default_value, wire_type};
 
 /// Kafka's `ConfigResource.Type` codes.
 pub const TOPIC: i8 = 2;
@@ -115,7 +115,7 @@ pub(crate) fn topic_entries(
                 .with_config_source(source)
                 .with_is_sensitive(false)
                 .with_synonyms(synonym_list)
-                .with_config_type(def.kind.wire_type())
+                .with_config_type(wire_type(def.kind))
                 .with_documentation(Some(str_bytes(def.doc)))
         })
         .collect()

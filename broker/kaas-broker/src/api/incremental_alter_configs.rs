@@ -61,7 +61,7 @@ pub(crate) fn apply(
 ) -> Result<BTreeMap<String, String>> {
     for op in ops {
         let key = op.name.to_string();
-        let def = topic_config::definition(&key).ok_or_else(|| Error::InvalidConfig(format!("unknown topic config name: {key}")))?;
+        let def = topic_config::known(&key)?;
         let value = op.value.as_deref().map(str::to_string);
         match op.config_operation {
             SET => {
