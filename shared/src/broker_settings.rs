@@ -96,6 +96,14 @@ pub const SETTINGS: &[BrokerSetting] = &[
         "KAAS_MAX_CONNECTIONS_PER_IP_OVERRIDES",
         ValueKind::Text,
     ),
+    setting(
+        "max.connection.creation.rate",
+        "KAAS_MAX_CONNECTION_CREATION_RATE",
+        ValueKind::Whole {
+            min: 1,
+            max: i32::MAX as i64,
+        },
+    ),
     setting("log.segment.bytes", "KAAS_LOG_SEGMENT_BYTES", at_least(1)),
     setting("log.retention.ms", "KAAS_LOG_RETENTION_MS", at_least(-1)),
     setting(

@@ -227,6 +227,10 @@ pub struct ConnectionLimits {
     pub max_connections_per_ip: usize,
     /// `max.connections.per.ip.overrides`: per-address caps that replace the one above.
     pub max_connections_per_ip_overrides: HashMap<IpAddr, usize>,
+    /// `max.connection.creation.rate`: new connections per second on the listener (KIP-612),
+    /// measured as client quotas are; over it the listener waits before it accepts more. `None`
+    /// is unlimited (Kafka's default).
+    pub max_connection_creation_rate: Option<u32>,
 }
 
 impl ConnectionLimits {
@@ -249,6 +253,7 @@ impl Default for ConnectionLimits {
             max_connections: 10_000,
             max_connections_per_ip: 1_000,
             max_connections_per_ip_overrides: HashMap::new(),
+            max_connection_creation_rate: None,
         }
     }
 }

@@ -93,6 +93,7 @@ pub struct ListenerMetrics {
     refused: Family<ReasonLabel, Counter>,
     closed: Family<ReasonLabel, Counter>,
     open: Gauge,
+    accept_throttle: Counter<f64, AtomicU64>,
 }
 
 impl ListenerMetrics {
@@ -108,6 +109,16 @@ impl ListenerMetrics {
         registry.register("connections_refused", "Connections closed as soon as they were accepted, by reason (per_ip_limit, max_connections)", self.refused.clone());
         registry.register("connections_closed", "Connections the broker closed, by reason (idle, request_read_timeout, response_stalled, evicted)", self.closed.clone());
         registry.register("connections_open", "Open connections on the Kafka listener", self.open.clone());
+        registry.register("connection_accept_throttle_seconds", "Time the listener waited before accepting, over max.connection.creation.rate", self.accept_throttle.clone());
+    }
+
+    /// Seconds the listener has waited over `max.connection.creation.rate`.
+    pub fn accept_throttle(&self) -> f64 {
+        self.accept_throttle.get()
+    }
+
+    pub(crate) fn count_accept_throttle(&self, wait: Duration) {
+        self.accept_throttle.inc_by(wait.as_secs_f64());
     }
 
     pub fn refused(&self, reason: Refusal) -> u64 {

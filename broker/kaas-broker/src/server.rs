@@ -8,11 +8,13 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::broadcast;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
 use crate::connection;
 use crate::connections::{ConnectionTable, Refusal};
+use crate::quota::rate::{self, Rate};
 
 /// How long the listener pauses after a failed accept.
 // NB: the usual failure is running out of file descriptors (EMFILE), which a retry at once
@@ -41,6 +43,7 @@ impl Server {
         let table = ConnectionTable::new(self.broker.config.connections.clone(), self.broker.listener_metrics.clone());
         let (stop_tx, _) = broadcast::channel::<()>(1);
         let mut connections = JoinSet::new();
+        let mut creation_rate = self.broker.config.connections.max_connection_creation_rate.map(CreationRate::new);
         tokio::pin!(shutdown);
         loop {
             let accepted = tokio::select! {
@@ -52,6 +55,16 @@ impl Server {
                 // per-IP caps, ACL hosts and logs know it by its IPv4 address.
                 Ok((stream, peer)) => {
                     let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
+                    // KIP-612's listener-wide rate: over it, this connection and the ones behind
+                    // it in the backlog wait (Kafka's acceptor waits the same way).
+                    if let Some(wait) = creation_rate.as_mut().map(CreationRate::record).filter(|w| !w.is_zero()) {
+                        self.broker.listener_metrics.count_accept_throttle(wait);
+                        debug!(%peer, ?wait, "accept throttled: max.connection.creation.rate");
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = &mut shutdown => break,
+                        }
+                    }
                     self.admit(&table, stream, peer, &stop_tx, &mut connections)
                 }
                 Err(e) => {
@@ -92,5 +105,26 @@ impl Server {
             // refusals are counted in kaas_connections_refused_total.
             Err(refusal) => debug!(%peer, reason = refusal.label(), "connection refused"),
         }
+    }
+}
+
+/// The listener's connection creation rate (`max.connection.creation.rate`), measured like a
+/// client quota.
+struct CreationRate {
+    bound: f64,
+    rate: Rate,
+}
+
+impl CreationRate {
+    fn new(per_second: u32) -> CreationRate {
+        CreationRate { bound: f64::from(per_second), rate: Rate::new(Instant::now()) }
+    }
+
+    /// Counts one new connection; how long the listener waits before serving it.
+    fn record(&mut self) -> Duration {
+        let now = Instant::now();
+        self.rate.record(1.0, now);
+        let (measured, span) = self.rate.measure(now);
+        rate::throttle(measured, self.bound, span)
     }
 }

@@ -327,3 +327,35 @@ async fn an_address_over_its_connection_rate_is_refused_and_others_are_served() 
     assert_eq!(listener.broker.listener_metrics.refused(Refusal::ConnectionRate), refused);
     Ok(())
 }
+
+/// KIP-612's listener-wide `max.connection.creation.rate`: over it the listener waits before it
+/// accepts more (as Kafka's acceptor does) and still serves every connection. A rate is measured
+/// over ten seconds at least, so at 2 a second the first 20 go through at once and 30 take at
+/// least (30 − 20) / 2 = 5 s; without the setting they take none. Paused time measures the
+/// waits exactly instead of sleeping them.
+#[tokio::test(start_paused = true)]
+async fn a_listener_over_its_connection_creation_rate_waits_then_serves_everyone() -> TestResult {
+    for rate in [None, Some(2)] {
+        let listener = start(ConnectionLimits { max_connection_creation_rate: rate, ..ConnectionLimits::default() }).await?;
+        let started = Instant::now();
+        let mut opened = Vec::new();
+        for _ in 0..30 {
+            opened.push(connect(listener.addr).await?);
+        }
+        for (i, stream) in (1..).zip(opened.iter_mut()) {
+            assert!(served(stream, i).await, "connection {i} was not served (rate {rate:?})");
+        }
+        let took = started.elapsed();
+        let waited = listener.broker.listener_metrics.accept_throttle();
+        match rate {
+            None => assert!(took.is_zero() && waited == 0.0, "an unlimited listener waited {took:?} ({waited} s counted)"),
+            Some(_) => {
+                assert!(took >= Duration::from_secs(5), "30 connections at 2 a second were served in {took:?}");
+                assert!(took < Duration::from_secs(30), "the listener waited {took:?}, far more than the rate asks");
+                assert!((waited - took.as_secs_f64()).abs() < 0.1, "{waited} s counted as throttled, {took:?} waited");
+            }
+        }
+        assert_eq!(listener.broker.listener_metrics.refused(Refusal::ConnectionRate), 0);
+    }
+    Ok(())
+}

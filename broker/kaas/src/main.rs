@@ -87,6 +87,11 @@ struct Args {
     /// (max.connections.per.ip.overrides; IP addresses only).
     #[arg(long, env = "KAAS_MAX_CONNECTIONS_PER_IP_OVERRIDES", default_value = "", value_parser = kaas_broker::config::parse_per_ip_overrides)]
     max_connections_per_ip_overrides: std::collections::HashMap<std::net::IpAddr, usize>,
+    /// New connections per second on the Kafka listener; over it the listener waits before
+    /// accepting more, so a reconnect storm cannot starve the broker
+    /// (max.connection.creation.rate; unlimited when unset, as in Kafka).
+    #[arg(long, env = "KAAS_MAX_CONNECTION_CREATION_RATE", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connection_creation_rate: Option<u32>,
     /// Default segment size of topics that do not set segment.bytes (log.segment.bytes).
     #[arg(long, env = "KAAS_LOG_SEGMENT_BYTES")]
     log_segment_bytes: Option<u64>,
@@ -289,6 +294,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
             max_connections_per_ip: args.max_connections_per_ip,
             max_connections_per_ip_overrides: args.max_connections_per_ip_overrides,
+            max_connection_creation_rate: args.max_connection_creation_rate,
         },
         housekeeping_interval_ms: args.housekeeping_interval_ms,
         log_defaults,
