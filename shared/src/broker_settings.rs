@@ -309,6 +309,10 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
         "TLS and SASL need mounted Secrets, which KafkaCluster does not configure yet",
     ),
     (
+        "ssl.principal.mapping.rules",
+        "TLS and SASL need mounted Secrets, which KafkaCluster does not configure yet",
+    ),
+    (
         "sasl.enabled.mechanisms",
         "TLS and SASL need mounted Secrets, which KafkaCluster does not configure yet",
     ),

@@ -76,12 +76,19 @@ enum Stop {
 pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, shutdown: broadcast::Receiver<()>, slot: Slot) {
     let _ = stream.set_nodelay(true);
     let Some(tls) = broker.config.security.tls.clone() else {
-        return serve_stream(broker, stream, peer, shutdown, slot).await;
+        return serve_stream(broker, stream, peer, shutdown, slot, None).await;
     };
     // The handshake is part of reading the first request: bounded by the same deadline.
     let deadline = broker.config.connections.request_read_timeout;
     match tokio::time::timeout(deadline, tls.acceptor().accept(stream)).await {
-        Ok(Ok(stream)) => serve_stream(broker, stream, peer, shutdown, slot).await,
+        Ok(Ok(stream)) => match tls.client_user(stream.get_ref().1) {
+            Ok(user) => serve_stream(broker, stream, peer, shutdown, slot, user.map(Arc::from)).await,
+            // Kafka fails the authentication when no rule maps the certificate's name.
+            Err(e) => {
+                broker.listener_metrics.count_closed(Closure::TlsHandshake);
+                info!(%peer, error = %e, "closing connection: TLS client certificate names no user");
+            }
+        },
         Ok(Err(e)) => {
             broker.listener_metrics.count_closed(Closure::TlsHandshake);
             info!(%peer, error = %e, "closing connection: TLS handshake failed");
@@ -93,14 +100,21 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, shu
     }
 }
 
-/// Serves a connection's byte stream (plain TCP or TLS over it).
-async fn serve_stream<S>(broker: Arc<Broker>, stream: S, peer: SocketAddr, mut shutdown: broadcast::Receiver<()>, slot: Slot)
-where
+/// Serves a connection's byte stream (plain TCP or TLS over it); `certificate_user` is who the
+/// client's TLS certificate names.
+async fn serve_stream<S>(
+    broker: Arc<Broker>,
+    stream: S,
+    peer: SocketAddr,
+    mut shutdown: broadcast::Receiver<()>,
+    slot: Slot,
+    certificate_user: Option<Arc<str>>,
+) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let limits = &broker.config.connections;
     let activity = slot.activity().clone();
-    let session = Arc::new(Mutex::new(Session::new(broker.config.security.sasl.clone())));
+    let session = Arc::new(Mutex::new(Session::for_connection(broker.config.security.sasl.clone(), certificate_user)));
     let (read_half, write_half) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, Touching { inner: read_half, activity: activity.clone() });
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);

@@ -85,8 +85,9 @@ pub struct Session {
 
 #[derive(Debug)]
 enum State {
-    /// A listener without SASL: every request is served, as the anonymous user.
-    Open,
+    /// A listener without SASL: every request is served, as the user the client's TLS
+    /// certificate names, or the anonymous user.
+    Open { user: Option<Arc<str>> },
     AwaitingHandshake { previous: Option<String> },
     Handshaken { mechanism: Mechanism, previous: Option<String> },
     Exchanging { scram: ScramServer, previous: Option<String> },
@@ -104,7 +105,14 @@ pub struct Authenticated {
 
 impl Session {
     pub fn new(settings: Option<SaslSettings>) -> Session {
-        let state = if settings.is_some() { State::AwaitingHandshake { previous: None } } else { State::Open };
+        Session::for_connection(settings, None)
+    }
+
+    /// A connection's session; `certificate_user` is who its TLS client certificate names.
+    /// Without SASL that is the connection's user (Kafka's SSL principal); with SASL the login
+    /// is, as in Kafka's SASL_SSL.
+    pub fn for_connection(settings: Option<SaslSettings>, certificate_user: Option<Arc<str>>) -> Session {
+        let state = if settings.is_some() { State::AwaitingHandshake { previous: None } } else { State::Open { user: certificate_user } };
         Session { settings, state, client: None }
     }
 
@@ -117,7 +125,7 @@ impl Session {
     pub fn admit(&self, key: ApiKey) -> Result<(), Gate> {
         let exchange = matches!(key, ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);
         match &self.state {
-            State::Open => Ok(()),
+            State::Open { .. } => Ok(()),
             State::Failed => Err(Gate::Failed),
             State::Authenticated { expires, .. } => match expires {
                 Some(at) if Instant::now() >= *at && !exchange => Err(Gate::Expired),
@@ -128,10 +136,11 @@ impl Session {
         }
     }
 
-    /// The user this connection authenticated as; `None` before that or without SASL.
+    /// The user this connection authenticated as; `None` before that, or without SASL and a
+    /// client certificate.
     pub fn user(&self) -> Option<&str> {
         match &self.state {
-            State::Authenticated { user, .. } => Some(user.as_ref()),
+            State::Authenticated { user, .. } | State::Open { user: Some(user) } => Some(user.as_ref()),
             _ => None,
         }
     }
@@ -139,7 +148,7 @@ impl Session {
     /// The authenticated user, shared (each request's authorization takes it without copying).
     pub fn shared_user(&self) -> Option<Arc<str>> {
         match &self.state {
-            State::Authenticated { user, .. } => Some(user.clone()),
+            State::Authenticated { user, .. } | State::Open { user: Some(user) } => Some(user.clone()),
             _ => None,
         }
     }

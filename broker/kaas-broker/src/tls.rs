@@ -14,6 +14,10 @@ use tracing::info;
 
 use crate::reload::{Reloading, Stamp};
 
+pub mod principal;
+
+use principal::{PrincipalError, PrincipalMapper};
+
 /// Whether clients must present a certificate signed by the client CA (`ssl.client.auth`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientAuth {
@@ -55,6 +59,8 @@ pub enum TlsError {
 #[derive(Debug)]
 pub struct TlsReloader {
     config: Reloading<Arc<ServerConfig>>,
+    /// `ssl.principal.mapping.rules`: the user a client certificate names.
+    principals: PrincipalMapper,
 }
 
 impl TlsReloader {
@@ -65,7 +71,18 @@ impl TlsReloader {
         let first = Arc::new(build(&settings)?);
         info!(cert = %settings.cert.display(), client_auth = ?settings.client_auth, "TLS listener configured");
         let config = Reloading::new("TLS certificate", paths, stamp, first, move || build(&settings).map(Arc::new).map_err(|e| e.to_string()));
-        Ok(TlsReloader { config })
+        Ok(TlsReloader { config, principals: PrincipalMapper::default() })
+    }
+
+    /// Maps client certificates' names to users with these rules instead of `DEFAULT`.
+    pub fn with_principal_mapper(self, principals: PrincipalMapper) -> TlsReloader {
+        TlsReloader { principals, ..self }
+    }
+
+    /// The user a finished handshake's client certificate names; `None` without one.
+    pub fn client_user(&self, connection: &rustls::ServerConnection) -> Result<Option<String>, PrincipalError> {
+        let Some(leaf) = connection.peer_certificates().and_then(|chain| chain.first()) else { return Ok(None) };
+        self.principals.user_of(leaf).map(Some)
     }
 
     /// The configuration for the next handshake.

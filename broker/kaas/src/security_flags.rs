@@ -12,6 +12,7 @@ use kaas_broker::authz::{AuthzSettings, Policy};
 use kaas_broker::config::ListenerSecurity;
 use kaas_broker::sasl::credentials::CredentialStore;
 use kaas_broker::sasl::{Mechanism, SaslSettings};
+use kaas_broker::tls::principal::PrincipalMapper;
 use kaas_broker::tls::{ClientAuth, TlsReloader, TlsSettings};
 
 /// Kafka's listener security protocols.
@@ -56,6 +57,11 @@ pub(crate) struct SecurityFlags {
     /// ssl.client.auth: whether clients must present a certificate (mTLS).
     #[arg(long, env = "KAAS_SSL_CLIENT_AUTH", value_enum, default_value = "none")]
     ssl_client_auth: ClientAuthFlag,
+    /// ssl.principal.mapping.rules: how a client certificate's subject (as Java prints it, e.g.
+    /// `CN=alice,OU=eng,O=Example`) becomes the user ACLs and quotas see: `DEFAULT` (the name
+    /// itself) or `RULE:pattern/replacement/[LU]`, comma-separated, first match wins.
+    #[arg(long, env = "KAAS_SSL_PRINCIPAL_MAPPING_RULES", default_value = "DEFAULT")]
+    ssl_principal_mapping_rules: String,
     /// sasl.enabled.mechanisms: any of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
     #[arg(long, env = "KAAS_SASL_ENABLED_MECHANISMS", value_delimiter = ',', default_value = "SCRAM-SHA-512")]
     sasl_enabled_mechanisms: Vec<String>,
@@ -73,7 +79,7 @@ pub(crate) struct SecurityFlags {
     #[arg(long, env = "KAAS_AUTHORIZER", value_enum, default_value = "none")]
     authorizer: AuthorizerFlag,
     /// super.users: principals allowed everything, `User:<name>` separated by `;` (as Kafka
-    /// writes them) or `,`.
+    /// writes them) or `,` (a comma inside a certificate's name, `User:CN=a,O=b`, is part of it).
     #[arg(long, env = "KAAS_SUPER_USERS", default_value = "")]
     super_users: String,
     /// allow.everyone.if.no.acl.found: allow a request on a resource no ACL names.
@@ -124,7 +130,7 @@ impl SecurityFlags {
             return Ok(None);
         }
         let mut super_users = Vec::new();
-        for principal in self.super_users.split([';', ',']).map(str::trim).filter(|p| !p.is_empty()) {
+        for principal in principals(&self.super_users) {
             match principal.split_once(':') {
                 Some(("User", name)) if !name.is_empty() => super_users.push(name.to_string()),
                 _ => bail!("--super-users: {principal:?} is not of the form User:<name>"),
@@ -144,7 +150,8 @@ impl SecurityFlags {
             ClientAuthFlag::Required => ClientAuth::Required,
         };
         let settings = TlsSettings { cert: cert.clone(), key: key.clone(), client_ca: self.ssl_truststore.clone(), client_auth };
-        TlsReloader::new(settings).context("loading the TLS certificate")
+        let principals = PrincipalMapper::parse(&self.ssl_principal_mapping_rules).context("--ssl-principal-mapping-rules")?;
+        Ok(TlsReloader::new(settings).context("loading the TLS certificate")?.with_principal_mapper(principals))
     }
 
     fn sasl(&self) -> anyhow::Result<SaslSettings> {
@@ -164,5 +171,38 @@ impl SecurityFlags {
         let credentials = CredentialStore::open(path.clone()).map_err(anyhow::Error::msg).context("loading the SASL credentials")?;
         let reauth = (self.connections_max_reauth_ms > 0).then(|| Duration::from_millis(self.connections_max_reauth_ms));
         Ok(SaslSettings { mechanisms, credentials: Arc::new(credentials), reauth })
+    }
+}
+
+/// The principals of a `super.users` list: separated by `;`, or by a `,` that starts another
+/// `User:` (other commas belong to a certificate's distinguished name).
+fn principals(list: &str) -> Vec<&str> {
+    list.split(';')
+        .flat_map(|part| {
+            let starts: Vec<usize> = part.match_indices(",User:").map(|(i, _)| i).collect();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for at in starts {
+                pieces.push(&part[from..at]);
+                from = at + 1;
+            }
+            pieces.push(&part[from..]);
+            pieces
+        })
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::principals;
+
+    #[test]
+    fn super_users_split_between_principals_only() {
+        assert_eq!(principals("User:a;User:b, User:c"), ["User:a", "User:b", "User:c"]);
+        assert_eq!(principals("User:CN=carol,OU=ops;User:admin"), ["User:CN=carol,OU=ops", "User:admin"]);
+        assert_eq!(principals("User:admin,User:CN=x,O=y"), ["User:admin", "User:CN=x,O=y"]);
+        assert!(principals(" ; ").is_empty());
     }
 }

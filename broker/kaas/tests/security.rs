@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{Kaas, TestResult};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
 /// A CA and the files of certificates it signed.
 struct Pki {
@@ -33,9 +33,17 @@ impl Pki {
 
     /// Writes `<file>.crt` and `<file>.key` for the names given; returns their paths.
     fn leaf(&self, file: &str, names: &[&str]) -> TestResult<(PathBuf, PathBuf)> {
+        self.leaf_named(file, names, &[(DnType::CommonName, names[0])])
+    }
+
+    /// [`Pki::leaf`] with the subject `dn`, most general part first (as it is encoded).
+    fn leaf_named(&self, file: &str, names: &[&str], dn: &[(DnType, &str)]) -> TestResult<(PathBuf, PathBuf)> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
-        params.distinguished_name.push(rcgen::DnType::CommonName, names[0]);
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (kind, value) in dn {
+            params.distinguished_name.push(kind.clone(), *value);
+        }
         let cert = params.signed_by(&key, &*self.issuer)?;
         let (crt, pem) = (self.dir.join(format!("{file}.crt")), self.dir.join(format!("{file}.key")));
         std::fs::write(&crt, cert.pem())?;
@@ -132,6 +140,41 @@ fn tls_with_and_without_client_certificates() -> TestResult {
     ])?;
     all_succeed(&kaas, &[("mtls", &["--ssl", path(&ca), "--cert", path(&alice_crt), path(&alice_key)])])?;
     all_refused(&kaas, &[&["--ssl", path(&ca)], &["--ssl", path(&ca), "--cert", path(&mallory_crt), path(&mallory_key)]])?;
+    Ok(())
+}
+
+/// mTLS identities: the user of a connection is its client certificate's subject as Java
+/// prints it (`CN=carol,OU=ops`), mapped by `--ssl-principal-mapping-rules` as Kafka maps it;
+/// ACLs and super users see that user. Admin maps to `admin` (a super user), carol's name
+/// matches no rule and stays whole (a super user under that name), alice maps to `alice`, who
+/// has no ACLs and is refused.
+#[test]
+fn client_certificates_name_their_users() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let servers = Pki::new(dir.path(), "servers-ca")?;
+    let clients = Pki::new(dir.path(), "clients-ca")?;
+    let (crt, key) = servers.leaf("broker", &["localhost", "127.0.0.1"])?;
+    let in_org = |cn| [(DnType::OrganizationName, "Kaas Test"), (DnType::CommonName, cn)];
+    let (admin_crt, admin_key) = clients.leaf_named("admin", &["admin"], &in_org("Admin"))?;
+    let (alice_crt, alice_key) = clients.leaf_named("alice", &["alice"], &in_org("alice"))?;
+    let (carol_crt, carol_key) = clients.leaf_named("carol", &["carol"], &[(DnType::OrganizationalUnitName, "ops"), (DnType::CommonName, "carol")])?;
+    let ca = servers.ca("servers-ca");
+    let kaas = Kaas::start_with(&[
+        "--security-protocol", "SSL",
+        "--ssl-certificate", path(&crt), "--ssl-key", path(&key),
+        "--ssl-truststore", path(&clients.ca("clients-ca")), "--ssl-client-auth", "required",
+        "--ssl-principal-mapping-rules", "RULE:^CN=([^,]*),O=Kaas Test$/$1/L,DEFAULT",
+        "--authorizer", "standard", "--super-users", "User:admin;User:CN=carol,OU=ops",
+    ])?;
+    all_succeed(&kaas, &[
+        ("admin", &["--ssl", path(&ca), "--cert", path(&admin_crt), path(&admin_key)]),
+        ("carol", &["--ssl", path(&ca), "--cert", path(&carol_crt), path(&carol_key)]),
+    ])?;
+    let alice: &[&str] = &["--ssl", path(&ca), "--cert", path(&alice_crt), path(&alice_key)];
+    let runs: Vec<(&str, String, &[&str])> = CLIENTS.iter().map(|name| (*name, format!("alice-{name}"), alice)).collect();
+    for ((name, _, _), out) in runs.iter().zip(clients_at_once(&kaas, &runs)?) {
+        assert!(!out.contains("secure ok") && out.to_lowercase().contains("authorization"), "{name} as alice was not refused by the authorizer:\n{out}");
+    }
     Ok(())
 }
 
