@@ -7,6 +7,7 @@
 //! (same user only) or the connection is closed at its next request.
 
 pub mod credentials;
+pub mod oauthbearer;
 pub mod scram;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use kafka_protocol::messages::ApiKey;
 use tokio::time::Instant;
 
 use self::credentials::CredentialStore;
+use self::oauthbearer::OAuthBearer;
 use self::scram::{ScramError, ScramHash, ScramServer, ScramStep};
 
 /// A SASL mechanism the listener can offer.
@@ -23,6 +25,7 @@ use self::scram::{ScramError, ScramHash, ScramServer, ScramStep};
 pub enum Mechanism {
     Plain,
     Scram(ScramHash),
+    OAuthBearer,
 }
 
 impl Mechanism {
@@ -30,6 +33,7 @@ impl Mechanism {
         match self {
             Mechanism::Plain => "PLAIN",
             Mechanism::Scram(hash) => hash.mechanism(),
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
@@ -38,6 +42,7 @@ impl Mechanism {
             "PLAIN" => Some(Mechanism::Plain),
             "SCRAM-SHA-256" => Some(Mechanism::Scram(ScramHash::Sha256)),
             "SCRAM-SHA-512" => Some(Mechanism::Scram(ScramHash::Sha512)),
+            "OAUTHBEARER" => Some(Mechanism::OAuthBearer),
             _ => None,
         }
     }
@@ -47,7 +52,11 @@ impl Mechanism {
 #[derive(Debug, Clone)]
 pub struct SaslSettings {
     pub mechanisms: Vec<Mechanism>,
-    pub credentials: Arc<CredentialStore>,
+    /// The SCRAM credentials PLAIN and SCRAM check (`--sasl-credentials`); `None` when only
+    /// OAUTHBEARER is enabled.
+    pub credentials: Option<Arc<CredentialStore>>,
+    /// How OAUTHBEARER tokens are checked, when it is enabled.
+    pub oauth: Option<Arc<OAuthBearer>>,
     /// `connections.max.reauth.ms`; `None` (Kafka's 0): sessions do not expire.
     pub reauth: Option<Duration>,
 }
@@ -87,11 +96,24 @@ pub struct Session {
 enum State {
     /// A listener without SASL: every request is served, as the user the client's TLS
     /// certificate names, or the anonymous user.
-    Open { user: Option<Arc<str>> },
-    AwaitingHandshake { previous: Option<String> },
-    Handshaken { mechanism: Mechanism, previous: Option<String> },
-    Exchanging { scram: ScramServer, previous: Option<String> },
-    Authenticated { user: Arc<str>, expires: Option<Instant> },
+    Open {
+        user: Option<Arc<str>>,
+    },
+    AwaitingHandshake {
+        previous: Option<String>,
+    },
+    Handshaken {
+        mechanism: Mechanism,
+        previous: Option<String>,
+    },
+    Exchanging {
+        scram: ScramServer,
+        previous: Option<String>,
+    },
+    Authenticated {
+        user: Arc<str>,
+        expires: Option<Instant>,
+    },
     Failed,
 }
 
@@ -182,11 +204,20 @@ impl Session {
     pub fn authenticate(&mut self, token: &[u8]) -> Result<Step, SaslError> {
         let Some(settings) = self.settings.clone() else { return Err(SaslError::IllegalState) };
         // Failed unless this step says otherwise.
+        let mut token_expires = None;
         let (user, auth_bytes, previous) = match std::mem::replace(&mut self.state, State::Failed) {
             State::Handshaken { mechanism: Mechanism::Plain, previous } => (plain(&settings, token)?, Vec::new(), previous),
+            State::Handshaken { mechanism: Mechanism::OAuthBearer, previous } => {
+                let oauth = settings.oauth.as_ref().ok_or(SaslError::IllegalState)?;
+                let valid =
+                    oauth.authenticate(token, std::time::SystemTime::now()).map_err(|e| SaslError::AuthenticationFailed(e.to_string()))?;
+                token_expires = Some(valid.expires);
+                (valid.user, Vec::new(), previous)
+            }
             State::Handshaken { mechanism: Mechanism::Scram(hash), previous } => {
                 let mut scram = ScramServer::new(hash, scram::random_nonce());
-                match scram.step(token, |user| settings.credentials.users().credential(user, hash)).map_err(scram_failure)? {
+                let credential = |user: &str| settings.credentials.as_ref().and_then(|c| c.users().credential(user, hash));
+                match scram.step(token, credential).map_err(scram_failure)? {
                     ScramStep::Continue(reply) => {
                         self.state = State::Exchanging { scram, previous };
                         return Ok(Step::Continue(reply));
@@ -207,8 +238,13 @@ impl Session {
         if previous.as_deref().is_some_and(|p| p != user) {
             return Err(SaslError::AuthenticationFailed("re-authentication must keep the same user".into()));
         }
-        let expires = settings.reauth.map(|d| Instant::now() + d);
-        let session_lifetime_ms = settings.reauth.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        // KIP-368: with re-authentication on, a session also ends when its token does.
+        let lifetime = settings.reauth.map(|d| match token_expires {
+            Some(at) => d.min(at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO)),
+            None => d,
+        });
+        let expires = lifetime.map(|d| Instant::now() + d);
+        let session_lifetime_ms = lifetime.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         self.state = State::Authenticated { user: user.into(), expires };
         Ok(Step::Done(Authenticated { auth_bytes, session_lifetime_ms }))
     }
@@ -244,7 +280,7 @@ fn plain(settings: &SaslSettings, token: &[u8]) -> Result<String, SaslError> {
     if user.is_empty() || (!authzid.is_empty() && authzid != user.as_bytes()) {
         return Err(invalid());
     }
-    let users = settings.credentials.users();
+    let users = settings.credentials.as_ref().ok_or_else(invalid)?.users();
     let matched = [ScramHash::Sha512, ScramHash::Sha256]
         .into_iter()
         .find_map(|hash| users.credential(user, hash).map(|c| c.matches_password(hash, password)));
@@ -277,7 +313,7 @@ mod tests {
         std::fs::write(&path, serde_json::to_string(&users).unwrap()).unwrap();
         let store = Arc::new(CredentialStore::open(path).unwrap());
         let mechanisms = vec![Mechanism::Plain, Mechanism::Scram(ScramHash::Sha256), Mechanism::Scram(ScramHash::Sha512)];
-        (dir, SaslSettings { mechanisms, credentials: store, reauth })
+        (dir, SaslSettings { mechanisms, credentials: Some(store), oauth: None, reauth })
     }
 
     /// A whole SCRAM exchange as a client would run it.

@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 use kaas_broker::authz::{AuthzSettings, Policy};
 use kaas_broker::config::ListenerSecurity;
 use kaas_broker::sasl::credentials::CredentialStore;
+use kaas_broker::sasl::oauthbearer::{OAuthBearer, OAuthSettings};
 use kaas_broker::sasl::{Mechanism, SaslSettings};
 use kaas_broker::tls::principal::PrincipalMapper;
 use kaas_broker::tls::{ClientAuth, TlsReloader, TlsSettings};
@@ -62,13 +63,35 @@ pub(crate) struct SecurityFlags {
     /// itself) or `RULE:pattern/replacement/[LU]`, comma-separated, first match wins.
     #[arg(long, env = "KAAS_SSL_PRINCIPAL_MAPPING_RULES", default_value = "DEFAULT")]
     ssl_principal_mapping_rules: String,
-    /// sasl.enabled.mechanisms: any of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+    /// sasl.enabled.mechanisms: any of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER.
     #[arg(long, env = "KAAS_SASL_ENABLED_MECHANISMS", value_delimiter = ',', default_value = "SCRAM-SHA-512")]
     sasl_enabled_mechanisms: Vec<String>,
     /// SASL: the users' salted credentials (a JSON file, made with `kaas scram-credential`);
     /// read again when it changes.
     #[arg(long, env = "KAAS_SASL_CREDENTIALS")]
     sasl_credentials: Option<PathBuf>,
+    /// OAUTHBEARER: the JSON Web Key Set that signs tokens, a file (a mounted Secret or
+    /// ConfigMap; sasl.oauthbearer.jwks.endpoint.url with a file: URL); read again when it
+    /// changes.
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_JWKS")]
+    sasl_oauthbearer_jwks: Option<String>,
+    /// OAUTHBEARER: tokens must name one of these audiences in `aud`
+    /// (sasl.oauthbearer.expected.audience; comma-separated).
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_EXPECTED_AUDIENCE", value_delimiter = ',')]
+    sasl_oauthbearer_expected_audience: Vec<String>,
+    /// OAUTHBEARER: tokens must have this `iss` (sasl.oauthbearer.expected.issuer).
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    /// OAUTHBEARER: the claim that names the user (sasl.oauthbearer.sub.claim.name).
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_SUB_CLAIM_NAME", default_value = "sub")]
+    sasl_oauthbearer_sub_claim_name: String,
+    /// OAUTHBEARER: leeway for exp, nbf and iat (sasl.oauthbearer.clock.skew.buffer.seconds).
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_CLOCK_SKEW_BUFFER_SECONDS", default_value_t = 30)]
+    sasl_oauthbearer_clock_skew_buffer_seconds: u64,
+    /// OAUTHBEARER: accept unsigned (`alg: none`) tokens, as Kafka's default validator does —
+    /// anyone can then log in as anyone; for development only.
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_ALLOW_UNSECURED", default_value_t = false, action = clap::ArgAction::Set)]
+    sasl_oauthbearer_allow_unsecured: bool,
     /// connections.max.reauth.ms: SASL sessions last this long, then the client must
     /// re-authenticate (KIP-368); 0: they do not expire.
     #[arg(long, env = "KAAS_CONNECTIONS_MAX_REAUTH_MS", default_value_t = 0)]
@@ -155,22 +178,55 @@ impl SecurityFlags {
     }
 
     fn sasl(&self) -> anyhow::Result<SaslSettings> {
-        let Some(path) = &self.sasl_credentials else {
-            bail!("--security-protocol {:?} needs --sasl-credentials (make one with `kaas scram-credential`)", self.security_protocol);
-        };
         let mut mechanisms = Vec::new();
         for name in &self.sasl_enabled_mechanisms {
             match Mechanism::parse(name.trim()) {
                 Some(m) => mechanisms.push(m),
-                None => bail!("--sasl-enabled-mechanisms: {name:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+                None => bail!("--sasl-enabled-mechanisms: {name:?} is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"),
             }
         }
         if mechanisms.is_empty() {
             bail!("--sasl-enabled-mechanisms is empty");
         }
-        let credentials = CredentialStore::open(path.clone()).map_err(anyhow::Error::msg).context("loading the SASL credentials")?;
+        let oauth_only = mechanisms.iter().all(|m| *m == Mechanism::OAuthBearer);
+        let credentials = match &self.sasl_credentials {
+            Some(path) => {
+                Some(Arc::new(CredentialStore::open(path.clone()).map_err(anyhow::Error::msg).context("loading the SASL credentials")?))
+            }
+            None if oauth_only => None,
+            None => {
+                bail!("--security-protocol {:?} needs --sasl-credentials (make one with `kaas scram-credential`)", self.security_protocol)
+            }
+        };
+        let oauth = match mechanisms.contains(&Mechanism::OAuthBearer) {
+            true => Some(Arc::new(self.oauth()?)),
+            false => None,
+        };
         let reauth = (self.connections_max_reauth_ms > 0).then(|| Duration::from_millis(self.connections_max_reauth_ms));
-        Ok(SaslSettings { mechanisms, credentials: Arc::new(credentials), reauth })
+        Ok(SaslSettings { mechanisms, credentials, oauth, reauth })
+    }
+
+    fn oauth(&self) -> anyhow::Result<OAuthBearer> {
+        let jwks = self.sasl_oauthbearer_jwks.as_deref().map(|url| PathBuf::from(url.strip_prefix("file://").unwrap_or(url)));
+        if jwks.is_none() && !self.sasl_oauthbearer_allow_unsecured {
+            bail!(
+                "OAUTHBEARER needs --sasl-oauthbearer-jwks (the key set that signs tokens), or --sasl-oauthbearer-allow-unsecured true for development"
+            );
+        }
+        let settings = OAuthSettings {
+            jwks,
+            expected_audience: self
+                .sasl_oauthbearer_expected_audience
+                .iter()
+                .map(|a| a.trim().to_owned())
+                .filter(|a| !a.is_empty())
+                .collect(),
+            expected_issuer: self.sasl_oauthbearer_expected_issuer.clone(),
+            sub_claim: self.sasl_oauthbearer_sub_claim_name.clone(),
+            clock_skew: Duration::from_secs(self.sasl_oauthbearer_clock_skew_buffer_seconds),
+            allow_unsecured: self.sasl_oauthbearer_allow_unsecured,
+        };
+        OAuthBearer::new(settings).context("--sasl-oauthbearer-jwks")
     }
 }
 

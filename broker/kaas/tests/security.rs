@@ -178,6 +178,64 @@ fn client_certificates_name_their_users() -> TestResult {
     Ok(())
 }
 
+/// An ES256 key that signs OAUTHBEARER tokens, as an identity provider's would.
+struct TokenIssuer {
+    key: jsonwebtoken::EncodingKey,
+    jwk: serde_json::Value,
+}
+
+impl TokenIssuer {
+    fn new(kid: &str) -> TestResult<TokenIssuer> {
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let pair = KeyPair::generate()?; // ECDSA P-256
+        let point = pair.public_key_raw(); // 0x04 || x || y
+        let (x, y) = point.get(1..).ok_or("empty public key")?.split_at(32);
+        let jwk = serde_json::json!({"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "x": b64.encode(x), "y": b64.encode(y)});
+        Ok(TokenIssuer { key: jsonwebtoken::EncodingKey::from_ec_der(&pair.serialize_der()), jwk })
+    }
+
+    /// A token for `user` and `audience`, expiring `lifetime` seconds from now (negative: expired).
+    fn token(&self, user: &str, audience: &str, lifetime: i64) -> TestResult<String> {
+        let now = i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs())?;
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = self.jwk["kid"].as_str().map(str::to_owned);
+        let claims = serde_json::json!({"sub": user, "aud": audience, "iat": now, "exp": now + lifetime});
+        Ok(jsonwebtoken::encode(&header, &claims, &self.key)?)
+    }
+}
+
+/// SASL/OAUTHBEARER with tokens from an identity provider: librdkafka's token callback and
+/// kafka-python's token provider log in with signed JWTs; the `sub` claim is the user ACLs see
+/// (alice is a super user, bob has no ACLs and is refused by the authorizer); a token signed by
+/// another key, an expired one and one for another audience do not log in.
+#[test]
+fn oauthbearer_tokens_name_their_users() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (idp, impostor) = (TokenIssuer::new("idp-1")?, TokenIssuer::new("idp-1")?);
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, serde_json::json!({"keys": [idp.jwk.clone()]}).to_string())?;
+    let jwks_url = format!("file://{}", path(&jwks));
+    let kaas = Kaas::start_with(&[
+        "--security-protocol", "SASL_PLAINTEXT",
+        "--sasl-enabled-mechanisms", "OAUTHBEARER",
+        "--sasl-oauthbearer-jwks", &jwks_url,
+        "--sasl-oauthbearer-expected-audience", "kafka",
+        "--authorizer", "standard", "--super-users", "User:alice",
+    ])?;
+    let alice = idp.token("alice", "kafka", 600)?;
+    all_succeed(&kaas, &[("oauth", &["--oauth", &alice])])?;
+    let bob = idp.token("bob", "kafka", 600)?;
+    let runs: Vec<(&str, String, Vec<&str>)> = CLIENTS.iter().map(|name| (*name, format!("bob-{name}"), vec!["--oauth", bob.as_str()])).collect();
+    let runs: Vec<(&str, String, &[&str])> = runs.iter().map(|(n, t, a)| (*n, t.clone(), a.as_slice())).collect();
+    for ((name, _, _), out) in runs.iter().zip(clients_at_once(&kaas, &runs)?) {
+        assert!(!out.contains("secure ok") && out.to_lowercase().contains("authorization"), "{name} as bob was not refused by the authorizer:\n{out}");
+    }
+    let (forged, expired, elsewhere) = (impostor.token("alice", "kafka", 600)?, idp.token("alice", "kafka", -120)?, idp.token("alice", "billing", 600)?);
+    all_refused(&kaas, &[&["--oauth", &forged], &["--oauth", &expired], &["--oauth", &elsewhere]])?;
+    Ok(())
+}
+
 #[test]
 fn sasl_scram_and_plain_over_tls() -> TestResult {
     let dir = tempfile::tempdir()?;

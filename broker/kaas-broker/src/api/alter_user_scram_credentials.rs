@@ -74,14 +74,14 @@ pub async fn handle(
     if !cluster_allowed(broker, ctx, Op::Alter) {
         return refuse_all(ResponseError::ClusterAuthorizationFailed, "AlterUserScramCredentials needs ALTER on the cluster");
     }
-    let Some(sasl) = broker.config.security.sasl.clone() else {
+    let Some(credentials) = broker.config.security.sasl.as_ref().and_then(|s| s.credentials.clone()) else {
         return refuse_all(ResponseError::SecurityDisabled, "the broker has no SCRAM credentials (--sasl-credentials)");
     };
     Reply::Later(Box::pin(async move {
         let users = order.clone();
         // File I/O: off the executor.
         let applied = tokio::task::spawn_blocking(move || {
-            sasl.credentials.edit(|file| {
+            credentials.edit(|file| {
                 order
                     .into_iter()
                     .map(|user| {

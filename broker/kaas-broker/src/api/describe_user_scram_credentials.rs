@@ -27,10 +27,10 @@ pub async fn handle(
     if !cluster_allowed(broker, ctx, Op::Describe) {
         return refuse(ResponseError::ClusterAuthorizationFailed, "DescribeUserScramCredentials needs DESCRIBE on the cluster");
     }
-    let Some(sasl) = &broker.config.security.sasl else {
+    let Some(credentials) = broker.config.security.sasl.as_ref().and_then(|s| s.credentials.as_ref()) else {
         return refuse(ResponseError::SecurityDisabled, "the broker has no SCRAM credentials (--sasl-credentials)");
     };
-    let users = sasl.credentials.users();
+    let users = credentials.users();
     let wanted: Vec<String> = match request.users.filter(|u| !u.is_empty()) {
         None => users.users.keys().cloned().collect(),
         Some(names) => names.into_iter().map(|u| u.name.to_string()).collect(),

@@ -1,17 +1,19 @@
 """A client over TLS and/or SASL: create a topic, produce records, read them back.
 
 usage: secure_roundtrip.py confluent|kafka-python BOOTSTRAP TOPIC
-           [--ssl CA] [--cert CRT KEY] [--sasl MECHANISM USER PASSWORD] [--records N] [--spread S]
+           [--ssl CA] [--cert CRT KEY] [--sasl MECHANISM USER PASSWORD] [--oauth TOKEN]
+           [--records N] [--spread S]
 
 Prints "secure ok N" after reading back what it produced, or "refused: <why>" when the broker
 will not serve it (the test asserts on which). --spread S spaces the sends over S seconds, one
-producer and one connection throughout (to span SASL re-authentications).
+producer and one connection throughout (to span SASL re-authentications). --oauth logs in with
+SASL/OAUTHBEARER, the client's token callback handing over TOKEN.
 """
 import sys
 import time
 
 client, bootstrap, topic, rest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-ca = cert = key = mechanism = user = password = None
+ca = cert = key = mechanism = user = password = oauth = None
 records, spread = 20, 0.0
 while rest:
     flag = rest.pop(0)
@@ -21,6 +23,8 @@ while rest:
         cert, key = rest.pop(0), rest.pop(0)
     elif flag == "--sasl":
         mechanism, user, password = rest.pop(0), rest.pop(0), rest.pop(0)
+    elif flag == "--oauth":
+        mechanism, oauth = "OAUTHBEARER", rest.pop(0)
     elif flag == "--records":
         records = int(rest.pop(0))
     elif flag == "--spread":
@@ -38,7 +42,9 @@ def confluent():
         conf["ssl.ca.location"] = ca
     if cert:
         conf["ssl.certificate.location"], conf["ssl.key.location"] = cert, key
-    if mechanism:
+    if oauth:
+        conf.update({"sasl.mechanism": mechanism, "oauth_cb": lambda _config: (oauth, time.time() + 300)})
+    elif mechanism:
         conf.update({"sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password})
     admin = AdminClient(conf)
     try:
@@ -73,7 +79,15 @@ def kafka_python():
         conf["ssl_cafile"] = ca
     if cert:
         conf["ssl_certfile"], conf["ssl_keyfile"] = cert, key
-    if mechanism:
+    if oauth:
+        from kafka.net.sasl.oauth import AbstractTokenProvider
+
+        class Token(AbstractTokenProvider):
+            def token(self):
+                return oauth
+
+        conf.update({"sasl_mechanism": mechanism, "sasl_oauth_token_provider": Token()})
+    elif mechanism:
         conf.update({"sasl_mechanism": mechanism, "sasl_plain_username": user, "sasl_plain_password": password})
     try:
         admin = KafkaAdminClient(request_timeout_ms=10000, **conf)
