@@ -173,6 +173,13 @@ func TestOperator(t *testing.T) {
 			if pod == holder && !strings.Contains(text, `kaas_operator_reconciles_in_flight{controller="kafkacluster"}`) {
 				t.Errorf("no reconciles in flight:\n%s", text)
 			}
+			if pod == holder {
+				// The work queue had the cluster in it (its creation) and drains once it is reconciled.
+				c.Eventually(time.Minute, "an empty work queue", func() (bool, error) {
+					_, text := httpGet(addr, "/metrics")
+					return strings.Contains(text, "kaas_operator_work_queue_depth{controller=\"kafkacluster\"} 0\n"), fmt.Errorf("metrics: %s", text)
+				})
+			}
 			// Only the holder runs the controller, whose cache the readiness gauges count.
 			if counted := strings.Contains(text, `kaas_operator_resources{kind="KafkaCluster",ready="true"}`); counted != (pod == holder) {
 				t.Errorf("%s (holder %s) counts KafkaClusters by readiness=%v:\n%s", pod, holder, counted, text)
@@ -411,9 +418,10 @@ spec:
 		c.WaitJSONPath(time.Minute, ns, "kafkatopic", "orders", `.status.conditions[?(@.type=="Ready")].status`, "True")
 		// The agent counts its topics by readiness: the ready one among them.
 		readyTopics := regexp.MustCompile(`(?m)^kaas_operator_resources\{kind="KafkaTopic",ready="true"\} [1-9]`)
-		c.Eventually(time.Minute, "the ready topic in kaas_operator_resources", func() (bool, error) {
+		c.Eventually(time.Minute, "the ready topic in kaas_operator_resources, and an empty work queue", func() (bool, error) {
 			_, text := httpGet(c.PodAddr(ns, agent, 9096), "/metrics")
-			return readyTopics.MatchString(text), fmt.Errorf("metrics: %s", text)
+			drained := strings.Contains(text, "kaas_operator_work_queue_depth{controller=\"kafkatopic\"} 0\n")
+			return readyTopics.MatchString(text) && drained, fmt.Errorf("metrics: %s", text)
 		})
 		uid := c.JSONPath(ns, "kafkatopic", "orders", ".metadata.uid")
 		if uid == firstUID {
@@ -669,6 +677,14 @@ spec:
 		}
 		if got := c.JSONPath(ns, "podmonitor", "kc-brokers", ".spec.podMetricsEndpoints[0].port"); got != "http" {
 			t.Errorf("PodMonitor port %q", got)
+		}
+		// The operator's own (manager replicas, volume agents): the leading manager applies them
+		// in its namespace, as config/prometheus would, so an OLM install is scraped too.
+		for _, monitor := range [][2]string{{"kaas-operator", "kaas-operator"}, {"kaas-volume-agents", "volume-agent"}} {
+			c.Eventually(2*time.Minute, "PodMonitor "+monitor[0], func() (bool, error) {
+				out, err := c.Kubectl("-n", operatorNS, "get", "podmonitor", monitor[0], "-o", "jsonpath={.spec.selector.matchLabels}")
+				return err == nil && strings.Contains(out, monitor[1]), fmt.Errorf("%s (%v)", out, err)
+			})
 		}
 	})
 

@@ -84,7 +84,7 @@ impl std::fmt::Debug for Context {
 }
 
 /// The metric label of this controller.
-const CONTROLLER: &str = "kafkacluster";
+pub const CONTROLLER: &str = "kafkacluster";
 
 /// Why the spec cannot be rolled out, if it cannot.
 pub fn refusal(kc: &KafkaCluster) -> Option<Cond> {
@@ -425,7 +425,8 @@ fn key(kc: &KafkaCluster) -> String {
 /// Reconciles one KafkaCluster: counts and times it, and on failure says so in an event and in
 /// the `Reconciled` condition.
 pub async fn reconcile(kc: Arc<KafkaCluster>, ctx: Arc<Context>) -> Result<Action> {
-    let _running = ctx.metrics.running(CONTROLLER);
+    let namespace = kc.metadata.namespace.as_deref().unwrap_or_default();
+    let _running = ctx.metrics.running(CONTROLLER, namespace, &kc.name_any());
     let started = std::time::Instant::now();
     let result = converge(&kc, &ctx).await;
     ctx.metrics.observe(CONTROLLER, started.elapsed(), &result);

@@ -323,11 +323,17 @@ pub fn pod_monitor(metadata: Value, labels: Value, port: &str) -> Value {
 /// (port `metrics`), in any namespace. Brokers need none here: the operator creates a PodMonitor
 /// per KafkaCluster ([`resources::broker_pod_monitor`]) where the CRD exists.
 /// Not part of `config/default`: apply `config/prometheus` where the Prometheus Operator's CRDs
-/// exist. Built from the same label and port names the pods get, so they cannot drift.
+/// exist (the manager also applies them itself, [`crate::self_monitoring`]). Built from the same
+/// label and port names the pods get, so they cannot drift.
 pub fn pod_monitors() -> Vec<(&'static str, Value)> {
+    pod_monitors_in(OPERATOR_NAMESPACE)
+}
+
+/// [`pod_monitors`] in the operator's namespace `namespace`.
+pub fn pod_monitors_in(namespace: &str) -> Vec<(&'static str, Value)> {
     let monitor = |name: &str, labels: Value, port: &str| {
         let mut monitor = pod_monitor(
-            json!({"name": name, "namespace": OPERATOR_NAMESPACE, "labels": {"app.kubernetes.io/name": OPERATOR_NAME}}),
+            json!({"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": OPERATOR_NAME}}),
             labels,
             port,
         );

@@ -14,10 +14,11 @@ use kaas_operator::install::Install;
 use kaas_operator::leader::{self, Elector, KubeLease, Leadership};
 use kaas_operator::metrics::ReconcileMetrics;
 use kaas_operator::topic::{self, AgentContext};
-use kaas_operator::{sweep, versions};
+use kaas_operator::{self_monitoring, sweep, triggers, versions};
 use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
 use kaas_shared::fs::RealFs;
-use kube::runtime::reflector::ObjectRef;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource};
 use tokio::sync::watch;
@@ -279,6 +280,16 @@ where
     }
 }
 
+/// The KafkaCluster an assignment mirror belongs to: it is named after its cluster.
+fn mirrored_cluster(mirror: &KafkaClusterAssignments) -> Option<ObjectRef<KafkaCluster>> {
+    let (name, namespace) = mirror
+        .metadata
+        .name
+        .as_ref()
+        .zip(mirror.metadata.namespace.as_ref())?;
+    Some(ObjectRef::<KafkaCluster>::new(name).within(namespace))
+}
+
 /// The KafkaCluster controller over one namespace (or all), until `stop`.
 async fn cluster_controller(
     client: Client,
@@ -287,7 +298,16 @@ async fn cluster_controller(
     stop: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = namespace.as_deref();
-    let controller = Controller::new(api::<KafkaCluster>(&client, ns), watcher::Config::default());
+    let queue = ctx.metrics.queue.clone();
+    let (reader, writer) = reflector::store();
+    let clusters = triggers::own(
+        api::<KafkaCluster>(&client, ns),
+        watcher::Config::default(),
+        writer,
+        queue.clone(),
+        cluster::CONTROLLER,
+    );
+    let controller = Controller::for_stream(clusters, reader);
     // Counted in kaas_operator_resources while this controller runs.
     let _counted = ctx
         .metrics
@@ -296,23 +316,29 @@ async fn cluster_controller(
     controller
         // Only what this operator manages is watched and cached, not every StatefulSet
         // and Deployment in the cluster: everything it applies carries this label.
-        .owns(api::<StatefulSet>(&client, ns), managed())
-        .owns(api::<Deployment>(&client, ns), managed())
+        .owns_stream(triggers::owned::<KafkaCluster, _>(
+            api::<PartialObjectMeta<StatefulSet>>(&client, ns),
+            managed(),
+            queue.clone(),
+            cluster::CONTROLLER,
+        ))
+        .owns_stream(triggers::owned::<KafkaCluster, _>(
+            api::<PartialObjectMeta<Deployment>>(&client, ns),
+            managed(),
+            queue.clone(),
+            cluster::CONTROLLER,
+        ))
         // The controller broker's assignment mirror, named after its cluster: status
         // shows the current controller and assignment version as soon as they change.
-        .watches(
-            api::<KafkaClusterAssignments>(&client, ns),
-            watcher::Config::default(),
-            |mirror| {
-                mirror
-                    .metadata
-                    .name
-                    .clone()
-                    .zip(mirror.metadata.namespace.clone())
-                    .map(|(name, namespace)| {
-                        ObjectRef::<KafkaCluster>::new(&name).within(&namespace)
-                    })
-            },
+        .watches_stream(
+            triggers::mapped(
+                api::<KafkaClusterAssignments>(&client, ns),
+                watcher::Config::default(),
+                mirrored_cluster,
+                queue.clone(),
+                cluster::CONTROLLER,
+            ),
+            |mirror| mirrored_cluster(&mirror),
         )
         .graceful_shutdown_on(stop)
         .run(cluster::reconcile, cluster::error_policy, ctx)
@@ -352,14 +378,16 @@ async fn run(
     process
         .run(|stop| {
             let (client, ctx, namespaces) = (client.clone(), ctx.clone(), namespaces.clone());
+            let own_namespace = install.namespace.clone();
             async move {
                 let stop = stop.shared();
-                futures::future::join_all(
-                    namespaces.into_iter().map(|ns| {
+                let monitors =
+                    self_monitoring::keep_applied(client.clone(), own_namespace, stop.clone());
+                let controllers =
+                    futures::future::join_all(namespaces.into_iter().map(|ns| {
                         cluster_controller(client.clone(), ns, ctx.clone(), stop.clone())
-                    }),
-                )
-                .await;
+                    }));
+                futures::future::join(monitors, controllers).await;
             }
         })
         .await?;
@@ -396,10 +424,15 @@ async fn volume_agent(
         .run(|stop| {
             let (template, metrics) = (template.clone(), metrics.clone());
             async move {
-                let controller = Controller::new(
+                let (reader, writer) = reflector::store();
+                let topics = triggers::own(
                     Api::<KafkaTopic>::namespaced(template.client.clone(), &template.namespace),
                     watcher::Config::default(),
+                    writer,
+                    template.metrics.queue.clone(),
+                    topic::CONTROLLER,
                 );
+                let controller = Controller::for_stream(topics, reader);
                 let _counted = template
                     .metrics
                     .readiness

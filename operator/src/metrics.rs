@@ -82,6 +82,54 @@ pub struct ReconcileMetrics {
     pub leader: Gauge,
     /// What the running controllers' caches hold, by readiness.
     pub readiness: Arc<crate::readiness::Readiness>,
+    /// Objects with a change waiting for their reconcile.
+    pub queue: Arc<WorkQueue>,
+}
+
+/// kube-runtime's work queue seen from both ends, since it does not expose its own: a watch
+/// event that triggers an object's reconcile puts the object in (once, however many events
+/// arrive), the start of its reconcile takes it out, and its deletion forgets it. The depth is
+/// `kaas_operator_work_queue_depth{controller}`; each controller holds at most one entry per
+/// object it watches.
+#[derive(Debug, Default)]
+pub struct WorkQueue {
+    waiting: std::sync::Mutex<
+        std::collections::HashMap<&'static str, std::collections::HashSet<(String, String)>>,
+    >,
+    depth: Family<ControllerLabels, Gauge>,
+}
+
+impl WorkQueue {
+    /// A watch event asked for a reconcile of `namespace/name`.
+    pub fn waiting(&self, controller: &'static str, namespace: &str, name: &str) {
+        self.change(controller, |set| {
+            set.insert((namespace.to_owned(), name.to_owned()))
+        });
+    }
+
+    /// The reconcile of `namespace/name` started, or the object is gone.
+    pub fn picked_up(&self, controller: &'static str, namespace: &str, name: &str) {
+        self.change(controller, |set| {
+            set.remove(&(namespace.to_owned(), name.to_owned()))
+        });
+    }
+
+    fn change(
+        &self,
+        controller: &'static str,
+        edit: impl FnOnce(&mut std::collections::HashSet<(String, String)>) -> bool,
+    ) {
+        let mut waiting = self
+            .waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let set = waiting.entry(controller).or_default();
+        edit(set);
+        let depth = i64::try_from(set.len()).unwrap_or(i64::MAX);
+        self.depth
+            .get_or_create(&ControllerLabels { controller })
+            .set(depth);
+    }
 }
 
 /// One running reconcile, counted in `kaas_operator_reconciles_in_flight` until dropped.
@@ -120,6 +168,7 @@ impl Default for ReconcileMetrics {
             in_flight: Family::default(),
             leader: Gauge::default(),
             readiness: Arc::default(),
+            queue: Arc::default(),
         }
     }
 }
@@ -144,9 +193,13 @@ impl ReconcileMetrics {
         );
         registry.register(
             "operator_reconciles_in_flight",
-            "Reconciles running now, by controller (kube-runtime does not expose its work queue; \
-             this is the part of it the reconciler sees)",
+            "Reconciles running now, by controller",
             self.in_flight.clone(),
+        );
+        registry.register(
+            "operator_work_queue_depth",
+            "Objects with a change waiting for their reconcile, by controller",
+            self.queue.depth.clone(),
         );
         registry.register(
             "operator_leader",
@@ -156,9 +209,11 @@ impl ReconcileMetrics {
         registry.register_collector(Box::new(self.readiness.clone()));
     }
 
-    /// Marks a reconcile of `controller` as running until the returned guard drops (also when
-    /// the reconcile's future is dropped unfinished, as on shutdown).
-    pub fn running(&self, controller: &'static str) -> Running {
+    /// Marks a reconcile of `controller` for `namespace/name` as running until the returned
+    /// guard drops (also when the reconcile's future is dropped unfinished, as on shutdown),
+    /// and takes the object out of the work queue.
+    pub fn running(&self, controller: &'static str, namespace: &str, name: &str) -> Running {
+        self.queue.picked_up(controller, namespace, name);
         let gauge = self
             .in_flight
             .get_or_create(&ControllerLabels { controller })
@@ -263,8 +318,8 @@ mod tests {
             encode(&mut text, &registry).unwrap();
             text
         };
-        let first = metrics.running("kafkacluster");
-        let second = metrics.running("kafkacluster");
+        let first = metrics.running("kafkacluster", "ns", "a");
+        let second = metrics.running("kafkacluster", "ns", "b");
         assert!(
             text().contains("kaas_operator_reconciles_in_flight{controller=\"kafkacluster\"} 2\n"),
             "{}",
@@ -277,5 +332,36 @@ mod tests {
             "{}",
             text()
         );
+    }
+
+    #[test]
+    fn the_work_queue_holds_each_waiting_object_once_until_its_reconcile_starts() {
+        let metrics = ReconcileMetrics::default();
+        let mut registry = Registry::with_prefix("kaas");
+        metrics.register(&mut registry);
+        let depth = || {
+            let mut text = String::new();
+            encode(&mut text, &registry).unwrap();
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix("kaas_operator_work_queue_depth{controller=\"kafkatopic\"} ")
+                })
+                .map(|v| v.parse::<i64>().unwrap())
+        };
+        let queue = &metrics.queue;
+        queue.waiting("kafkatopic", "ns", "orders");
+        queue.waiting("kafkatopic", "ns", "orders"); // a second event for the same object
+        queue.waiting("kafkatopic", "ns", "payments");
+        queue.waiting("kafkatopic", "other", "orders");
+        assert_eq!(depth(), Some(3));
+        let running = metrics.running("kafkatopic", "ns", "orders");
+        assert_eq!(depth(), Some(2));
+        queue.waiting("kafkatopic", "ns", "orders"); // changed again while reconciling
+        assert_eq!(depth(), Some(3));
+        drop(running);
+        queue.picked_up("kafkatopic", "other", "orders"); // deleted before its reconcile
+        let _again = metrics.running("kafkatopic", "ns", "orders");
+        let _payments = metrics.running("kafkatopic", "ns", "payments");
+        assert_eq!(depth(), Some(0));
     }
 }

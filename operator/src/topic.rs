@@ -157,7 +157,7 @@ async fn patch_status(
 }
 
 /// The metric label of this controller.
-const CONTROLLER: &str = "kafkatopic";
+pub const CONTROLLER: &str = "kafkatopic";
 
 fn key(topic: &KafkaTopic) -> String {
     format!(
@@ -177,10 +177,13 @@ fn is_news(previous: &[Condition], cond: &Cond) -> bool {
 /// Reconciles one KafkaTopic of this agent's cluster: counts and times it, and on failure says
 /// so in an event and in the `Reconciled` condition.
 pub async fn reconcile(topic: Arc<KafkaTopic>, ctx: Arc<AgentContext>) -> Result<Action> {
+    let namespace = topic.metadata.namespace.as_deref().unwrap_or_default();
+    let _running = ctx
+        .metrics
+        .running(CONTROLLER, namespace, &topic.name_any());
     if topic.spec.cluster_ref != ctx.cluster {
         return Ok(Action::await_change());
     }
-    let _running = ctx.metrics.running(CONTROLLER);
     let started = std::time::Instant::now();
     let result = converge(&topic, &ctx).await;
     ctx.metrics.observe(CONTROLLER, started.elapsed(), &result);
