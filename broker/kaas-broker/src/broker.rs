@@ -118,7 +118,8 @@ impl Broker {
             let broker = self.clone();
             // Retention unlinks files and may fsync manifests: keep it off the executor.
             let _ = tokio::task::spawn_blocking(move || {
-                broker.topics.housekeeping(now_ms());
+                let removed = broker.topics.housekeeping(now_ms());
+                broker.metrics.retention_removed(removed);
                 if broker.cluster.is_none() {
                     // Local mode: shards that could not be taken over are retried here.
                     broker.groups.take_over_all(&broker.lease);

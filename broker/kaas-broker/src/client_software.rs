@@ -70,6 +70,13 @@ pub struct ClientTag {
     label: SoftwareLabel,
 }
 
+impl ClientTag {
+    /// The software name the connection is counted under (bounded like the gauge's labels).
+    pub fn software(&self) -> &str {
+        &self.label[0].1
+    }
+}
+
 impl Drop for ClientTag {
     fn drop(&mut self) {
         self.metrics.connections.get_or_create(&self.label).dec();

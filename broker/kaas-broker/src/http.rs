@@ -35,6 +35,10 @@ struct Gauges {
     fetch_requests_in_flight: Gauge,
     fetch_sessions: Gauge,
     alive_brokers: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    buffer_pool_bytes: Gauge,
+    buffer_pool_buffers: Gauge,
 }
 
 #[derive(Debug)]
@@ -58,6 +62,10 @@ impl Metrics {
         registry.register("draining", "1 once SIGTERM started a drain", gauges.draining.clone());
         registry.register("fetch_requests_in_flight", "Fetch requests being read or waiting for data (long polls)", gauges.fetch_requests_in_flight.clone());
         registry.register("fetch_sessions", "Incremental fetch sessions in the cache", gauges.fetch_sessions.clone());
+        registry.register("open_fds", "File descriptors the broker process holds open: connections, segments, indexes", gauges.open_fds.clone());
+        registry.register("max_fds", "The broker process's open-file limit (RLIMIT_NOFILE, soft)", gauges.max_fds.clone());
+        registry.register("fetch_buffer_pool_bytes", "Idle capacity the fetch buffer pool keeps mapped for the next reads and responses", gauges.buffer_pool_bytes.clone());
+        registry.register("fetch_buffer_pool_buffers", "Idle buffers in the fetch buffer pool", gauges.buffer_pool_buffers.clone());
         broker.listener_metrics.register(&mut registry);
         broker.metrics.register(&mut registry);
         let outcomes = &broker.txns.outcomes;
@@ -101,6 +109,12 @@ impl Metrics {
         g.topics.set(broker.topics.list().len() as i64);
         g.fetch_requests_in_flight.set(broker.fetches.in_flight() as i64);
         g.fetch_sessions.set(broker.fetch_sessions.len() as i64);
+        let (fds, limit) = process_fds();
+        g.open_fds.set(fds);
+        g.max_fds.set(limit);
+        let (buffers, bytes) = kaas_storage::buffers::pool().idle();
+        g.buffer_pool_buffers.set(buffers as i64);
+        g.buffer_pool_bytes.set(bytes as i64);
         self.state.refresh(broker);
         if let Some(cluster) = &broker.cluster {
             let a = cluster.view.current();
@@ -113,6 +127,20 @@ impl Metrics {
             g.alive_brokers.set(if controller { cluster.hub.alive(cluster.settings.session_timeout).len() as i64 } else { 0 });
         }
     }
+}
+
+/// Open descriptors (`/proc/self/fd`) and the soft open-file limit (`/proc/self/limits`); 0
+/// where the proc filesystem does not say.
+fn process_fds() -> (i64, i64) {
+    let open = std::fs::read_dir("/proc/self/fd").map_or(0, |entries| entries.count() as i64);
+    let limit = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+            line.trim_start_matches("Max open files").split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or(0);
+    (open, limit)
 }
 
 type AppState = (Arc<Broker>, Arc<Metrics>);

@@ -79,6 +79,11 @@ pub struct TrafficMetrics {
     request_seconds: Family<ApiLabel, Histogram, fn() -> Histogram>,
     phase_seconds: Family<ApiPhaseLabel, Histogram, fn() -> Histogram>,
     request_errors: Family<ApiErrorLabel, Counter>,
+    /// Error codes by the client software that got them.
+    client_errors: Family<ApiErrorLabel, Counter>,
+    /// Responses that told the client to back off (client quotas), and for how long.
+    throttled: Family<ApiLabel, Counter>,
+    throttle_seconds: Family<ApiLabel, Counter<f64, std::sync::atomic::AtomicU64>>,
     /// Open connections by client software name and version.
     pub client_software: ClientSoftwareMetrics,
     /// Syncs on the volume (the broker's filesystem is wrapped with these).
@@ -91,6 +96,8 @@ pub struct TrafficMetrics {
     /// The same traffic over all topics since the start, never dropped (the heartbeat reports
     /// them; the controller publishes rates from them).
     totals: [Counter; 3],
+    /// Segments retention (or DeleteRecords) unlinked, and their bytes.
+    retention: [Counter; 2],
 }
 
 impl Default for TrafficMetrics {
@@ -100,6 +107,9 @@ impl Default for TrafficMetrics {
             request_seconds: Family::new_with_constructor(request_histogram as fn() -> Histogram),
             phase_seconds: Family::new_with_constructor(phase_histogram as fn() -> Histogram),
             request_errors: Family::default(),
+            client_errors: Family::default(),
+            throttled: Family::default(),
+            throttle_seconds: Family::default(),
             client_software: ClientSoftwareMetrics::default(),
             syncs: SyncMetrics::default(),
             bytes_in: Family::default(),
@@ -107,6 +117,7 @@ impl Default for TrafficMetrics {
             bytes_out: Family::default(),
             topics_seen: Default::default(),
             totals: Default::default(),
+            retention: Default::default(),
         }
     }
 }
@@ -129,23 +140,62 @@ impl TrafficMetrics {
             "Error codes in responses (one per failed partition, topic or group, as Kafka's ErrorsPerSec), by API and error",
             self.request_errors.clone(),
         );
+        registry.register(
+            "client_request_errors",
+            "Error codes in responses by the client software that got them (KIP-511 name, `unknown` before ApiVersions v3) and error",
+            self.client_errors.clone(),
+        );
+        registry.register("throttled_responses", "Responses with a throttle time (a client quota at work), by API", self.throttled.clone());
+        registry.register("throttle_time_seconds", "Throttle time told to clients (client quotas), by API", self.throttle_seconds.clone());
         self.client_software.register(registry);
         self.syncs.register(registry);
         registry.register("topic_bytes_in", "Record batch bytes appended, by topic (Kafka's BytesInPerSec)", self.bytes_in.clone());
         registry.register("topic_messages_in", "Records appended, by topic (Kafka's MessagesInPerSec)", self.messages_in.clone());
         registry.register("topic_bytes_out", "Record bytes sent to fetchers, by topic (Kafka's BytesOutPerSec)", self.bytes_out.clone());
+        let [segments, bytes] = &self.retention;
+        registry.register(
+            "retention_deleted_segments",
+            "Segments housekeeping unlinked: past retention.ms or retention.bytes, or below a DeleteRecords start",
+            segments.clone(),
+        );
+        registry.register("retention_deleted_bytes", "Bytes of the segments housekeeping unlinked", bytes.clone());
+    }
+
+    /// Counts what a housekeeping round unlinked.
+    pub fn retention_removed(&self, removed: kaas_storage::Removed) {
+        let [segments, bytes] = &self.retention;
+        segments.inc_by(removed.segments);
+        bytes.inc_by(removed.bytes);
     }
 
     /// A request of `api` dispatched at `started` whose answer `body` is ready now;
     /// `deferred_at` is when its handler handed the rest to a deferred wait, if it did.
-    pub fn answered(&self, api: ApiKey, started: Instant, deferred_at: Option<Instant>, body: &impl ErrorCodes) {
+    /// `client` names the client's software, asked only when the answer carries an error.
+    pub fn answered(
+        &self,
+        api: ApiKey,
+        started: Instant,
+        deferred_at: Option<Instant>,
+        body: &(impl ErrorCodes + crate::throttled::Throttled),
+        client: impl Fn() -> String,
+    ) {
         let name = api_name(api);
         self.count_request(name, started, deferred_at);
+        let mut software = None;
         body.error_codes(&mut |code| {
             if code != 0 {
-                self.request_errors.get_or_create(&[("api", name.to_string()), ("error", error_name(code))]).inc();
+                let error = error_name(code);
+                let software = software.get_or_insert_with(&client).clone();
+                self.client_errors.get_or_create(&[("software", software), ("error", error.clone())]).inc();
+                self.request_errors.get_or_create(&[("api", name.to_string()), ("error", error)]).inc();
             }
         });
+        let throttle_ms = body.throttle_time_ms();
+        if throttle_ms > 0 {
+            let label = [("api", name)];
+            self.throttled.get_or_create(&label).inc();
+            self.throttle_seconds.get_or_create(&label).inc_by(f64::from(throttle_ms) / 1000.0);
+        }
     }
 
     /// A request answered with nothing (produce with acks=0).

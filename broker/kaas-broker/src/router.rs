@@ -255,6 +255,8 @@ where
 {
     let (key, version, correlation_id) = (ctx.api_key, ctx.version, ctx.header.correlation_id);
     let metrics = &broker.metrics;
+    let session = ctx.session.clone();
+    let client = move || session.lock().client_software();
     let slow_log = SlowRequestLog::for_request(broker.config.slow_request, ctx, named);
     // request_percentage counts the time the request held the runtime (decoding and the
     // handler's ordered part; not what a deferred answer waits for), as percent of one thread.
@@ -276,7 +278,7 @@ where
     match reply {
         Reply::Now(body) => {
             let body = throttled(body);
-            metrics.answered(key, started, None, &body);
+            metrics.answered(key, started, None, &body, client);
             if let Some(log) = &slow_log {
                 let _ = log.answered(started, None);
             }
@@ -295,7 +297,7 @@ where
             let deferred_at = Instant::now();
             Ok(Pending::Later(tokio::spawn(async move {
                 let body = throttled(future.await);
-                metrics.answered(key, started, Some(deferred_at), &body);
+                metrics.answered(key, started, Some(deferred_at), &body, client);
                 if let Some(log) = &slow_log {
                     let _ = log.answered(started, Some(deferred_at));
                 }

@@ -143,6 +143,11 @@ impl Session {
         self.client = Some(tag);
     }
 
+    /// The software the client named itself as, `unknown` before (or without) ApiVersions v3.
+    pub fn client_software(&self) -> String {
+        self.client.as_ref().map_or_else(|| "unknown".to_owned(), |tag| tag.software().to_owned())
+    }
+
     /// Whether `key` may be served now.
     pub fn admit(&self, key: ApiKey) -> Result<(), Gate> {
         let exchange = matches!(key, ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate);

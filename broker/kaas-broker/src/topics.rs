@@ -277,8 +277,9 @@ impl TopicRegistry {
         }
     }
 
-    /// Runs retention and time-based rolls on every partition.
-    pub fn housekeeping(&self, now_ms: i64) {
+    /// Runs retention and time-based rolls on every partition; returns the segments unlinked.
+    pub fn housekeeping(&self, now_ms: i64) -> kaas_storage::Removed {
+        let mut removed = kaas_storage::Removed::default();
         for topic in self.list() {
             for (index, partition) in topic.partitions().iter().enumerate() {
                 if let Leadership::Local(lease) = self.leadership
@@ -286,14 +287,16 @@ impl TopicRegistry {
                 {
                     self.take_over_locally(&lease, &topic.name, index as i32, partition);
                 }
-                if let Err(e) = partition.housekeeping(now_ms) {
-                    warn!(topic = %topic.name, partition = index, error = %e, "housekeeping failed; retrying next round");
+                match partition.housekeeping(now_ms) {
+                    Ok(unlinked) => removed += unlinked,
+                    Err(e) => warn!(topic = %topic.name, partition = index, error = %e, "housekeeping failed; retrying next round"),
                 }
             }
         }
         if let Some(store) = &self.store {
             store.sweep_reclaimed();
         }
+        removed
     }
 
     /// One log-cleaner round: a pass on every compacted partition this broker leads, until

@@ -84,6 +84,12 @@ impl BufferPool {
         Vec::with_capacity(capacity)
     }
 
+    /// The idle buffers the pool keeps, and their capacity in bytes.
+    pub fn idle(&self) -> (usize, usize) {
+        let free = self.free.lock();
+        (free.buffers.len(), free.bytes)
+    }
+
     /// Returns a buffer for reuse, or frees it when it is too small, too large or the pool is
     /// full.
     pub fn give(&self, buf: Vec<u8>) {

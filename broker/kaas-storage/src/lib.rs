@@ -39,7 +39,7 @@ pub use manifest::Manifest;
 #[cfg(any(test, feature = "testing"))]
 pub use partition::CleanHook;
 pub use partition::{
-    AppendOptions, AppendOutcome, CleanReport, CleanStep, CleanerStats, Partition, ReadBound, ReadOutcome, TakeoverReport,
+    AppendOptions, AppendOutcome, CleanReport, CleanStep, CleanerStats, Partition, ReadBound, ReadOutcome, Removed, TakeoverReport,
 };
 pub use producer_state::ProducerSummary;
 pub use throttle::{IoThrottle, ThrottleClock};

@@ -28,6 +28,7 @@ pub use append::{AppendOptions, AppendOutcome};
 pub use compaction::CleanHook;
 pub use compaction::{CleanReport, CleanStep, CleanerStats};
 pub use read::{ReadBound, ReadOutcome};
+pub use retention::Removed;
 pub use takeover::TakeoverReport;
 
 /// A partition of a topic. Only the leader (after [`Partition::take_over`]) holds descriptors,

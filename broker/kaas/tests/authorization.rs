@@ -310,6 +310,16 @@ fn client_quotas_throttle_a_user_over_its_byte_rates() -> TestResult {
     // the second takes alice past 1.25 MiB, and she waits before the third.
     let (throttle_ms, secs) = throttled(&run(&kaas, ALICE, &["quota-consume", "metered", "4194304"])?)?;
     assert!(throttle_ms > 0 && secs >= 3.0, "alice's consumer: throttled {throttle_ms} ms, {secs} s");
+    // The broker counts the throttled answers and the throttle time it told the clients.
+    let metrics = kaas.metrics()?;
+    for api in ["Produce", "Fetch"] {
+        let value = |name: &str| {
+            let prefix = format!("{name}{{api=\"{api}\"}} ");
+            metrics.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0)
+        };
+        assert!(value("kaas_throttled_responses_total") >= 1.0, "no throttled {api} answer counted:\n{metrics}");
+        assert!(value("kaas_throttle_time_seconds_total") > 0.0, "no {api} throttle time counted");
+    }
 
     kafka_configs(&kaas, &admin, &["--alter", "--delete-config", "producer_byte_rate,consumer_byte_rate", "--entity-type", "users", "--entity-name", "alice"])?;
     let described = kafka_configs(&kaas, &admin, &["--describe", "--entity-type", "users", "--entity-name", "alice"])?;

@@ -107,6 +107,36 @@ async fn per_partition_series_can_be_turned_off() -> TestResult {
     Ok(())
 }
 
+/// Retention shows what it unlinked (segment count and bytes, and the log start it raised), and
+/// the process its descriptors, their limit and the fetch buffer pool. A topic whose segments
+/// roll after 100 ms and expire after 100 ms loses its first segment to the next housekeeping.
+#[tokio::test]
+async fn retention_and_process_resources_are_reported() -> TestResult {
+    let kaas = Kaas::start_with(&["--housekeeping-interval-ms", "100"])?;
+    kaas.create_topic("expiring", 1, &[("segment.ms", "100"), ("retention.ms", "100")]).await?;
+    let producer = kaas.producer(&[("acks", "all")])?;
+    let value = vec![b'r'; 1000];
+    for i in 0..5 {
+        let key = i.to_string();
+        producer
+            .send(FutureRecord::to("expiring").partition(0).key(&key).payload(&value), Duration::from_secs(30))
+            .await
+            .map_err(|(e, _)| e)?;
+    }
+    let p0 = [("topic", "expiring"), ("partition", "0")];
+    let text =
+        scrape_until(&kaas, "the expired segment's deletion", |text| series(text, "kaas_partition_log_start_offset", &p0) == Some(5.0))?;
+    let segments = series(&text, "kaas_retention_deleted_segments_total", &[]).ok_or("no deleted segments series")?;
+    let bytes = series(&text, "kaas_retention_deleted_bytes_total", &[]).ok_or("no deleted bytes series")?;
+    assert!(segments >= 1.0, "{segments} segments deleted");
+    assert!(bytes >= 5.0 * 1000.0, "{bytes} bytes deleted for 5 records of 1,000 bytes");
+    let fds = series(&text, "kaas_open_fds", &[]).ok_or("no open descriptors series")?;
+    let limit = series(&text, "kaas_max_fds", &[]).ok_or("no descriptor limit series")?;
+    assert!(fds >= 3.0 && fds < limit, "{fds} descriptors open, limit {limit}");
+    assert!(series(&text, "kaas_fetch_buffer_pool_bytes", &[]).is_some(), "no buffer pool series");
+    Ok(())
+}
+
 /// The series' value once `ready` holds, polling the scrape (a connection's close reaches the
 /// broker a moment after the client drops it).
 fn scrape_until(kaas: &Kaas, what: &str, ready: impl Fn(&str) -> bool) -> Result<String, String> {
@@ -165,6 +195,9 @@ async fn phases_errors_and_client_software_follow_a_real_client() -> TestResult 
     let unknown = [("api", "DeleteTopics"), ("error", "UNKNOWN_TOPIC_OR_PARTITION")];
     assert_eq!(series(&text, "kaas_request_errors_total", &unknown), Some(1.0));
     assert_eq!(series(&text, "kaas_request_errors_total", &[("api", "Produce"), ("error", "NONE")]), None, "NONE is not an error");
+    // And by the client software that got them (the admin client is librdkafka).
+    let by_client = [("software", "librdkafka"), ("error", "UNKNOWN_TOPIC_OR_PARTITION")];
+    assert_eq!(series(&text, "kaas_client_request_errors_total", &by_client), Some(1.0));
 
     // The producer's connections are no longer counted once it is gone.
     drop(producer);

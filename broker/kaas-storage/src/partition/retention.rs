@@ -5,6 +5,21 @@
 use super::{Partition, Role, State};
 use crate::{Result, manifest};
 
+/// Segments a housekeeping round unlinked (retention by time or size, or below a log start
+/// offset DeleteRecords raised), for the broker's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Removed {
+    pub segments: u64,
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for Removed {
+    fn add_assign(&mut self, other: Removed) {
+        self.segments += other.segments;
+        self.bytes += other.bytes;
+    }
+}
+
 impl Partition {
     /// DeleteRecords: raises the log start offset to `before_offset` (-1 = the high
     /// watermark), persists it in the manifest, then unlinks every segment wholly below it.
@@ -49,12 +64,13 @@ impl Partition {
     /// Periodic work (leader only; a no-op otherwise): roll an active segment older than
     /// segment.ms, delete segments past retention.ms / retention.bytes, expire idle producers.
     /// Segments are deleted oldest first, never the active one, and only below the high
-    /// watermark.
-    pub fn housekeeping(&self, now_ms: i64) -> Result<()> {
+    /// watermark. Returns what was unlinked.
+    pub fn housekeeping(&self, now_ms: i64) -> Result<Removed> {
         let config = self.config();
         let mut st = self.lock();
+        let mut removed = Removed::default();
         if st.role != Role::Leader || st.poisoned.is_some() {
-            return Ok(());
+            return Ok(removed);
         }
         // Retention unlinks by path: never in a recreated topic's directory.
         self.shared.check_incarnation()?;
@@ -67,7 +83,7 @@ impl Partition {
             st.roll(&self.shared)?;
         }
         let interval = config.index_interval_bytes;
-        self.delete_segments_while(&mut st, |st, _| {
+        removed += self.delete_segments_while(&mut st, |st, _| {
             st.segments[1].base_offset <= st.log_start_offset
         })?;
         // cleanup.policy=compact alone keeps every segment whatever its age or size: the
@@ -75,7 +91,7 @@ impl Partition {
         if config.cleanup_delete && config.retention_ms >= 0 {
             let cutoff = now_ms.saturating_sub(config.retention_ms);
             let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
-            self.delete_segments_while(&mut st, |st, _| {
+            removed += self.delete_segments_while(&mut st, |st, _| {
                 st.ensure_loaded(fs, dir, 0, interval).is_ok()
                     && st.segments[0]
                         .max_timestamp
@@ -85,7 +101,7 @@ impl Partition {
         if config.cleanup_delete && config.retention_bytes >= 0 {
             let mut total: u64 = st.segments.iter().map(|s| s.size).sum();
             let limit = config.retention_bytes as u64;
-            self.delete_segments_while(&mut st, |st, _| {
+            removed += self.delete_segments_while(&mut st, |st, _| {
                 let oldest = st.segments[0].size;
                 let delete = total.saturating_sub(oldest) >= limit && total > limit;
                 if delete {
@@ -98,7 +114,7 @@ impl Partition {
             .expire(now_ms.saturating_sub(config.producer_id_expiration_ms));
         let log_start = st.log_start_offset;
         st.producers.txns.trim(log_start);
-        Ok(())
+        Ok(removed)
     }
 
     /// Unlinks the oldest segment while `condition` holds, never the active segment and never
@@ -107,15 +123,20 @@ impl Partition {
         &self,
         st: &mut State,
         mut condition: impl FnMut(&mut State, usize) -> bool,
-    ) -> Result<()> {
+    ) -> Result<Removed> {
+        let mut removed = Removed::default();
         while st.segments.len() > 1
             && st.segments[1].base_offset <= st.high_watermark
             && condition(st, 0)
         {
             let mut oldest = st.segments.remove(0);
             oldest.unlink(&*self.shared.fs, &self.shared.dir)?;
+            removed += Removed {
+                segments: 1,
+                bytes: oldest.size,
+            };
             st.log_start_offset = st.log_start_offset.max(st.segments[0].base_offset);
         }
-        Ok(())
+        Ok(removed)
     }
 }
