@@ -282,6 +282,7 @@ pub struct StateMetrics {
     /// Whether the per-partition series are exported (and so computed).
     per_partition: bool,
     log_size: Family<PartitionLabel, Gauge>,
+    segments: Family<PartitionLabel, Gauge>,
     log_start: Family<PartitionLabel, Gauge>,
     log_end: Family<PartitionLabel, Gauge>,
     high_watermark: Family<PartitionLabel, Gauge>,
@@ -296,6 +297,7 @@ pub struct StateMetrics {
     lag_seconds: Family<GroupPartitionLabel, SecondsGauge>,
     lag_seconds_max: Family<GroupTopicLabel, SecondsGauge>,
     groups: Family<GroupStateLabel, Gauge>,
+    group_members: Family<[(&'static str, String); 1], Gauge>,
     transactions: Family<StateLabel, Gauge>,
 }
 
@@ -307,6 +309,7 @@ impl StateMetrics {
     pub fn register(&self, registry: &mut Registry) {
         if self.per_partition {
             registry.register("partition_log_size_bytes", "Bytes in a led partition's segments", self.log_size.clone());
+            registry.register("partition_segments", "Segments of a led partition, the active one included", self.segments.clone());
             registry.register("partition_log_start_offset", "A led partition's log start offset", self.log_start.clone());
             registry.register("partition_log_end_offset", "A led partition's log end offset", self.log_end.clone());
             registry.register("partition_high_watermark", "A led partition's high watermark (what consumers can read)", self.high_watermark.clone());
@@ -336,13 +339,14 @@ impl StateMetrics {
         registry.register("consumer_group_lag_sum", "consumer_group_lag summed over a topic's partitions, by group and topic", self.lag_sum.clone());
         registry.register("consumer_group_lag_seconds_max", "consumer_group_lag_seconds, the largest over a topic's partitions, by group and topic", self.lag_seconds_max.clone());
         registry.register("consumer_groups", "Groups this broker coordinates, by state and type (classic or consumer)", self.groups.clone());
+        registry.register("consumer_group_members", "Members of a group this broker coordinates (either protocol)", self.group_members.clone());
         registry.register("transactions", "Transactional ids this broker coordinates, by state (Ongoing, PrepareCommit, CompleteAbort, ...)", self.transactions.clone());
     }
 
     /// Reads the broker's state. Touches segment files (lag in time reads batch headers): call
     /// it where blocking is fine.
     pub fn refresh(&self, broker: &Broker) {
-        for family in [&self.log_size, &self.log_start, &self.log_end, &self.high_watermark, &self.cleaner_bytes_cleaned, &self.cleaner_bytes_removed, &self.cleaner_passes] {
+        for family in [&self.log_size, &self.segments, &self.log_start, &self.log_end, &self.high_watermark, &self.cleaner_bytes_cleaned, &self.cleaner_bytes_removed, &self.cleaner_passes] {
             family.clear();
         }
         self.cleaner_dirty_ratio.clear();
@@ -353,6 +357,7 @@ impl StateMetrics {
             for (index, p) in partitions {
                 let label = [("topic", topic.clone()), ("partition", index.to_string())];
                 self.log_size.get_or_create(&label).set(i64::try_from(p.size_bytes()).unwrap_or(i64::MAX));
+                self.segments.get_or_create(&label).set(i64::try_from(p.segment_count()).unwrap_or(i64::MAX));
                 self.log_start.get_or_create(&label).set(p.log_start_offset());
                 self.log_end.get_or_create(&label).set(p.log_end_offset());
                 self.high_watermark.get_or_create(&label).set(p.high_watermark());
@@ -381,8 +386,11 @@ impl StateMetrics {
         }
         self.lag_sum.clear();
         self.groups.clear();
+        self.group_members.clear();
         for group in crate::lag::groups(broker, &led, true) {
             self.groups.get_or_create(&[("state", group.group.state), ("type", group.group.group_type)]).inc();
+            let members = i64::try_from(group.group.members).unwrap_or(i64::MAX);
+            self.group_members.get_or_create(&[("group", group.group.group_id.clone())]).set(members);
             // Per topic: the lag summed and the oldest uncommitted record, over its partitions.
             let mut per_topic: BTreeMap<&str, (Option<i64>, Option<f64>)> = BTreeMap::new();
             for p in &group.partitions {

@@ -235,6 +235,11 @@ impl Partition {
         self.lock().segments.iter().map(|s| s.size).sum()
     }
 
+    /// The log's segments, the active one included.
+    pub fn segment_count(&self) -> usize {
+        self.lock().segments.len()
+    }
+
     /// The newest epoch recorded on the volume (manifest or segment names): a local lease shim
     /// takes over with one more than this.
     pub fn stored_epoch(&self) -> Result<i32> {

@@ -76,6 +76,16 @@ async fn traffic_offsets_and_lag_follow_a_real_client() -> TestResult {
     assert!((3590.0..3700.0).contains(&age), "lag of {age} s behind records an hour old");
     assert_eq!(series(&text, "kaas_consumer_group_lag_seconds_max", &[("group", "lagging"), ("topic", "metered")]), Some(age));
     assert!(series(&text, "kaas_consumer_groups", &[("state", "Empty"), ("type", "classic")]).is_some_and(|n| n >= 1.0), "{text}");
+    assert_eq!(series(&text, "kaas_consumer_group_members", &[("group", "lagging")]), Some(0.0), "a committing client is no member");
+    // A subscribed consumer is a member while it is in the group.
+    let member: BaseConsumer = kaas.config().set("group.id", "watching").create()?;
+    member.subscribe(&["metered"])?;
+    let joined = common::wait_for(Duration::from_secs(30), || {
+        let _ = member.poll(Duration::from_millis(100));
+        kaas.metrics().is_ok_and(|text| series(&text, "kaas_consumer_group_members", &[("group", "watching")]) == Some(1.0))
+    });
+    assert!(joined, "the subscribed consumer never showed as the group's member");
+    drop(member);
     commit(&kaas, "lagging", "metered", 100)?;
     let text = kaas.metrics()?;
     assert_eq!(series(&text, "kaas_consumer_group_lag", &g0), Some(0.0));
@@ -126,6 +136,7 @@ async fn retention_and_process_resources_are_reported() -> TestResult {
     let p0 = [("topic", "expiring"), ("partition", "0")];
     let text =
         scrape_until(&kaas, "the expired segment's deletion", |text| series(text, "kaas_partition_log_start_offset", &p0) == Some(5.0))?;
+    assert_eq!(series(&text, "kaas_partition_segments", &p0), Some(1.0), "only the active segment is left");
     let segments = series(&text, "kaas_retention_deleted_segments_total", &[]).ok_or("no deleted segments series")?;
     let bytes = series(&text, "kaas_retention_deleted_bytes_total", &[]).ok_or("no deleted bytes series")?;
     assert!(segments >= 1.0, "{segments} segments deleted");
