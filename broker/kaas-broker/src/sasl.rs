@@ -20,6 +20,10 @@ use self::credentials::CredentialStore;
 use self::oauthbearer::OAuthBearer;
 use self::scram::{ScramError, ScramHash, ScramServer, ScramStep};
 
+/// The shortest session an OAUTHBEARER login gets when re-authentication is on: a token
+/// accepted within the clock-skew leeway may already have expired.
+const MIN_TOKEN_SESSION: Duration = Duration::from_secs(1);
+
 /// A SASL mechanism the listener can offer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mechanism {
@@ -243,9 +247,10 @@ impl Session {
         if previous.as_deref().is_some_and(|p| p != user) {
             return Err(SaslError::AuthenticationFailed("re-authentication must keep the same user".into()));
         }
-        // KIP-368: with re-authentication on, a session also ends when its token does.
+        // KIP-368: with re-authentication on, a session also ends when its token does. A token
+        // accepted within the clock-skew leeway gets a moment, not 0 (which means "no expiry").
         let lifetime = settings.reauth.map(|d| match token_expires {
-            Some(at) => d.min(at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO)),
+            Some(at) => d.min(at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO).max(MIN_TOKEN_SESSION)),
             None => d,
         });
         let expires = lifetime.map(|d| Instant::now() + d);
@@ -402,6 +407,36 @@ mod tests {
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(scram_login(&mut session, ScramHash::Sha256, "bob", b"bob-secret").is_err());
         assert_eq!(session.admit(ApiKey::Fetch), Err(Gate::Failed));
+    }
+
+    /// With re-authentication on, an OAUTHBEARER session ends with its token (or after a
+    /// moment when the token was accepted within the clock-skew leeway), never later.
+    #[test]
+    fn an_oauthbearer_session_lasts_no_longer_than_its_token() {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+        let oauth = oauthbearer::OAuthBearer::new(oauthbearer::OAuthSettings { allow_unsecured: true, ..Default::default() }).unwrap();
+        let settings = SaslSettings {
+            mechanisms: vec![Mechanism::OAuthBearer],
+            credentials: None,
+            oauth: Some(Arc::new(oauth)),
+            reauth: Some(Duration::from_secs(3600)),
+        };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        let login = |exp_in: i64| {
+            let claims = serde_json::json!({"sub": "alice", "exp": now + exp_in});
+            let token = format!("{}.{}.", B64URL.encode(br#"{"alg":"none"}"#), B64URL.encode(claims.to_string()));
+            let mut session = Session::new(Some(settings.clone()));
+            session.handshake("OAUTHBEARER").unwrap();
+            match session.authenticate(format!("n,,\u{1}auth=Bearer {token}\u{1}\u{1}").as_bytes()).unwrap() {
+                Step::Done(done) => (session.user().map(str::to_owned), done.session_lifetime_ms),
+                Step::Continue(_) => panic!("OAUTHBEARER is one step"),
+            }
+        };
+        let (user, lifetime) = login(600);
+        assert_eq!(user.as_deref(), Some("alice"));
+        assert!((590_000..=600_000).contains(&lifetime), "a 10-minute token gave a {lifetime} ms session");
+        let (_, lifetime) = login(-10);
+        assert_eq!(lifetime, 1_000, "a token within the leeway gets a moment, not 0 (no expiry)");
     }
 
     #[test]
