@@ -348,6 +348,7 @@ async fn cluster_controller(
             }
         })
         .await;
+    queue.stopped(cluster::CONTROLLER);
 }
 
 async fn run(
@@ -424,12 +425,13 @@ async fn volume_agent(
         .run(|stop| {
             let (template, metrics) = (template.clone(), metrics.clone());
             async move {
+                let queue = template.metrics.queue.clone();
                 let (reader, writer) = reflector::store();
                 let topics = triggers::own(
                     Api::<KafkaTopic>::namespaced(template.client.clone(), &template.namespace),
                     watcher::Config::default(),
                     writer,
-                    template.metrics.queue.clone(),
+                    queue.clone(),
                     topic::CONTROLLER,
                 );
                 let controller = Controller::for_stream(topics, reader);
@@ -449,6 +451,7 @@ async fn volume_agent(
                     .run(topic::reconcile, topic::error_policy, ctx)
                     .for_each(|_| async {})
                     .await;
+                queue.stopped(topic::CONTROLLER);
                 // The sweeper hears the stop and is awaited before the Lease may be released.
                 let _ = sweep_stop.send(true);
                 if let Err(e) = sweeper.await {

@@ -107,6 +107,15 @@ impl WorkQueue {
         });
     }
 
+    /// The controller stopped (this replica lost its Lease, or shuts down): nothing waits for
+    /// it here any more.
+    pub fn stopped(&self, controller: &'static str) {
+        self.change(controller, |set| {
+            set.clear();
+            true
+        });
+    }
+
     /// The reconcile of `namespace/name` started, or the object is gone.
     pub fn picked_up(&self, controller: &'static str, namespace: &str, name: &str) {
         self.change(controller, |set| {
@@ -362,6 +371,10 @@ mod tests {
         queue.picked_up("kafkatopic", "other", "orders"); // deleted before its reconcile
         let _again = metrics.running("kafkatopic", "ns", "orders");
         let _payments = metrics.running("kafkatopic", "ns", "payments");
+        assert_eq!(depth(), Some(0));
+        // A controller that stops (its replica stands by) leaves nothing counted.
+        queue.waiting("kafkatopic", "ns", "late");
+        queue.stopped("kafkatopic");
         assert_eq!(depth(), Some(0));
     }
 }
