@@ -235,7 +235,7 @@ impl SecurityFlags {
 fn principals(list: &str) -> Vec<&str> {
     list.split(';')
         .flat_map(|part| {
-            let starts: Vec<usize> = part.match_indices(",User:").map(|(i, _)| i).collect();
+            let starts = part.match_indices(',').map(|(i, _)| i).filter(|&i| part[i + 1..].trim_start().starts_with("User:"));
             let mut pieces = Vec::new();
             let mut from = 0;
             for at in starts {
