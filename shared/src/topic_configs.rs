@@ -85,7 +85,7 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     ConfigDef { name: "remote.copy.lag.ms", kind: long(-1), default: "0", doc: "Tiered storage is not used." },
     ConfigDef { name: "remote.log.copy.disable", kind: Kind::Bool, default: "false", doc: "Tiered storage is not used." },
     ConfigDef { name: "remote.log.delete.on.disable", kind: Kind::Bool, default: "false", doc: "Tiered storage is not used." },
-    ConfigDef { name: "remote.storage.enable", kind: Kind::Bool, default: "false", doc: "Tiered storage is not used." },
+    ConfigDef { name: "remote.storage.enable", kind: Kind::Bool, default: "false", doc: "kaas has no tiered storage: true is refused." },
     ConfigDef { name: "retention.bytes", kind: long(-1), default: "-1", doc: "Largest partition size before old segments are deleted." },
     ConfigDef { name: "retention.ms", kind: long(-1), default: "604800000", doc: "Age after which segments are deleted." },
     ConfigDef { name: "segment.bytes", kind: int(1024 * 1024), default: "1073741824", doc: "Segment size before a roll." },
@@ -120,12 +120,24 @@ pub fn check(name: &str, value: &str) -> Result<&'static ConfigDef, ConfigError>
     let def = definition(name).ok_or_else(|| ConfigError::Unknown {
         name: name.to_owned(),
     })?;
-    check_value(def.kind, value).map_err(|why| ConfigError::Invalid {
-        name: name.to_owned(),
-        value: value.to_owned(),
-        why,
-    })?;
+    check_value(def.kind, value)
+        .and_then(|()| check_supported(name, value))
+        .map_err(|why| ConfigError::Invalid {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            why,
+        })?;
     Ok(def)
+}
+
+/// What kaas refuses although the value is of the right kind: tiered storage turned on (a
+/// Kafka broker without `remote.log.storage.system.enable` refuses it the same way, rather
+/// than let a user believe old segments go to object storage).
+fn check_supported(name: &str, value: &str) -> Result<(), String> {
+    if name == "remote.storage.enable" && value.trim().eq_ignore_ascii_case("true") {
+        return Err("is not supported: kaas has no tiered storage".into());
+    }
+    Ok(())
 }
 
 /// What is wrong with `value` for a config of `kind`, as words that complete "the value ...".
@@ -156,6 +168,7 @@ mod tests {
             ("segment.bytes", "1048576"),
             ("max.decompressed.message.bytes", "2147483639"),
             ("errors.deadletterqueue.group.enable", "true"),
+            ("remote.storage.enable", "false"),
             ("leader.replication.throttled.replicas", "0:1,1:2"),
         ] {
             assert!(check(name, value).is_ok(), "{name}={value}");
@@ -185,6 +198,11 @@ mod tests {
                 "message.timestamp.type",
                 "Now",
                 "must be one of CreateTime, LogAppendTime",
+            ),
+            (
+                "remote.storage.enable",
+                "TRUE",
+                "kaas has no tiered storage",
             ),
         ] {
             let e = check(name, value).unwrap_err().to_string();
