@@ -32,7 +32,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * MirrorMaker sends them) and a replication factor of -1.
  * Checks: each topic's records arrive in the other cluster as `<alias>.<topic>` with their keys,
  * values and partitions; a consumer group's offsets committed on the peer are translated onto the
- * test cluster's copy, never past the committed position; a topic config changed on the peer is
+ * test cluster's copy, never past the committed position, and exactly once the group committed
+ * the ends; a topic config changed on the peer is
  * changed on its copy (MirrorMaker sends every config of the peer's topic, defaults as deletions,
  * so the test cluster must know every topic config the peer's release has).
  * MirrorMaker's own log (work/mirrormaker.log) has its offset-sync and checkpoint steps at DEBUG.
@@ -120,16 +121,24 @@ public final class MirrorApp {
             scenario = "group offsets translated";
             // MirrorMaker translates from a sparse set of offset syncs, so a translated offset may
             // lie before the committed one (a consumer moving over re-reads a little) but never
-            // after it (it would skip records); the partitions are copied one to one.
+            // after it (it would skip records). Which offsets it can translate depends on which
+            // syncs it chose to emit (with a whole partition copied in one batch, none below the
+            // middle), so the group then commits the end of each partition, which MirrorMaker
+            // always translates exactly: the test cluster must end up with exactly those offsets.
+            Map<TopicPartition, Long> ends = commitEnds(peer, FORTH, forth.keySet());
             Apps.waitFor(WAIT, "the group's offsets on the test cluster", running, () -> {
                 Map<TopicPartition, Long> got = groupOffsets(test, PEER + "." + FORTH);
-                for (var e : committed.entrySet()) {
-                    Long translated = got.get(new TopicPartition(PEER + "." + FORTH, e.getKey().partition()));
-                    if (translated == null) return "no offset for partition " + e.getKey().partition() + " yet: " + got;
-                    Conformance.check(translated <= e.getValue(), "partition " + e.getKey().partition() + " translated to "
+                for (var e : ends.entrySet()) {
+                    int partition = e.getKey().partition();
+                    Long translated = got.get(new TopicPartition(PEER + "." + FORTH, partition));
+                    if (translated == null) return "no offset for partition " + partition + " yet: " + got;
+                    Long before = committed.get(e.getKey());
+                    Conformance.check(translated <= e.getValue(), "partition " + partition + " translated to "
                         + translated + ", past the committed " + e.getValue());
+                    if (translated < e.getValue()) return "partition " + partition + " at " + translated + " (first commit "
+                        + before + "), not yet at the end " + e.getValue();
                 }
-                return got.size() == committed.size() ? "" : "offsets for other partitions too: " + got;
+                return got.size() == ends.size() ? "" : "offsets for other partitions too: " + got;
             });
             Apps.result(scenario, "");
 
@@ -205,6 +214,23 @@ public final class MirrorApp {
             next.forEach((tp, offset) -> commit.put(tp, new OffsetAndMetadata(offset)));
             c.commitSync(commit);
             return next;
+        }
+    }
+
+    /** The group commits the end offset of each of `partitions` (its members are gone: an assigned consumer may commit). */
+    static Map<TopicPartition, Long> commitEnds(String bootstrap, String topic, java.util.Set<TopicPartition> partitions) throws Exception {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("group.id", GROUP);
+        p.put("enable.auto.commit", "false");
+        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            List<TopicPartition> parts = new ArrayList<>(partitions);
+            c.assign(parts);
+            Map<TopicPartition, Long> ends = c.endOffsets(parts);
+            Map<TopicPartition, OffsetAndMetadata> commit = new HashMap<>();
+            ends.forEach((tp, end) -> commit.put(tp, new OffsetAndMetadata(end)));
+            c.commitSync(commit);
+            return ends;
         }
     }
 
