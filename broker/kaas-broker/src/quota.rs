@@ -160,9 +160,7 @@ impl ClientQuotas {
             }
         }
         let sensor = sensors.entry(applicable.sensor).or_insert_with(|| Rate::new(now));
-        sensor.record(amount, now);
-        let (measured, span) = sensor.measure(now);
-        rate::throttle(measured, applicable.bound, span)
+        sensor.record_throttle(amount, applicable.bound, now)
     }
 
     /// The most one response may carry for the client under `key`, if a quota applies.

@@ -170,16 +170,17 @@ impl Session {
     /// The user this connection authenticated as; `None` before that, or without SASL and a
     /// client certificate.
     pub fn user(&self) -> Option<&str> {
-        match &self.state {
-            State::Authenticated { user, .. } | State::Open { user: Some(user) } => Some(user.as_ref()),
-            _ => None,
-        }
+        self.current_user().map(|user| user.as_ref())
     }
 
     /// The authenticated user, shared (each request's authorization takes it without copying).
     pub fn shared_user(&self) -> Option<Arc<str>> {
+        self.current_user().cloned()
+    }
+
+    fn current_user(&self) -> Option<&Arc<str>> {
         match &self.state {
-            State::Authenticated { user, .. } | State::Open { user: Some(user) } => Some(user.clone()),
+            State::Authenticated { user, .. } | State::Open { user: Some(user) } => Some(user),
             _ => None,
         }
     }
@@ -213,13 +214,13 @@ impl Session {
     pub fn authenticate(&mut self, token: &[u8]) -> Result<Step, SaslError> {
         let Some(settings) = self.settings.clone() else { return Err(SaslError::IllegalState) };
         // Failed unless this step says otherwise.
+        let now = std::time::SystemTime::now();
         let mut token_expires = None;
         let (user, auth_bytes, previous) = match std::mem::replace(&mut self.state, State::Failed) {
             State::Handshaken { mechanism: Mechanism::Plain, previous } => (plain(&settings, token)?, Vec::new(), previous),
             State::Handshaken { mechanism: Mechanism::OAuthBearer, previous } => {
                 let oauth = settings.oauth.as_ref().ok_or(SaslError::IllegalState)?;
-                let valid =
-                    oauth.authenticate(token, std::time::SystemTime::now()).map_err(|e| SaslError::AuthenticationFailed(e.to_string()))?;
+                let valid = oauth.authenticate(token, now).map_err(|e| SaslError::AuthenticationFailed(e.to_string()))?;
                 token_expires = Some(valid.expires);
                 (valid.user, Vec::new(), previous)
             }
@@ -250,7 +251,7 @@ impl Session {
         // KIP-368: with re-authentication on, a session also ends when its token does. A token
         // accepted within the clock-skew leeway gets a moment, not 0 (which means "no expiry").
         let lifetime = settings.reauth.map(|d| match token_expires {
-            Some(at) => d.min(at.duration_since(std::time::SystemTime::now()).unwrap_or(Duration::ZERO).max(MIN_TOKEN_SESSION)),
+            Some(at) => d.min(at.duration_since(now).unwrap_or(Duration::ZERO).max(MIN_TOKEN_SESSION)),
             None => d,
         });
         let expires = lifetime.map(|d| Instant::now() + d);

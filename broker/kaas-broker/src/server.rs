@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use crate::broker::Broker;
 use crate::connection;
 use crate::connections::{ConnectionTable, Refusal};
-use crate::quota::rate::{self, Rate};
+use crate::quota::rate::Rate;
 
 /// How long the listener pauses after a failed accept.
 // NB: the usual failure is running out of file descriptors (EMFILE), which a retry at once
@@ -122,9 +122,6 @@ impl CreationRate {
 
     /// Counts one new connection; how long the listener waits before serving it.
     fn record(&mut self) -> Duration {
-        let now = Instant::now();
-        self.rate.record(1.0, now);
-        let (measured, span) = self.rate.measure(now);
-        rate::throttle(measured, self.bound, span)
+        self.rate.record_throttle(1.0, self.bound, Instant::now())
     }
 }

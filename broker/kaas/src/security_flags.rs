@@ -208,11 +208,6 @@ impl SecurityFlags {
 
     fn oauth(&self) -> anyhow::Result<OAuthBearer> {
         let jwks = self.sasl_oauthbearer_jwks.as_deref().map(|url| PathBuf::from(url.strip_prefix("file://").unwrap_or(url)));
-        if jwks.is_none() && !self.sasl_oauthbearer_allow_unsecured {
-            bail!(
-                "OAUTHBEARER needs --sasl-oauthbearer-jwks (the key set that signs tokens), or --sasl-oauthbearer-allow-unsecured true for development"
-            );
-        }
         let settings = OAuthSettings {
             jwks,
             expected_audience: self
@@ -226,7 +221,7 @@ impl SecurityFlags {
             clock_skew: Duration::from_secs(self.sasl_oauthbearer_clock_skew_buffer_seconds),
             allow_unsecured: self.sasl_oauthbearer_allow_unsecured,
         };
-        OAuthBearer::new(settings).context("--sasl-oauthbearer-jwks")
+        OAuthBearer::new(settings).context("--sasl-oauthbearer-jwks (or --sasl-oauthbearer-allow-unsecured true)")
     }
 }
 

@@ -45,6 +45,14 @@ impl Rate {
         self.last_recorded = now;
     }
 
+    /// Adds `value` at `now` and answers how long its sender must now wait to be back at
+    /// `bound` (a quota's [`throttle`]).
+    pub fn record_throttle(&mut self, value: f64, bound: f64, now: Instant) -> Duration {
+        self.record(value, now);
+        let (measured, span) = self.measure(now);
+        throttle(measured, bound, span)
+    }
+
     /// The rate per second at `now`, and the span it was measured over: from the oldest live
     /// sample, but at least `SAMPLES - 1` windows, so a new sensor's first burst is not
     /// divided by a few milliseconds.

@@ -58,6 +58,8 @@ pub enum OAuthError {
     Token(String),
     #[error("the JWKS file {path}: {why}")]
     Jwks { path: String, why: String },
+    #[error("OAUTHBEARER needs a JWKS file to check tokens against, or unsigned tokens allowed (for development)")]
+    NoKeySet,
 }
 
 /// A valid token: who it names and when it expires.
@@ -77,17 +79,16 @@ pub struct OAuthBearer {
 impl OAuthBearer {
     /// Loads the key set once; an unreadable one stops the broker from starting.
     pub fn new(settings: OAuthSettings) -> Result<OAuthBearer, OAuthError> {
-        if settings.jwks.is_none() && !settings.allow_unsecured {
-            return Err(OAuthError::Jwks { path: String::new(), why: "OAUTHBEARER needs a key set (or unsecured tokens allowed)".into() });
-        }
         let keys = match &settings.jwks {
-            None => None,
+            None if settings.allow_unsecured => None,
+            None => return Err(OAuthError::NoKeySet),
             Some(path) => {
                 let first = Arc::new(load_jwks(path)?);
                 let paths = vec![path.clone()];
+                let stamp = Stamp::of(&paths);
                 let reload_path = path.clone();
                 let load = move || load_jwks(&reload_path).map(Arc::new).map_err(|e| e.to_string());
-                Some(Reloading::new("OAUTHBEARER key set", paths.clone(), Stamp::of(&paths), first, load))
+                Some(Reloading::new("OAUTHBEARER key set", paths, stamp, first, load))
             }
         };
         Ok(OAuthBearer { settings, keys })
