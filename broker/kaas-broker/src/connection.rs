@@ -81,14 +81,21 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, shu
     // The handshake is part of reading the first request: bounded by the same deadline.
     let deadline = broker.config.connections.request_read_timeout;
     match tokio::time::timeout(deadline, tls.acceptor().accept(stream)).await {
-        Ok(Ok(stream)) => match tls.client_user(stream.get_ref().1) {
-            Ok(user) => serve_stream(broker, stream, peer, shutdown, slot, user.map(Arc::from)).await,
-            // Kafka fails the authentication when no rule maps the certificate's name.
-            Err(e) => {
-                broker.listener_metrics.count_closed(Closure::TlsHandshake);
-                info!(%peer, error = %e, "closing connection: TLS client certificate names no user");
+        Ok(Ok(stream)) => {
+            // On SASL_SSL the SASL login is the user, as in Kafka: the certificate names nobody.
+            let certificate_user = match broker.config.security.sasl {
+                Some(_) => Ok(None),
+                None => tls.client_user(stream.get_ref().1),
+            };
+            match certificate_user {
+                Ok(user) => serve_stream(broker, stream, peer, shutdown, slot, user.map(Arc::from)).await,
+                // Kafka fails the authentication when no rule maps the certificate's name.
+                Err(e) => {
+                    broker.listener_metrics.count_closed(Closure::TlsHandshake);
+                    info!(%peer, error = %e, "closing connection: TLS client certificate names no user");
+                }
             }
-        },
+        }
         Ok(Err(e)) => {
             broker.listener_metrics.count_closed(Closure::TlsHandshake);
             info!(%peer, error = %e, "closing connection: TLS handshake failed");
