@@ -17,6 +17,7 @@ mod config;
 mod control;
 mod engine;
 mod error;
+pub mod group_commit;
 mod index;
 mod manifest;
 mod mmap;

@@ -1,23 +1,21 @@
-//! Group commit for a shard log: appends only reach the page cache; a waiter asks for
-//! durability up to a sequence number, and at most one fdatasync per shard runs at a time, off
-//! the executor, covering every append made before it started. A failed fsync poisons the log
-//! (the kernel may have dropped the dirty pages) until the next take-over reloads it.
-//!
-//! After each fdatasync the owner lists the shard directory before it acknowledges: a new
-//! owner creates its log (named with its epoch) before it reads the shard, so an owner that
-//! finds a newer epoch has been deposed and its last appends may be missing from the state the
-//! new owner loaded. It acknowledges nothing and gives the shard up. An owner that finds no
-//! newer epoch knows any new owner will read the shard after these bytes were durable.
+//! The shard log's side of the group commit (`kaas_storage::group_commit`): a waiter asks for
+//! durability up to a sequence number; a round fdatasyncs the log and then lists the shard
+//! directory. A new owner creates its log (named with its epoch) before it reads the shard, so
+//! an owner that finds a newer epoch has been deposed and its last appends may be missing from
+//! the state the new owner loaded: it acknowledges nothing and gives the shard up. A failed
+//! fsync poisons the log (the kernel may have dropped the dirty pages) until the next
+//! take-over reloads it.
 
 use std::sync::Arc;
 
 use kaas_shared::fs::File;
+use kaas_storage::group_commit::{self, GroupCommit, Outcome};
 
 use super::{Inner, ShardLog, State};
 use crate::{Error, Result};
 
 #[derive(Debug)]
-struct SyncJob {
+pub(super) struct SyncJob {
     generation: u64,
     file: Arc<dyn File>,
     /// The newest append when the job started: durable once it succeeds.
@@ -46,7 +44,7 @@ impl ShardLog {
                 st.plan_sync()
             };
             if let Some(job) = job {
-                spawn_sync(self.inner.clone(), job);
+                group_commit::spawn(self.inner.clone(), job);
             }
             if rx.changed().await.is_err() {
                 return Err(Error::NotOwner);
@@ -67,50 +65,49 @@ impl State {
     }
 }
 
-fn spawn_sync(inner: Arc<Inner>, job: SyncJob) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            handle.spawn_blocking(move || run_sync(&inner, job));
-        }
-        Err(_) => {
-            std::thread::spawn(move || run_sync(&inner, job));
-        }
-    }
-}
+impl GroupCommit for Inner {
+    type Round = SyncJob;
+    type FenceError = Error;
 
-fn run_sync(inner: &Inner, mut job: SyncJob) {
-    loop {
-        // fdatasync the log: this is the durability point of OffsetCommit and SyncGroup. A
-        // commit is acknowledged only after this returns, so neither a broker crash nor a power
-        // loss can take back an acknowledged offset.
-        let result = job.file.sync_data();
-        let newer = result.as_ref().ok().map(|()| super::newer_epoch(&*inner.fs, &inner.dir, job.epoch));
-        let mut st = inner.state.lock();
+    fn sync(&self, job: &SyncJob) -> std::io::Result<()> {
+        // fdatasync the log: this is the durability point of OffsetCommit, SyncGroup and a
+        // transaction's decision. Each is acknowledged only after this (and the fence)
+        // returns, so neither a broker crash nor a power loss can take one back.
+        job.file.sync_data()
+    }
+
+    fn newer_epoch(&self, job: &SyncJob) -> Result<Option<i32>> {
+        super::newer_epoch(&*self.fs, &self.dir, job.epoch)
+    }
+
+    fn settle(&self, job: SyncJob, outcome: Outcome<Error>) -> Option<SyncJob> {
+        let mut st = self.state.lock();
         if st.generation != job.generation {
-            return; // A compaction or role change made this job moot (and woke the waiters).
+            return None; // A compaction or role change made this round moot (and woke the waiters).
         }
-        if let Some(Ok(Some(newer))) = newer {
-            st.depose(&inner.dir, job.epoch, newer);
-            inner.synced.send_replace(0);
-            return;
-        }
-        let Some(owner) = st.owner.as_mut() else { return };
-        owner.sync_in_flight = false;
-        match (result, newer) {
-            (Ok(()), Some(Err(e))) => {
-                tracing::error!(error = %e, "listing the group shard after fdatasync failed; refusing commits until the next take-over");
-                owner.poisoned = Some(format!("listing after fdatasync failed: {e}"));
+        let failure = match outcome {
+            Outcome::Durable => None,
+            Outcome::Deposed { newer } => {
+                st.depose(&self.dir, job.epoch, newer);
+                self.synced.send_replace(0);
+                return None;
             }
-            (Ok(()), _) => owner.synced = owner.synced.max(job.upto),
-            (Err(e), _) => {
+            Outcome::SyncFailed(e) => {
                 tracing::error!(error = %e, "group log fdatasync failed; refusing commits until the next take-over");
-                owner.poisoned = Some(format!("fdatasync failed: {e}"));
+                Some(format!("fdatasync failed: {e}"))
             }
+            Outcome::FenceUnreadable(e) => {
+                tracing::error!(error = %e, "listing the group shard after fdatasync failed; refusing commits until the next take-over");
+                Some(format!("listing after fdatasync failed: {e}"))
+            }
+        };
+        let owner = st.owner.as_mut()?;
+        owner.sync_in_flight = false;
+        match failure {
+            None => owner.synced = owner.synced.max(job.upto),
+            Some(reason) => owner.poisoned = Some(reason),
         }
-        inner.synced.send_replace(owner.synced);
-        match st.plan_sync() {
-            Some(next) => job = next,
-            None => return,
-        }
+        self.synced.send_replace(owner.synced);
+        st.plan_sync()
     }
 }

@@ -1,27 +1,22 @@
-//! Group commit. Appends only write() to the page cache; a waiter asks for durability up to an
-//! offset, and at most one fdatasync per partition runs at a time, off the async executor,
-//! covering everything written before it started. When it returns, the high watermark moves to
-//! the log end offset captured when it started, and every waiter at or below it is woken. A
-//! failed fsync poisons the partition: the page cache may have dropped the dirty pages, so
-//! nothing after the last good sync can be trusted until take_over recovers the log.
-//!
-//! Before the high watermark moves, the leader re-reads the partition's manifest: a new
-//! leader writes its epoch there before it reads the log (see `take_over`), so a leader that
-//! finds a newer epoch after its fdatasync has been deposed and must not acknowledge — the new
-//! leader may have computed its log end before these bytes landed, and its new-epoch segment
-//! would shadow them. A leader that finds no newer epoch knows the new leader (if any) will
-//! read the log only after these bytes were durable, so they are part of the log it continues.
+//! The partition's side of the group commit (`crate::group_commit`): a waiter asks for
+//! durability up to an offset; a round fdatasyncs every segment with unsynced bytes and then
+//! re-reads the partition's manifest (a new leader writes its epoch there before it reads the
+//! log, see `take_over`). Only then does the high watermark move to the log end captured when
+//! the round started, waking every waiter at or below it. A failed fsync poisons the partition:
+//! the page cache may have dropped the dirty pages, so nothing after the last good sync can be
+//! trusted until take_over recovers the log.
 
 use std::sync::Arc;
 
 use kaas_shared::fs::File;
 
 use super::{Partition, Role, Shared, State};
+use crate::group_commit::{self, GroupCommit, Outcome};
 use crate::{Error, Result};
 
-/// One fdatasync round.
+/// One group-commit round.
 #[derive(Debug)]
-struct SyncJob {
+pub(super) struct SyncJob {
     generation: u64,
     /// (segment base offset, descriptor, bytes written when the job started)
     files: Vec<(i64, Arc<dyn File>, u64)>,
@@ -57,7 +52,7 @@ impl Partition {
                 st.plan_sync()
             };
             if let Some(job) = job {
-                spawn_sync(self.shared.clone(), job);
+                group_commit::spawn(self.shared.clone(), job);
             }
             if rx.changed().await.is_err() {
                 return Err(Error::StorageFailure("partition dropped".into()));
@@ -81,60 +76,48 @@ impl Partition {
             st.plan_sync()
         };
         if let Some(job) = job {
-            spawn_sync(self.shared.clone(), job);
+            group_commit::spawn(self.shared.clone(), job);
         }
     }
 }
 
-fn spawn_sync(shared: Arc<Shared>, job: SyncJob) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(handle) => {
-            handle.spawn_blocking(move || run_sync(&shared, job));
-        }
-        Err(_) => {
-            std::thread::spawn(move || run_sync(&shared, job));
-        }
-    }
-}
+impl GroupCommit for Shared {
+    type Round = SyncJob;
+    type FenceError = Error;
 
-fn run_sync(shared: &Shared, mut job: SyncJob) {
-    loop {
+    fn sync(&self, job: &SyncJob) -> std::io::Result<()> {
         // fdatasync every segment with unsynced bytes (normally just the active one): this is
         // the durability point of the produce path. A record is acknowledged and becomes
-        // visible to consumers only after this returns, so a crash or power loss can never
-        // take back an acknowledged or consumed record.
-        let result = job.files.iter().try_for_each(|(_, f, _)| f.sync_data());
-        let newer = result.as_ref().ok().map(|()| newer_epoch_on_disk(shared, job.epoch, job.list_segments));
-        let mut st = shared.state.lock();
+        // visible to consumers only after this (and the fence) returns, so a crash or power
+        // loss can never take back an acknowledged or consumed record.
+        job.files.iter().try_for_each(|(_, f, _)| f.sync_data())
+    }
+
+    fn newer_epoch(&self, job: &SyncJob) -> Result<Option<i32>> {
+        newer_epoch_on_disk(self, job.epoch, job.list_segments)
+    }
+
+    fn settle(&self, job: SyncJob, outcome: Outcome<Error>) -> Option<SyncJob> {
+        let mut st = self.state.lock();
         if st.generation != job.generation {
-            return; // The role changed while we synced: nothing here belongs to it.
+            return None; // The role changed while we synced: nothing here belongs to it.
         }
         st.sync_in_flight = false;
-        match (result, newer) {
-            (Ok(()), Some(Err(e))) => {
-                st.poison(format!("reading the manifest after fdatasync failed: {e}"));
-            }
-            (Ok(()), Some(Ok(Some(newer)))) => {
-                tracing::info!(dir = %shared.dir.display(), epoch = job.epoch, newer, reason = "a newer leader took over", "deposed: not acknowledging the last writes");
+        match outcome {
+            Outcome::Durable => st.mark_synced(&job.files, job.end_offset),
+            Outcome::Deposed { newer } => {
+                tracing::info!(dir = %self.dir.display(), epoch = job.epoch, newer, reason = "a newer leader took over", "deposed: not acknowledging the last writes");
                 st.release(Role::Follower);
             }
-            (Ok(()), _) => {
-                for (base, _, size) in &job.files {
-                    if let Some(seg) = st.segments.iter_mut().find(|s| s.base_offset == *base) {
-                        seg.synced = seg.synced.max(*size);
-                    }
-                }
-                st.high_watermark = st.high_watermark.max(job.end_offset);
-            }
-            (Err(e), _) => {
+            Outcome::SyncFailed(e) => {
                 st.poison(format!("fdatasync failed: {e}"));
             }
+            Outcome::FenceUnreadable(e) => {
+                st.poison(format!("reading the manifest after fdatasync failed: {e}"));
+            }
         }
-        shared.hwm.send_replace(st.high_watermark);
-        match st.plan_sync() {
-            Some(next) => job = next,
-            None => return,
-        }
+        self.hwm.send_replace(st.high_watermark);
+        st.plan_sync()
     }
 }
 
@@ -164,22 +147,36 @@ impl State {
             .collect()
     }
 
-    /// Synchronous flush of everything (relinquish): the high watermark becomes the log end.
+    /// The round's bytes are durable and unfenced: the high watermark moves to its end.
+    fn mark_synced(&mut self, files: &[(i64, Arc<dyn File>, u64)], end_offset: i64) {
+        for (base, _, size) in files {
+            if let Some(seg) = self.segments.iter_mut().find(|s| s.base_offset == *base) {
+                seg.synced = seg.synced.max(*size);
+            }
+        }
+        self.high_watermark = self.high_watermark.max(end_offset);
+    }
+
+    /// Synchronous flush of everything (relinquish), as one group-commit round under the lock:
+    /// the manifest about to be written records this high watermark, which must not claim
+    /// bytes a crash could still lose or a newer leader never saw.
     pub(super) fn sync_all_now(&mut self, shared: &Shared) -> Result<()> {
-        for (base, file, size) in self.unsynced_files() {
-            // fdatasync before handing over: the manifest we are about to write records this
-            // high watermark, which must not claim bytes a crash could still lose.
-            if let Err(e) = file.sync_data() {
-                return Err(self.poison(format!("fdatasync at relinquish failed: {e}")));
+        let job = SyncJob {
+            generation: self.generation,
+            files: self.unsynced_files(),
+            end_offset: self.log_end_offset,
+            epoch: self.leader_epoch,
+            list_segments: self.rewrote_manifest,
+        };
+        match group_commit::run_round(shared, &job) {
+            Outcome::Durable => {}
+            Outcome::Deposed { newer } => {
+                return Err(Error::FencedLeaderEpoch { requested: self.leader_epoch, current: newer });
             }
-            if let Some(seg) = self.segments.iter_mut().find(|s| s.base_offset == base) {
-                seg.synced = seg.synced.max(size);
-            }
+            Outcome::SyncFailed(e) => return Err(self.poison(format!("fdatasync at relinquish failed: {e}"))),
+            Outcome::FenceUnreadable(e) => return Err(e),
         }
-        if let Some(newer) = newer_epoch_on_disk(shared, self.leader_epoch, self.rewrote_manifest)? {
-            return Err(Error::FencedLeaderEpoch { requested: self.leader_epoch, current: newer });
-        }
-        self.high_watermark = self.log_end_offset;
+        self.mark_synced(&job.files, job.end_offset);
         shared.hwm.send_replace(self.high_watermark);
         Ok(())
     }
