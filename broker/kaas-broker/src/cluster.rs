@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::broker::Broker;
 use crate::config::ClusterSettings;
-use crate::coordinator::{AssignmentView, Rejected};
+use crate::assignment_view::{AssignmentView, Rejected};
 use crate::error::Result;
 use crate::takeover_driver;
 

@@ -6,6 +6,7 @@
 //! engine, and the [`leadership`] view that says which partitions this broker leads.
 
 pub mod api;
+pub mod assignment_view;
 pub mod authz;
 pub mod broker;
 pub mod catalog;
@@ -14,7 +15,6 @@ pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod connections;
-pub mod coordinator;
 pub mod error;
 pub mod error_codes;
 pub mod fetch_session;
