@@ -1,7 +1,7 @@
 //! The broker's state: configuration, storage engine, topics, fetch sessions.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kaas_storage::Engine;
 use tracing::info;
@@ -72,8 +72,8 @@ impl Broker {
         // shards over as assignment.json places them (`takeover_driver::reconcile_shards`).
         let txns = TxnCoordinator::open(engine.fs().clone(), engine.layout())?;
         if config.cluster.is_none() {
-            groups.take_over_all(&lease);
-            txns.take_over_all(&lease);
+            groups.take_over_all(|stored| lease.takeover_epoch(stored));
+            txns.take_over_all(|stored| lease.takeover_epoch(stored));
         }
         info!(node_id = config.node_id, storage = ?config.storage, topics = topics.list().len(), "broker opened");
         let cluster = config
@@ -122,8 +122,8 @@ impl Broker {
                 broker.metrics.retention_removed(removed);
                 if broker.cluster.is_none() {
                     // Local mode: shards that could not be taken over are retried here.
-                    broker.groups.take_over_all(&broker.lease);
-                    broker.txns.take_over_all(&broker.lease);
+                    broker.groups.take_over_all(|stored| broker.lease.takeover_epoch(stored));
+                    broker.txns.take_over_all(|stored| broker.lease.takeover_epoch(stored));
                 }
             })
             .await;
@@ -162,7 +162,4 @@ impl Broker {
     }
 }
 
-/// Wall-clock milliseconds, as Kafka timestamps are.
-pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
-}
+pub use kaas_coordinator::clock::now_ms;

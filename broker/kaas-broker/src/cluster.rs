@@ -68,7 +68,7 @@ impl Cluster {
             renew_interval: settings.renew_interval,
             session_timeout: settings.session_timeout,
             recompute_interval: Duration::from_secs(2),
-            shards: kaas_controller::balancer::ShardCounts { groups: kaas_groups::SHARD_COUNT, transactions: kaas_groups::SHARD_COUNT },
+            shards: kaas_controller::balancer::ShardCounts { groups: kaas_coordinator::SHARD_COUNT, transactions: kaas_coordinator::SHARD_COUNT },
             mirror: settings.mirror.clone(),
             ready_brokers: settings.ready_brokers.clone(),
         };

@@ -1,6 +1,7 @@
 //! The broker's error type and its mapping to Kafka error codes at the protocol edge.
 
 use kafka_protocol::ResponseError;
+use kaas_coordinator::GroupError;
 
 /// Errors of the broker crate. Each maps to exactly one Kafka error code.
 #[derive(Debug, thiserror::Error)]
@@ -9,8 +10,8 @@ pub enum Error {
     Storage(#[from] kaas_storage::Error),
     #[error("volume: {0}")]
     Volume(#[from] kaas_shared::Error),
-    #[error("group storage: {0}")]
-    Groups(#[from] kaas_groups::Error),
+    #[error("coordinator: {0}")]
+    Coordinator(#[from] kaas_coordinator::Error),
     #[error("unknown topic or partition {0}")]
     UnknownTopicOrPartition(String),
     #[error("unknown topic id {0}")]
@@ -41,9 +42,16 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<kaas_coordinator::shard_log::Error> for Error {
+    fn from(e: kaas_coordinator::shard_log::Error) -> Error {
+        Error::Coordinator(e.into())
+    }
+}
+
 impl Error {
     /// The Kafka error this becomes on the wire.
     pub fn response_error(&self) -> ResponseError {
+        use kaas_coordinator::shard_log::Error as ShardError;
         use kaas_storage::Error as S;
         match self {
             Error::Storage(e) => match e {
@@ -63,8 +71,8 @@ impl Error {
                 _ => ResponseError::KafkaStorageError,
             },
             Error::Volume(_) | Error::Io(_) => ResponseError::KafkaStorageError,
-            Error::Groups(kaas_groups::Error::NotOwner | kaas_groups::Error::Fenced { .. }) => ResponseError::NotCoordinator,
-            Error::Groups(_) => ResponseError::CoordinatorNotAvailable,
+            Error::Coordinator(kaas_coordinator::Error::Shard(ShardError::NotOwner | ShardError::Fenced { .. })) => ResponseError::NotCoordinator,
+            Error::Coordinator(_) => ResponseError::CoordinatorNotAvailable,
             Error::UnknownTopicOrPartition(_) => ResponseError::UnknownTopicOrPartition,
             Error::UnknownTopicId(_) => ResponseError::UnknownTopicId,
             Error::TopicExists(_) => ResponseError::TopicAlreadyExists,
@@ -84,5 +92,49 @@ impl Error {
     /// The wire code of [`Error::response_error`].
     pub fn code(&self) -> i16 {
         self.response_error().code()
+    }
+}
+
+/// The Kafka error each answer of the group protocol becomes on the wire.
+pub fn group_error(e: GroupError) -> ResponseError {
+    use GroupError as G;
+    use ResponseError as R;
+    match e {
+        G::CoordinatorNotAvailable => R::CoordinatorNotAvailable,
+        G::NotCoordinator => R::NotCoordinator,
+        G::FencedInstanceId => R::FencedInstanceId,
+        G::GroupAuthorizationFailed => R::GroupAuthorizationFailed,
+        G::FencedMemberEpoch => R::FencedMemberEpoch,
+        G::StaleMemberEpoch => R::StaleMemberEpoch,
+        G::GroupIdNotFound => R::GroupIdNotFound,
+        G::GroupMaxSizeReached => R::GroupMaxSizeReached,
+        G::GroupSubscribedToTopic => R::GroupSubscribedToTopic,
+        G::IllegalGeneration => R::IllegalGeneration,
+        G::InconsistentGroupProtocol => R::InconsistentGroupProtocol,
+        G::InvalidCommitOffsetSize => R::InvalidCommitOffsetSize,
+        G::InvalidGroupId => R::InvalidGroupId,
+        G::InvalidRegularExpression => R::InvalidRegularExpression,
+        G::InvalidRequest => R::InvalidRequest,
+        G::InvalidSessionTimeout => R::InvalidSessionTimeout,
+        G::MemberIdRequired => R::MemberIdRequired,
+        G::NonEmptyGroup => R::NonEmptyGroup,
+        G::RebalanceInProgress => R::RebalanceInProgress,
+        G::UnknownMemberId => R::UnknownMemberId,
+        G::UnknownServerError => R::UnknownServerError,
+        G::UnknownTopicOrPartition => R::UnknownTopicOrPartition,
+        G::UnreleasedInstanceId => R::UnreleasedInstanceId,
+        G::UnsupportedAssignor => R::UnsupportedAssignor,
+        G::UnsupportedVersion => R::UnsupportedVersion,
+    }
+}
+
+/// `.code()` on a group-protocol answer, as on a Kafka error.
+pub trait GroupErrorCode {
+    fn code(&self) -> i16;
+}
+
+impl GroupErrorCode for GroupError {
+    fn code(&self) -> i16 {
+        group_error(*self).code()
     }
 }

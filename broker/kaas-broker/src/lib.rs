@@ -19,7 +19,6 @@ pub mod error;
 pub mod error_codes;
 pub mod fetch_session;
 pub mod frame;
-pub mod groups;
 pub mod http;
 pub mod interbroker;
 pub mod lag;
@@ -31,7 +30,6 @@ pub mod reload;
 pub mod router;
 pub mod sasl;
 pub mod server;
-pub mod shard_owner;
 pub mod slow_requests;
 pub mod takeover_driver;
 pub mod topic_admin;
@@ -42,6 +40,10 @@ pub mod throttled;
 pub mod tls;
 pub mod topics;
 pub mod txn;
+
+/// The group coordinator and shard ownership live in `kaas-coordinator`; their paths here are
+/// kept for the protocol edge.
+pub use kaas_coordinator::{groups, shard_owner};
 
 pub use broker::Broker;
 pub use config::BrokerConfig;

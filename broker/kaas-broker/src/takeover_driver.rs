@@ -78,7 +78,7 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, dur
 pub fn reconcile_shards<O: ShardOwner>(owner: &O, placed: &BTreeMap<u32, ShardAssignment>, assignment: &Assignment, me: i32, durations: &Histogram) {
     let kind = O::KIND;
     let version = assignment.assignment_version;
-    for shard in 0..kaas_groups::SHARD_COUNT {
+    for shard in 0..kaas_coordinator::SHARD_COUNT {
         let desired = placed.get(&shard).filter(|s| s.coordinator == me).map(|s| s.epoch);
         let owned = owner.owned_epoch(shard);
         let failure = owner.storage_failure(shard);
@@ -135,7 +135,7 @@ impl Default for TakeoverDurations {
 mod tests {
     use std::sync::Arc;
 
-    use kaas_groups::{Entry, ShardLog};
+    use kaas_coordinator::{Entry, ShardLog};
     use kaas_shared::fs::{FaultSwitch, FaultyFs, MemFs, MountFault};
 
     use super::*;
@@ -149,11 +149,11 @@ mod tests {
         fn shard_log(&self, shard: u32) -> Option<&ShardLog> {
             (shard == 0).then_some(&self.0)
         }
-        fn take_over(&self, _: u32, epoch: i32) -> crate::Result<()> {
+        fn take_over(&self, _: u32, epoch: i32) -> kaas_coordinator::Result<()> {
             self.0.take_over(epoch)?;
             Ok(())
         }
-        fn relinquish(&self, _: u32) -> crate::Result<()> {
+        fn relinquish(&self, _: u32) -> kaas_coordinator::Result<()> {
             Ok(self.0.relinquish()?)
         }
     }

@@ -2,8 +2,8 @@
 //! two-phase end of a transaction (Prepare → markers → Complete), with state kept in
 //! transaction shards on the shared volume.
 //!
-//! Transactional ids are spread over [`kaas_groups::SHARD_COUNT`] shards by the same stable
-//! hash as groups; each shard is a [`kaas_groups::ShardLog`] under
+//! Transactional ids are spread over [`kaas_coordinator::SHARD_COUNT`] shards by the same stable
+//! hash as groups; each shard is a [`kaas_coordinator::ShardLog`] under
 //! `__cluster/transactions/<shard>/` whose keys are transactional ids and whose values are
 //! their [`TxnMetadata`] as JSON (the latest value wins, as in Kafka's compacted
 //! `__transaction_state`). Local mode owns every shard.
@@ -30,7 +30,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kaas_groups::{Entry, SHARD_COUNT, ShardLog, shard_of};
+use kaas_coordinator::shard_log::Error as ShardError;
+use kaas_coordinator::{Entry, SHARD_COUNT, ShardLog, shard_of};
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
 use parking_lot::{Mutex, MutexGuard};
@@ -86,8 +87,8 @@ impl ShardOwner for TxnCoordinator {
     /// Takes one shard over at `epoch` and loads its transactional ids. Transactions left in
     /// PrepareCommit/PrepareAbort are completed by [`TxnCoordinator::pending_completions`]'s
     /// driver. A record this build cannot read is an error: the shard is left unowned.
-    fn take_over(&self, shard: u32, epoch: i32) -> crate::Result<()> {
-        let s = self.shard_at(shard)?;
+    fn take_over(&self, shard: u32, epoch: i32) -> kaas_coordinator::Result<()> {
+        let s = self.shard(shard)?;
         let mut live = s.txns.lock();
         live.clear();
         let entries = s.log.take_over(epoch)?;
@@ -96,11 +97,11 @@ impl ShardOwner for TxnCoordinator {
             let Some(value) = e.value else { continue };
             let Ok(meta) = serde_json::from_slice::<TxnMetadata>(&value) else {
                 s.log.relinquish().ok();
-                return Err(crate::Error::InvalidRequest(format!(
-                    "unreadable transaction record {:?} in {}",
-                    e.key,
-                    s.log.dir().display()
-                )));
+                return Err(kaas_coordinator::Error::UnreadableRecord {
+                    what: "transaction",
+                    key: e.key,
+                    dir: s.log.dir().display().to_string(),
+                });
             };
             txns.insert(e.key, meta);
         }
@@ -116,8 +117,8 @@ impl ShardOwner for TxnCoordinator {
         Ok(())
     }
 
-    fn relinquish(&self, shard: u32) -> crate::Result<()> {
-        let s = self.shard_at(shard)?;
+    fn relinquish(&self, shard: u32) -> kaas_coordinator::Result<()> {
+        let s = self.shard(shard)?;
         let mut live = s.txns.lock();
         live.clear();
         Ok(s.log.relinquish()?)
@@ -164,7 +165,7 @@ impl TxnCoordinator {
 
     /// Drops one shard without persisting anything.
     pub fn abandon(&self, shard: u32) -> crate::Result<()> {
-        let s = self.shard_at(shard)?;
+        let s = self.shard(shard)?;
         let mut live = s.txns.lock();
         live.clear();
         s.log.abandon();
@@ -180,10 +181,8 @@ impl TxnCoordinator {
         }
     }
 
-    fn shard_at(&self, shard: u32) -> crate::Result<&TxnShard> {
-        self.shards
-            .get(shard as usize)
-            .ok_or_else(|| crate::Error::InvalidRequest(format!("no transaction shard {shard}")))
+    fn shard(&self, shard: u32) -> kaas_coordinator::Result<&TxnShard> {
+        self.shards.get(shard as usize).ok_or(kaas_coordinator::Error::NoSuchShard { kind: "transaction", shard })
     }
 
     /// Whether this broker coordinates `transactional_id` now (FindCoordinator).
@@ -590,9 +589,9 @@ impl Broker {
 
 /// A shard log error as the transaction coordinator reports it: a shard this broker no longer
 /// owns (handed over, or deposed by a newer owner) sends the client to the new coordinator.
-fn shard_error(e: &kaas_groups::Error) -> TxnError {
+fn shard_error(e: &ShardError) -> TxnError {
     match e {
-        kaas_groups::Error::NotOwner | kaas_groups::Error::Fenced { .. } => TxnError::NotCoordinator,
+        ShardError::NotOwner | ShardError::Fenced { .. } => TxnError::NotCoordinator,
         other => TxnError::Storage(other.to_string()),
     }
 }

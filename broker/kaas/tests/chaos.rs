@@ -324,7 +324,7 @@ async fn settle(cluster: &Cluster) -> TestResult {
 fn drop_stray_files(cluster: &Cluster, rng: &mut Rng) -> TestResult<Vec<std::path::PathBuf>> {
     let layout = Layout::new(&cluster.data);
     let topic = if rng.below(2) == 0 { TOPIC } else { OUTPUT };
-    let shard = rng.below(u64::from(kaas_groups::SHARD_COUNT)) as u32;
+    let shard = rng.below(u64::from(kaas_coordinator::SHARD_COUNT)) as u32;
     let dirs = [
         layout.topic_dir(topic),
         layout.partition_dir(topic, rng.below(PARTITIONS as u64) as i32)?,
@@ -682,7 +682,7 @@ async fn a_group_coordinator_back_on_a_new_port_is_found_again() -> TestResult {
     for (round, (_, group)) in groups.iter().enumerate() {
         let assignment = cluster.assignment().ok_or("no assignment")?;
         let coordinator =
-            assignment.consumer_groups.get(&kaas_groups::shard_of(group)).ok_or("the group's shard is not placed")?.coordinator;
+            assignment.consumer_groups.get(&kaas_coordinator::shard_of(group)).ok_or("the group's shard is not placed")?.coordinator;
         let (old, since) = (cluster.nodes.get(&coordinator).map(|n| n.bootstrap.clone()), commits(&outcomes));
         cluster.kill(coordinator).await;
         cluster.start_node(coordinator).await?;

@@ -313,7 +313,7 @@ async fn group_offsets_survive_a_coordinator_move() -> TestResult {
     assert_eq!(part_one.len(), 300);
 
     // Kill the broker coordinating the group's shard; the shard moves with its offsets.
-    let shard = kaas_groups::shard_of(group);
+    let shard = kaas_coordinator::shard_of(group);
     let coordinator = first.consumer_groups[&shard].coordinator;
     cluster.kill(coordinator).await;
     let moved = cluster
@@ -354,7 +354,7 @@ fn read_isolated(cluster: &Cluster, topic: &str, partitions: i32, isolation: &st
 fn txn_id_on(a: &kaas_shared::assignment::Assignment, on: i32, stem: &str) -> TestResult<String> {
     (0..1000)
         .map(|i| format!("{stem}-{i}"))
-        .find(|id| a.transactions.get(&kaas_groups::shard_of(id)).is_some_and(|s| s.coordinator == on))
+        .find(|id| a.transactions.get(&kaas_coordinator::shard_of(id)).is_some_and(|s| s.coordinator == on))
         .ok_or_else(|| format!("no transactional id of broker {on}").into())
 }
 
@@ -404,7 +404,7 @@ async fn a_transaction_spanning_brokers_completes_after_its_coordinator_dies_mid
     let committer = std::thread::spawn(move || producer.commit_transaction(Duration::from_secs(90)).map(|()| producer));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     cluster.kill(coordinator).await;
-    let shard = kaas_groups::shard_of(&id);
+    let shard = kaas_coordinator::shard_of(&id);
     let moved = cluster
         .wait_assignment(SETTLE, |a| {
             a.transactions.get(&shard).is_some_and(|s| s.coordinator != coordinator)
@@ -449,7 +449,7 @@ async fn offsets_sent_to_a_transaction_reach_a_group_coordinated_on_another_brok
     let id = txn_id_on(&a, 0, "eos")?;
     let group = (0..1000)
         .map(|i| format!("eos-group-{i}"))
-        .find(|g| a.consumer_groups.get(&kaas_groups::shard_of(g)).is_some_and(|s| s.coordinator != 0))
+        .find(|g| a.consumer_groups.get(&kaas_coordinator::shard_of(g)).is_some_and(|s| s.coordinator != 0))
         .ok_or("no group coordinated elsewhere")?;
 
     let consumer: BaseConsumer = cluster.client_config().set("group.id", &group).set("enable.auto.commit", "false").set("isolation.level", "read_uncommitted").create()?;

@@ -86,7 +86,7 @@ async fn the_heartbeat_carries_partition_stats_and_hands_high_watermarks_back_fo
     let producer = producer(&cluster)?;
     produce(&producer, "lagging", 3, "m", 300).await?;
     let group = "lag-watchers";
-    let coordinator = placed.consumer_groups[&kaas_groups::shard_of(group)].coordinator;
+    let coordinator = placed.consumer_groups[&kaas_coordinator::shard_of(group)].coordinator;
     commit(&cluster, group, 40)?;
 
     // The coordinator reports the lag of every partition, not only the one it leads, and a lag

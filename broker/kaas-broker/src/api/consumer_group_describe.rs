@@ -10,6 +10,7 @@ use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
 };
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, authorized_operations, check};
 use super::str_bytes;
 use crate::broker::Broker;

@@ -8,6 +8,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, allowed, check};
 use super::join_group::{client_host, client_id};
 use super::str_bytes;

@@ -8,6 +8,7 @@ use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
 use super::access::{Op, Resource, check};
 use crate::broker::Broker;
+use crate::error::group_error;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteGroupsRequest) -> Reply<DeleteGroupsResponse> {
@@ -21,7 +22,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteG
             async move {
                 let error = match refused {
                     Some(e) => Some(e),
-                    None => groups.delete_group(&id).await,
+                    None => groups.delete_group(&id).await.map(group_error),
                 };
                 DeletableGroupResult::default().with_group_id(id).with_error_code(error.map_or(0, |e| e.code()))
             }

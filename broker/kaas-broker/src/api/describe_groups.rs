@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, authorized_operations, check};
 use super::str_bytes;
 use crate::broker::Broker;

@@ -71,7 +71,7 @@ fn find(broker: &Broker, ctx: &RequestContext, key_type: i8, key: String) -> Coo
 fn in_cluster(broker: &Broker, answer: Coordinator, key: &str, shards: fn(&Assignment) -> &BTreeMap<u32, ShardAssignment>) -> Coordinator {
     let Some(cluster) = &broker.cluster else { return answer };
     let assignment = cluster.view.current();
-    let shard = kaas_groups::shard_of(key);
+    let shard = kaas_coordinator::shard_of(key);
     let placed = shards(&assignment).get(&shard).and_then(|s| assignment.endpoint(s.coordinator).map(|e| (s.coordinator, e)));
     match placed {
         Some((id, endpoint)) => answer.with_node_id(BrokerId(id)).with_host(str_bytes(endpoint.host.clone())).with_port(i32::from(endpoint.port)),

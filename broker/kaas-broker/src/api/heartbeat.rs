@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, check};
 use crate::broker::Broker;
 use crate::groups;

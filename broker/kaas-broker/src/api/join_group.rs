@@ -3,21 +3,22 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::ResponseError;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{JoinGroupRequest, JoinGroupResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, check};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::groups::{JoinRequest, JoinResult};
+use kaas_coordinator::GroupError;
 use crate::router::{Reply, RequestContext};
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: JoinGroupRequest) -> Reply<JoinGroupResponse> {
     let version = ctx.version;
     // Kafka: READ on the group.
-    if let Err(e) = check(broker, ctx, Op::Read, Resource::Group, &request.group_id) {
-        return Reply::Now(response(JoinResult::error(e, &request.member_id), version));
+    if check(broker, ctx, Op::Read, Resource::Group, &request.group_id).is_err() {
+        return Reply::Now(response(JoinResult::error(GroupError::GroupAuthorizationFailed, &request.member_id), version));
     }
     let req = JoinRequest {
         group_id: request.group_id.to_string(),
@@ -35,7 +36,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: JoinGro
     let member_id = req.member_id.clone();
     let answer = broker.groups.join(req);
     Reply::Later(Box::pin(async move {
-        let result = answer.resolve(|| JoinResult::error(ResponseError::CoordinatorNotAvailable, &member_id)).await;
+        let result = answer.resolve(|| JoinResult::error(GroupError::CoordinatorNotAvailable, &member_id)).await;
         response(result, version)
     }))
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, check};
 use super::str_bytes;
 use crate::broker::Broker;

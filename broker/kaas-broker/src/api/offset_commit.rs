@@ -9,6 +9,7 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::access::{Op, Resource, check};
 use crate::broker::Broker;
+use crate::error::group_error;
 use crate::groups::{CommitOffset, CommitRequest};
 use crate::router::{Reply, RequestContext};
 
@@ -49,8 +50,8 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: OffsetC
     Reply::Later(Box::pin(async move {
         let outcome = match commit {
             None => Ok(()),
-            Some(Ok(durable)) => durable.await,
-            Some(Err(e)) => Err(e),
+            Some(Ok(durable)) => durable.await.map_err(group_error),
+            Some(Err(e)) => Err(group_error(e)),
         };
         let partitions = answers.into_iter().map(|(topic, partition, error)| {
             let error = error.or(outcome.err());

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, allowed, check};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};

@@ -8,6 +8,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::offset_fetch_response::{OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic, OffsetFetchResponseTopics};
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, allowed, check};
 use super::{str_bytes, topic_name};
 use crate::broker::Broker;

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use kafka_protocol::ResponseError;
+use kaas_coordinator::GroupError;
 use kafka_protocol::messages::{SyncGroupRequest, SyncGroupResponse};
 
+use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, check};
 use super::str_bytes;
 use crate::broker::Broker;
@@ -28,7 +29,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: SyncGro
     };
     let answer = broker.groups.sync(req);
     Reply::Later(Box::pin(async move {
-        let r = answer.resolve(|| SyncResult::error(ResponseError::CoordinatorNotAvailable)).await;
+        let r = answer.resolve(|| SyncResult::error(GroupError::CoordinatorNotAvailable)).await;
         let v5 = version >= 5;
         SyncGroupResponse::default()
             .with_error_code(r.error.map_or(0, |e| e.code()))

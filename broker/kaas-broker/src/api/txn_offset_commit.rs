@@ -60,7 +60,7 @@ pub async fn handle(
     // its Ongoing transaction (Kafka's check of the `__consumer_offsets` partition).
     let id = request.transactional_id.to_string();
     let group_id = request.group_id.to_string();
-    let shard = i32::try_from(kaas_groups::shard_of(&group_id)).unwrap_or(i32::MAX);
+    let shard = i32::try_from(kaas_coordinator::shard_of(&group_id)).unwrap_or(i32::MAX);
     let producer = (request.producer_id.0, request.producer_epoch);
     let check = [((GROUP_OFFSETS_TOPIC.to_owned(), shard), producer)];
     let precheck = match crate::txn::verify_in_transaction(broker, &id, &check).await.pop() {
@@ -81,12 +81,12 @@ pub async fn handle(
     let commit = match precheck {
         Some(e) => Some(Err(e)),
         None if req.offsets.is_empty() => None,
-        None => Some(broker.groups.txn_commit(req)),
+        None => Some(broker.groups.txn_commit(req).map_err(crate::error::group_error)),
     };
     Reply::Later(Box::pin(async move {
         let outcome = match commit {
             None => Ok(()),
-            Some(Ok(durable)) => durable.await,
+            Some(Ok(durable)) => durable.await.map_err(crate::error::group_error),
             Some(Err(e)) => Err(e),
         };
         let partitions = answers.into_iter().map(|(topic, partition, error)| {

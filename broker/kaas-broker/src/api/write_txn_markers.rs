@@ -122,5 +122,5 @@ fn refused(m: WritableTxnMarker, error: ResponseError) -> WritableTxnMarkerResul
 
 async fn settle_group_shard(broker: &Broker, shard: i32, marker: &Marker) -> Result<(), ResponseError> {
     let shard = u32::try_from(shard).map_err(|_| ResponseError::UnknownTopicOrPartition)?;
-    broker.groups.complete_txn_in_shard(shard, marker.producer_id, marker.kind == MarkerKind::Commit).await
+    broker.groups.complete_txn_in_shard(shard, marker.producer_id, marker.kind == MarkerKind::Commit).await.map_err(crate::error::group_error)
 }

@@ -77,7 +77,7 @@ async fn deliver_marker(broker: &Broker, topic: &str, partition: i32, marker: &M
 async fn settle_offsets(broker: &Broker, shard: u32, marker: &Marker) -> Result<(), E> {
     let commit = marker.kind == MarkerKind::Commit;
     match route::group_coordinator(broker, shard) {
-        Route::Here => broker.groups.complete_txn_in_shard(shard, marker.producer_id, commit).await,
+        Route::Here => broker.groups.complete_txn_in_shard(shard, marker.producer_id, commit).await.map_err(crate::error::group_error),
         Route::Peer(address) => {
             let partition = i32::try_from(shard).map_err(|_| E::InvalidRequest)?;
             send_marker(broker, &address, GROUP_OFFSETS_TOPIC, partition, marker).await
@@ -164,7 +164,7 @@ async fn complete(broker: &Broker, c: &Completion) {
     if !join_all(markers).await.into_iter().all(|written| written) {
         return;
     }
-    let shards: BTreeSet<u32> = c.groups.iter().map(|g| kaas_groups::shard_of(g)).collect();
+    let shards: BTreeSet<u32> = c.groups.iter().map(|g| kaas_coordinator::shard_of(g)).collect();
     let marker = &marker;
     let settled = shards.into_iter().map(|shard| {
         retry(broker, c, format!("offsets in group shard {shard}"), move || {
@@ -185,7 +185,7 @@ async fn complete(broker: &Broker, c: &Completion) {
 /// epoch: the shard is about to be relinquished, and the new owner re-drives the completion.
 fn moved_away(broker: &Broker, c: &Completion) -> bool {
     let Some(cluster) = &broker.cluster else { return false };
-    let shard = kaas_groups::shard_of(&c.transactional_id);
+    let shard = kaas_coordinator::shard_of(&c.transactional_id);
     let placed = cluster.view.current().transactions.get(&shard).copied();
     placed.is_none_or(|s| s.coordinator != broker.config.node_id || s.epoch != c.coordinator_epoch)
 }

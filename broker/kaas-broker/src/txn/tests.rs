@@ -196,7 +196,7 @@ async fn a_decision_whose_fsync_failed_drives_no_marker_until_the_shard_is_reloa
     // Once the volume works, the housekeeping take-over reloads the shard from the volume
     // (here the write survived the failed writeback) and the decision is completed from there.
     mount.clear();
-    assert_eq!(broker.txns.take_over_all(&broker.lease), 0);
+    assert_eq!(broker.txns.take_over_all(|stored| broker.lease.takeover_epoch(stored)), 0);
     assert_eq!(
         broker.txns.describe("tx").unwrap().map(|m| m.state),
         Some(TxnState::PrepareCommit)

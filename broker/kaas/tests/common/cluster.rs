@@ -106,7 +106,7 @@ impl Cluster {
         if let Some(mut node) = self.nodes.remove(&id) {
             node.tasks.abort_all();
             while node.tasks.join_next().await.is_some() {}
-            for shard in 0..kaas_groups::SHARD_COUNT {
+            for shard in 0..kaas_coordinator::SHARD_COUNT {
                 let _ = node.broker.txns.abandon(shard);
             }
         }

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use kafka_protocol::ResponseError as E;
-use kaas_groups::{Entry, ShardLog};
+use crate::GroupError as E;
+use crate::{Entry, ShardLog};
 use parking_lot::Mutex;
 
 use super::group::{Committed, Group, GroupState};

@@ -1,6 +1,7 @@
-//! Storage of consumer-group state on the shared volume.
+//! Coordinator state on the shared volume: the group coordinator's and the transaction
+//! coordinator's shards.
 //!
-//! Group state (committed offsets, group membership) is kept as a compacted key/value map per
+//! Group state (committed offsets, group membership) and transaction state are kept as a compacted key/value map per
 //! *group shard*, the way Kafka keeps it in a compacted `__consumer_offsets` partition: the
 //! latest value per key wins, a `None` value is a tombstone. A shard lives in
 //! `<root>/__cluster/groups/<shard:04>/` as
@@ -20,8 +21,8 @@
 //!    newest snapshot, so a deposed owner's late appends (to its own, older file) are discarded
 //!    rather than interleaved with the new owner's.
 //!
-//! The crate knows nothing of the Kafka wire; the broker's group coordinator encodes its
-//! records as keys and values.
+//! The log knows nothing of what it stores; the coordinators encode their records as keys and
+//! values.
 
 mod error;
 mod frame;

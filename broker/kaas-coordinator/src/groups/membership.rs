@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use kafka_protocol::ResponseError as E;
-use kaas_groups::ShardLog;
+use crate::GroupError as E;
+use crate::ShardLog;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
@@ -97,7 +97,7 @@ fn store_assignment(g: &mut Group, group: &Arc<Mutex<Group>>, assignments: Vec<(
         }
         match durable {
             Ok(()) => {
-                g.set_state(GroupState::Stable, crate::broker::now_ms());
+                g.set_state(GroupState::Stable, crate::clock::now_ms());
                 g.sync_deadline = None;
                 let (pt, pn) = (g.protocol_type.clone(), g.protocol.clone());
                 for m in g.members.values_mut() {
@@ -120,7 +120,7 @@ fn fail_sync(g: &mut Group, error: E, now: Instant) {
             let _ = w.send(SyncResult::error(error));
         }
     }
-    g.prepare_rebalance(now, crate::broker::now_ms());
+    g.prepare_rebalance(now, crate::clock::now_ms());
 }
 
 /// A decoded Heartbeat.

@@ -5,7 +5,7 @@ use std::path::Path;
 use kaas_shared::fs::Fs;
 use kaas_shared::names::{GroupFileKind, GroupFileName, GroupShardEntry, parse_group_shard_entry};
 
-use crate::{Error, Result};
+use super::{Error, Result};
 
 /// A file's place in the shard's history: files sort by `(epoch, generation)`.
 pub(crate) type Stamp = (i32, i64);

@@ -19,7 +19,7 @@ mod reconcile;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::ResponseError as E;
+use crate::GroupError as E;
 use serde::{Deserialize, Serialize};
 
 use super::CommitRequest;

@@ -6,13 +6,13 @@
 
 use std::sync::Arc;
 
-use kaas_groups::Entry;
-use kafka_protocol::ResponseError as E;
+use crate::Entry;
+use crate::GroupError as E;
 
 use super::offsets::{self, CommitOffset, CommitRequest};
 use super::record::{Key, OffsetValue, to_bytes};
 use super::{Coordinator, storage_error};
-use crate::broker::now_ms;
+use crate::clock::now_ms;
 
 /// A decoded TxnOffsetCommit.
 #[derive(Debug, Clone)]

@@ -7,8 +7,8 @@ use std::sync::Weak;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::ResponseError as E;
-use kaas_groups::ShardLog;
+use crate::GroupError as E;
+use crate::ShardLog;
 
 use super::group::{Group, GroupState};
 use super::{Coordinator, offsets};
@@ -27,7 +27,7 @@ pub(crate) async fn run(coordinator: Weak<Coordinator>) {
             return;
         }
         let now = Instant::now();
-        let now_ms = crate::broker::now_ms();
+        let now_ms = crate::clock::now_ms();
         let expire = now.duration_since(last_expiry) >= c.config.offsets_retention_check_interval;
         if expire {
             last_expiry = now;

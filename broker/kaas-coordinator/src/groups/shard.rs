@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::ResponseError;
-use kaas_groups::ShardLog;
+use crate::GroupError;
+use crate::ShardLog;
 use parking_lot::Mutex;
 
 use super::group::{Committed, Group};
@@ -52,7 +52,7 @@ impl CoordinatorShard {
         let mut groups: HashMap<String, Group> = HashMap::new();
         let mut offsets = Vec::new();
         let mut pending = PendingTxnOffsets::new();
-        let bad = |what: &str, key: &str| crate::Error::InvalidRequest(format!("unreadable {what} record {key:?} in group shard {}", self.log.dir().display()));
+        let bad = |what: &'static str, key: &str| crate::Error::UnreadableRecord { what, key: key.to_owned(), dir: self.log.dir().display().to_string() };
         for e in entries {
             let Some(value) = e.value else { continue };
             match Key::parse(&e.key) {
@@ -88,22 +88,22 @@ impl CoordinatorShard {
     /// Hands the shard over: waiters are told to find the new coordinator, the state is
     /// persisted as a snapshot and dropped.
     pub(crate) fn relinquish(&self) -> Result<(), crate::Error> {
-        self.unload(ResponseError::NotCoordinator);
+        self.unload(GroupError::NotCoordinator);
         Ok(self.log.relinquish()?)
     }
 
     /// Deletion or forced move: nothing is written.
     pub(crate) fn abandon(&self) {
-        self.unload(ResponseError::NotCoordinator);
+        self.unload(GroupError::NotCoordinator);
         self.log.abandon();
     }
 
-    fn unload(&self, error: ResponseError) {
+    fn unload(&self, error: GroupError) {
         self.pending_txn.lock().clear();
         for (_, g) in self.groups.lock().drain() {
             let mut g = g.lock();
             g.fail_all(error);
-            g.set_state(super::GroupState::Dead, crate::broker::now_ms());
+            g.set_state(super::GroupState::Dead, crate::clock::now_ms());
         }
     }
 
@@ -112,7 +112,7 @@ impl CoordinatorShard {
     }
 
     pub(crate) fn get_or_create(&self, id: &str) -> GroupRef {
-        self.groups.lock().entry(id.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Group::new(id, crate::broker::now_ms(), self.initial_delay)))).clone()
+        self.groups.lock().entry(id.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Group::new(id, crate::clock::now_ms(), self.initial_delay)))).clone()
     }
 
     /// Drops a group that is Dead (deleted or expired), unless it was already replaced.

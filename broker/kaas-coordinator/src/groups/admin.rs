@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kafka_protocol::ResponseError as E;
-use kaas_groups::Entry;
+use crate::GroupError as E;
+use crate::Entry;
 
 use super::record::Key;
 use super::consumer::Partitions;
@@ -180,7 +180,7 @@ impl Coordinator {
                 Ok(seq) => seq,
                 Err(e) => return Some(super::storage_error(&e)),
             };
-            g.set_state(GroupState::Dead, crate::broker::now_ms());
+            g.set_state(GroupState::Dead, crate::clock::now_ms());
             seq
         };
         shard.remove(group_id, &group);

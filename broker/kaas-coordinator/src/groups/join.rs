@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::ResponseError as E;
-use kaas_groups::ShardLog;
+use crate::GroupError as E;
+use crate::ShardLog;
 use tokio::sync::oneshot;
 
 use super::config::GroupConfig;

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use indexmap::IndexMap;
-use kafka_protocol::ResponseError;
-use kaas_groups::{Entry, ShardLog};
+use crate::GroupError;
+use crate::{Entry, ShardLog};
 use tokio::sync::oneshot;
 
 use super::consumer::ConsumerGroup;
@@ -38,7 +38,7 @@ impl GroupState {
 /// A JoinGroup answer.
 #[derive(Debug, Clone, Default)]
 pub struct JoinResult {
-    pub error: Option<ResponseError>,
+    pub error: Option<GroupError>,
     pub generation: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -50,7 +50,7 @@ pub struct JoinResult {
 }
 
 impl JoinResult {
-    pub(crate) fn error(error: ResponseError, member_id: &str) -> JoinResult {
+    pub fn error(error: GroupError, member_id: &str) -> JoinResult {
         JoinResult { error: Some(error), generation: -1, member_id: member_id.to_owned(), ..JoinResult::default() }
     }
 }
@@ -58,14 +58,14 @@ impl JoinResult {
 /// A SyncGroup answer.
 #[derive(Debug, Clone, Default)]
 pub struct SyncResult {
-    pub error: Option<ResponseError>,
+    pub error: Option<GroupError>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
 }
 
 impl SyncResult {
-    pub(crate) fn error(error: ResponseError) -> SyncResult {
+    pub fn error(error: GroupError) -> SyncResult {
         SyncResult { error: Some(error), ..SyncResult::default() }
     }
 }
@@ -97,7 +97,7 @@ impl Member {
         self.deadline = now + self.session_timeout;
     }
 
-    fn fail(&mut self, error: ResponseError) {
+    fn fail(&mut self, error: GroupError) {
         if let Some(w) = self.join_waiter.take() {
             let _ = w.send(JoinResult::error(error, &self.id));
         }
@@ -269,7 +269,7 @@ impl Group {
     }
 
     /// Appends the group's record to the shard log; returns the sequence number to wait for.
-    pub(crate) fn persist(&self, log: &ShardLog) -> Result<u64, kaas_groups::Error> {
+    pub(crate) fn persist(&self, log: &ShardLog) -> Result<u64, crate::shard_log::Error> {
         log.append(&[Entry::put(Key::group(&self.id), to_bytes(&self.value()))])
     }
 
@@ -331,7 +331,7 @@ impl Group {
 
     /// Removes a member (session expiry, leave, fencing) and moves the group on: a rebalance
     /// if it was settled, completion of the join phase if that now has everyone.
-    pub(crate) fn remove_member(&mut self, id: &str, error: ResponseError, now: Instant, now_ms: i64, log: &ShardLog) {
+    pub(crate) fn remove_member(&mut self, id: &str, error: GroupError, now: Instant, now_ms: i64, log: &ShardLog) {
         self.drop_member(id, error);
         match self.state {
             GroupState::Stable | GroupState::CompletingRebalance => {
@@ -345,7 +345,7 @@ impl Group {
         }
     }
 
-    fn drop_member(&mut self, id: &str, error: ResponseError) {
+    fn drop_member(&mut self, id: &str, error: GroupError) {
         let Some(mut m) = self.members.shift_remove(id) else { return };
         m.fail(error);
         if let Some(iid) = &m.instance_id
@@ -365,7 +365,7 @@ impl Group {
             for m in self.members.values_mut() {
                 m.assignment = Bytes::new();
                 if let Some(w) = m.sync_waiter.take() {
-                    let _ = w.send(SyncResult::error(ResponseError::RebalanceInProgress));
+                    let _ = w.send(SyncResult::error(GroupError::RebalanceInProgress));
                 }
             }
         }
@@ -397,7 +397,7 @@ impl Group {
     fn complete_join(&mut self, now: Instant, now_ms: i64, log: &ShardLog) {
         let missing: Vec<String> = self.members.values().filter(|m| m.join_waiter.is_none() && m.instance_id.is_none()).map(|m| m.id.clone()).collect();
         for id in missing {
-            self.drop_member(&id, ResponseError::UnknownMemberId);
+            self.drop_member(&id, GroupError::UnknownMemberId);
         }
         self.pending.clear();
         self.join_deadline = None;
@@ -441,7 +441,7 @@ impl Group {
     }
 
     /// The group is being unloaded or deleted: every waiter learns it must look again.
-    pub(crate) fn fail_all(&mut self, error: ResponseError) {
+    pub(crate) fn fail_all(&mut self, error: GroupError) {
         for m in self.members.values_mut() {
             m.fail(error);
         }

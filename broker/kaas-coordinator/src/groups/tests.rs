@@ -5,17 +5,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::ResponseError as E;
+use crate::GroupError as E;
 use kaas_shared::fs::{FsRef, MemFs};
 use kaas_shared::layout::Layout;
 
 use super::*;
-use crate::leadership::LocalLease;
 
 fn coordinator(fs: &FsRef) -> Arc<Coordinator> {
     let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..GroupConfig::default() };
     let c = Coordinator::open(fs.clone(), &Layout::new("/data"), config).unwrap();
-    assert_eq!(c.take_over_all(&LocalLease::new(0)), 0, "every shard taken over");
+    assert_eq!(c.take_over_all(|stored| stored + 1), 0, "every shard taken over");
     c
 }
 

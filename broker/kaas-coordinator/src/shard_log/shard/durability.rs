@@ -12,7 +12,7 @@ use kaas_shared::fs::File;
 use kaas_storage::group_commit::{self, GroupCommit, Outcome};
 
 use super::{Inner, ShardLog, State};
-use crate::{Error, Result};
+use crate::shard_log::{Error, Result};
 
 #[derive(Debug)]
 pub(super) struct SyncJob {

@@ -2,11 +2,9 @@
 //! the volume, each shard owned by one broker at an epoch, taken over and handed over as the
 //! assignment (or, in local mode, the broker's start) says.
 
-use kaas_groups::ShardLog;
+use crate::ShardLog;
 
-use crate::leadership::LocalLease;
-
-/// A coordinator whose state lives in numbered shards of [`kaas_groups::ShardLog`]s.
+/// A coordinator whose state lives in numbered shards of [`crate::ShardLog`]s.
 pub trait ShardOwner {
     /// What kind of shard, for logs and errors ("group", "transaction").
     const KIND: &'static str;
@@ -22,7 +20,7 @@ pub trait ShardOwner {
 
     /// The newest epoch on the volume for `shard` (-1 if it was never owned).
     fn stored_epoch(&self, shard: u32) -> crate::Result<i32> {
-        let log = self.shard_log(shard).ok_or_else(|| crate::Error::InvalidRequest(format!("no {} shard {shard}", Self::KIND)))?;
+        let log = self.shard_log(shard).ok_or(crate::Error::NoSuchShard { kind: Self::KIND, shard })?;
         Ok(log.stored_epoch()?)
     }
 
@@ -37,14 +35,14 @@ pub trait ShardOwner {
         self.shard_log(shard)?.storage_failure()
     }
 
-    /// Local mode: takes every shard not owned yet, or whose storage failed, over at one past
-    /// the newest epoch on the volume. A shard that cannot be taken over (a stray file in its
+    /// Local mode: takes every shard not owned yet, or whose storage failed, over at the epoch
+    /// `takeover_epoch` gives for the newest epoch on the volume (one past it). A shard that cannot be taken over (a stray file in its
     /// directory, an I/O error) costs that shard, not the broker: it is logged and left for the
     /// next call (housekeeping re-drives this). Returns how many shards are still not owned.
-    fn take_over_all(&self, lease: &LocalLease) -> usize {
+    fn take_over_all(&self, takeover_epoch: impl Fn(i32) -> i32) -> usize {
         let mut missing = 0;
-        for shard in (0..kaas_groups::SHARD_COUNT).filter(|s| self.owned_epoch(*s).is_none() || self.storage_failure(*s).is_some()) {
-            let taken = self.stored_epoch(shard).and_then(|stored| self.take_over(shard, lease.takeover_epoch(stored)));
+        for shard in (0..crate::SHARD_COUNT).filter(|s| self.owned_epoch(*s).is_none() || self.storage_failure(*s).is_some()) {
+            let taken = self.stored_epoch(shard).and_then(|stored| self.take_over(shard, takeover_epoch(stored)));
             if let Err(e) = taken {
                 tracing::error!(kind = Self::KIND, shard, error = %e, "cannot take the shard over; its groups or transactions are unavailable until it is fixed (retried every housekeeping round)");
                 missing += 1;
@@ -56,8 +54,8 @@ pub trait ShardOwner {
 
 /// Test support: runs `request` while `take_over` is paused inside the shard log's take-over
 /// (on a directory fsync `mem` holds), then lets the take-over finish; the request's answer.
-#[cfg(test)]
-pub(crate) fn request_during_take_over<T: Send>(
+#[cfg(any(test, feature = "testing"))]
+pub fn request_during_take_over<T: Send>(
     mem: &kaas_shared::fs::MemFs,
     take_over: impl FnOnce() -> crate::Result<()> + Send,
     request: impl FnOnce() -> T + Send,

@@ -14,9 +14,9 @@ use kaas_shared::names::{GroupFileKind, group_file_name};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 
-use crate::frame::{self, Entry};
-use crate::listing::{self, Listing, Stamp};
-use crate::{Error, Result};
+use super::frame::{self, Entry};
+use super::listing::{self, Listing, Stamp};
+use super::{Error, Result};
 
 /// Compact when the log has grown past this and past [`COMPACT_RATIO`] × the live state.
 const COMPACT_MIN_BYTES: u64 = 8 * 1024 * 1024;

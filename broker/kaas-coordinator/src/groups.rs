@@ -1,14 +1,14 @@
 //! The group coordinator: Kafka's classic consumer-group protocol, the KIP-848 consumer protocol
 //! (`consumer` module) and committed offsets, with group state kept in group shards on the shared
-//! volume (`kaas-groups`). A group is either kind; both live in the same shard records.
+//! volume (`crate::shard_log`). A group is either kind; both live in the same shard records.
 //!
-//! Groups are spread over [`kaas_groups::SHARD_COUNT`] shards by a stable hash of the group
+//! Groups are spread over [`crate::SHARD_COUNT`] shards by a stable hash of the group
 //! id; a shard is owned (written) by one broker at a time, taken over and relinquished like a
 //! partition. In local mode this broker owns every shard; in a cluster the runtime calls
 //! [`Coordinator::take_over`] / [`Coordinator::relinquish`] as assignment.json moves shards.
 //!
 //! Seed 001, for the code here that reaches the volume (all of it goes through
-//! [`kaas_groups::ShardLog`], which answers the three questions in its crate docs):
+//! [`crate::ShardLog`], which answers the three questions in its module docs):
 //! 1. every change is one appended frame (or a renamed snapshot), never an edit in place;
 //! 2. a commit is acknowledged only after its fsync; group records that cannot be written now
 //!    are rewritten by the next rebalance or retention check (the state they describe is
@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use kafka_protocol::ResponseError as E;
-use kaas_groups::{SHARD_COUNT, ShardLog, shard_of};
+use crate::GroupError as E;
+use crate::{SHARD_COUNT, ShardLog, shard_of};
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
 use tokio::sync::oneshot;
@@ -47,7 +47,7 @@ pub use membership::{HeartbeatRequest, Leaving, SyncRequest};
 pub use offsets::{CommitOffset, CommitRequest};
 pub use txn_offsets::TxnCommitRequest;
 
-use crate::broker::now_ms;
+use crate::clock::now_ms;
 use crate::shard_owner::ShardOwner;
 use shard::{CoordinatorShard, GroupRef};
 
@@ -70,10 +70,10 @@ impl<T> Answer<T> {
 }
 
 /// The Kafka error a group-storage failure becomes.
-pub(crate) fn storage_error(e: &kaas_groups::Error) -> E {
+pub(crate) fn storage_error(e: &crate::shard_log::Error) -> E {
     match e {
-        kaas_groups::Error::NotOwner | kaas_groups::Error::Fenced { .. } => E::NotCoordinator,
-        kaas_groups::Error::TooLarge(_) => E::InvalidCommitOffsetSize,
+        crate::shard_log::Error::NotOwner | crate::shard_log::Error::Fenced { .. } => E::NotCoordinator,
+        crate::shard_log::Error::TooLarge(_) => E::InvalidCommitOffsetSize,
         _ => E::CoordinatorNotAvailable,
     }
 }
@@ -125,7 +125,7 @@ impl Coordinator {
     }
 
     fn shard_at(&self, shard: u32) -> crate::Result<&CoordinatorShard> {
-        self.shards.get(shard as usize).ok_or_else(|| crate::Error::InvalidRequest(format!("no group shard {shard}")))
+        self.shards.get(shard as usize).ok_or(crate::Error::NoSuchShard { kind: "group", shard })
     }
 
     /// Shutdown: stops the clock and relinquishes every owned shard.

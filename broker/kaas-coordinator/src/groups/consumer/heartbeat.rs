@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use kafka_protocol::ResponseError as E;
+use crate::GroupError as E;
 
 use super::assignor::{self, Subscriber};
 use super::reconcile::reconcile;
@@ -52,7 +52,7 @@ pub struct HeartbeatAnswer {
 }
 
 impl HeartbeatAnswer {
-    pub(crate) fn error(error: E, message: impl Into<String>) -> HeartbeatAnswer {
+    pub fn error(error: E, message: impl Into<String>) -> HeartbeatAnswer {
         HeartbeatAnswer {
             error: Some(error),
             message: Some(message.into()),

@@ -1,0 +1,21 @@
+//! kaas-coordinator: the group coordinator and the coordinator shard logs it keeps its state
+//! in on the shared volume. It knows no Kafka wire types: requests arrive as plain structs,
+//! answers leave as plain results with a [`GroupError`], which the broker's protocol edge maps
+//! to Kafka error codes.
+//!
+//! - [`shard_log`]: an epoch-fenced, group-committed key/value log with snapshots, one per
+//!   coordinator shard (groups and transactions alike); its module docs answer seed 001's
+//!   three questions for everything here that touches the volume.
+//! - [`shard_owner`]: what sharded coordinators share: owning shards at an epoch, taking them
+//!   over and handing them over as the assignment says.
+//! - [`groups`]: Kafka's classic group protocol, the KIP-848 consumer protocol and committed
+//!   offsets.
+
+pub mod clock;
+mod error;
+pub mod groups;
+pub mod shard_log;
+pub mod shard_owner;
+
+pub use error::{Error, GroupError, Result};
+pub use shard_log::{Entry, SHARD_COUNT, ShardLog, ShardStats, shard_of};
