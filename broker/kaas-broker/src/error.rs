@@ -2,6 +2,7 @@
 
 use kafka_protocol::ResponseError;
 use kaas_coordinator::GroupError;
+use kaas_coordinator::txn::TxnError;
 
 /// Errors of the broker crate. Each maps to exactly one Kafka error code.
 #[derive(Debug, thiserror::Error)]
@@ -136,5 +137,31 @@ pub trait GroupErrorCode {
 impl GroupErrorCode for GroupError {
     fn code(&self) -> i16 {
         group_error(*self).code()
+    }
+}
+
+/// The Kafka error a transaction coordinator's refusal becomes on the wire.
+pub fn txn_error(e: &TxnError) -> ResponseError {
+    match e {
+        TxnError::ProducerIdMapping { .. } => ResponseError::InvalidProducerIdMapping,
+        TxnError::Fenced { .. } => ResponseError::ProducerFenced,
+        TxnError::Concurrent(_) => ResponseError::ConcurrentTransactions,
+        TxnError::InvalidState { .. } => ResponseError::InvalidTxnState,
+        TxnError::InvalidTimeout(_) => ResponseError::InvalidTransactionTimeout,
+        TxnError::NotCoordinator => ResponseError::NotCoordinator,
+        TxnError::Storage(_) | TxnError::ProducerIds(_) => ResponseError::CoordinatorNotAvailable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coordinator_answers_become_the_kafka_errors_clients_act_on() {
+        assert_eq!(txn_error(&TxnError::Fenced { found: 0, current: 1 }), ResponseError::ProducerFenced);
+        assert_eq!(txn_error(&TxnError::NotCoordinator), ResponseError::NotCoordinator);
+        assert_eq!(group_error(GroupError::RebalanceInProgress), ResponseError::RebalanceInProgress);
+        assert_eq!(GroupError::UnknownMemberId.code(), ResponseError::UnknownMemberId.code());
     }
 }

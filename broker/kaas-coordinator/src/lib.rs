@@ -1,7 +1,7 @@
-//! kaas-coordinator: the group coordinator and the coordinator shard logs it keeps its state
-//! in on the shared volume. It knows no Kafka wire types: requests arrive as plain structs,
-//! answers leave as plain results with a [`GroupError`], which the broker's protocol edge maps
-//! to Kafka error codes.
+//! kaas-coordinator: the group and transaction coordinators and the shard logs they keep their
+//! state in on the shared volume. It knows no Kafka wire types: requests arrive as plain
+//! structs, answers leave as plain results with a [`GroupError`] or a [`txn::TxnError`], which
+//! the broker's protocol edge maps to Kafka error codes.
 //!
 //! - [`shard_log`]: an epoch-fenced, group-committed key/value log with snapshots, one per
 //!   coordinator shard (groups and transactions alike); its module docs answer seed 001's
@@ -10,12 +10,15 @@
 //!   over and handing them over as the assignment says.
 //! - [`groups`]: Kafka's classic group protocol, the KIP-848 consumer protocol and committed
 //!   offsets.
+//! - [`txn`]: the transaction coordinator (transactional ids, producer epochs, the two-phase end
+//!   of a transaction); the broker writes its markers.
 
 pub mod clock;
 mod error;
 pub mod groups;
 pub mod shard_log;
 pub mod shard_owner;
+pub mod txn;
 
 pub use error::{Error, GroupError, Result};
 pub use shard_log::{Entry, SHARD_COUNT, ShardLog, ShardStats, shard_of};

@@ -40,7 +40,7 @@ pub async fn handle(
             Ok(()) => 0,
             Err(e) => {
                 debug!(transactional_id = %id, group, error = %e, "AddOffsetsToTxn refused");
-                e.response_error().code()
+                crate::error::txn_error(&e).code()
             }
         };
         AddOffsetsToTxnResponse::default().with_error_code(code)

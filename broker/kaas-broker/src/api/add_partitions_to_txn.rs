@@ -141,7 +141,7 @@ async fn add_one(broker: &Broker, txn: Txn) -> AddPartitionsToTxnResult {
                     .txns
                     .verify(&txn.id, txn.producer_id, txn.producer_epoch, p)
                     .err()
-                    .map(|e| e.response_error())
+                    .map(|e| crate::error::txn_error(&e))
             })
             .collect()
     } else {
@@ -152,7 +152,7 @@ async fn add_one(broker: &Broker, txn: Txn) -> AddPartitionsToTxnResult {
         if let Err(e) = &result {
             debug!(transactional_id = %txn.id, producer_id = txn.producer_id, epoch = txn.producer_epoch, error = %e, "AddPartitionsToTxn refused");
         }
-        vec![result.err().map(|e| e.response_error()); errors.len()]
+        vec![result.err().map(|e| crate::error::txn_error(&e)); errors.len()]
     };
     let partitions = errors
         .into_iter()

@@ -35,7 +35,7 @@ pub async fn handle(
                 return answer.with_error_code(e.code());
             }
             match broker.txns.describe(&id) {
-                Err(e) => answer.with_error_code(e.response_error().code()),
+                Err(e) => answer.with_error_code(crate::error::txn_error(&e).code()),
                 Ok(None) => answer.with_error_code(ResponseError::TransactionalIdNotFound.code()),
                 Ok(Some(m)) => {
                     let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();

@@ -33,13 +33,13 @@ pub async fn handle(
             .with_producer_epoch(-1);
         match broker
             .txns
-            .end_txn(&broker, &id, pid, epoch, request.committed)
+            .end_txn(&crate::txn::Host(broker.clone()), &id, pid, epoch, request.committed)
             .await
         {
             Ok(()) => response,
             Err(e) => {
                 debug!(transactional_id = %id, producer_id = pid, epoch, commit = request.committed, error = %e, "EndTxn refused");
-                response.with_error_code(e.response_error().code())
+                response.with_error_code(crate::error::txn_error(&e).code())
             }
         }
     }))

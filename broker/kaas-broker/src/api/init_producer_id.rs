@@ -26,11 +26,11 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: InitPro
         let expected = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
         let broker = broker.clone();
         return Reply::Later(Box::pin(async move {
-            match broker.txns.init_producer_id(&broker, &id, request.transaction_timeout_ms, expected).await {
+            match broker.txns.init_producer_id(&crate::txn::Host(broker.clone()), &id, request.transaction_timeout_ms, expected).await {
                 Ok((pid, epoch)) => response.with_producer_id(ProducerId(pid)).with_producer_epoch(epoch),
                 Err(e) => {
                     debug!(transactional_id = %id, error = %e, "InitProducerId refused");
-                    response.with_error_code(e.response_error().code())
+                    response.with_error_code(crate::error::txn_error(&e).code())
                 }
             }
         }));

@@ -20,17 +20,13 @@ use kafka_protocol::messages::{ProducerId, TopicName, WriteTxnMarkersRequest};
 use kafka_protocol::protocol::StrBytes;
 use tracing::{debug, info, warn};
 
-use super::Completion;
+use super::{Completing, Completion, GROUP_OFFSETS_TOPIC};
 use super::route::{self, Route};
 use crate::api::led_partition;
 use crate::broker::{Broker, now_ms};
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
-
-/// The topic a marker for a group shard names (its partition is the shard), as Kafka's
-/// transaction coordinator addresses group coordinators.
-pub const GROUP_OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Writes one marker into a partition this broker leads and waits until it is durable.
 pub async fn write_marker(
@@ -115,30 +111,18 @@ async fn send_marker(broker: &Broker, address: &str, topic: &str, partition: i32
     E::try_from_code(code).map_or(Ok(()), Err)
 }
 
-/// A completion under way: the driver of one transactional id, started here or before.
-#[derive(Debug)]
-pub(crate) struct Completing(tokio::sync::watch::Receiver<()>);
-
-impl Completing {
-    /// Resolves when the driver is done (its sender dropped; nothing is ever sent).
-    pub(crate) async fn done(mut self) {
-        while self.0.changed().await.is_ok() {}
-    }
-}
-
 /// Starts the driver for `c` unless one is running for its transactional id already; either
 /// way, the driver's completion.
 pub(crate) fn spawn_completion(broker: Arc<Broker>, c: Completion) -> Completing {
     match broker.txns.start_driver(&c.transactional_id) {
-        Err(running) => Completing(running),
-        Ok(done) => {
-            let watching = done.subscribe();
+        Err(running) => running,
+        Ok((done, completing)) => {
             tokio::spawn(async move {
                 complete(&broker, &c).await;
                 broker.txns.driver_done(&c.transactional_id);
                 drop(done);
             });
-            Completing(watching)
+            completing
         }
     }
 }
@@ -175,7 +159,7 @@ async fn complete(broker: &Broker, c: &Completion) {
         return;
     }
     let _ = retry(broker, c, "completion record".into(), || async {
-        broker.txns.finish(c).map_err(|e| e.response_error())
+        broker.txns.finish(c).map_err(|e| crate::error::txn_error(&e))
     })
     .await;
     info!(transactional_id = %c.transactional_id, producer_id = c.producer_id, epoch = c.producer_epoch, commit = c.commit, partitions = c.partitions.len(), coordinator_epoch = c.coordinator_epoch, "transaction completed");

@@ -8,6 +8,11 @@ use std::time::Duration;
 use kaas_storage::testing::BatchBuilder;
 use kaas_storage::{AppendOptions, Partition};
 
+use kaas_coordinator::shard_owner::ShardOwner;
+use kaas_coordinator::{Entry, ShardLog};
+use kaas_shared::fs::FsRef;
+use kaas_shared::layout::Layout;
+
 use super::*;
 use crate::config::{BrokerConfig, StorageMode};
 use crate::topics::NewTopic;
@@ -60,7 +65,7 @@ async fn begin(
 ) -> (i64, i16) {
     let (pid, epoch) = broker
         .txns
-        .init_producer_id(broker, "tx", 60_000, None)
+        .init_producer_id(&Host(broker.clone()), "tx", 60_000, None)
         .await
         .unwrap();
     broker
@@ -143,11 +148,11 @@ async fn a_commit_decided_before_a_crash_is_completed_after_restart() {
     assert!(read.aborted_transactions.is_empty());
     // A retried EndTxn(commit) succeeds; an abort now is refused.
     assert_eq!(
-        broker.txns.end_txn(&broker, "tx", pid, epoch, true).await,
+        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await,
         Ok(())
     );
     assert!(matches!(
-        broker.txns.end_txn(&broker, "tx", pid, epoch, false).await,
+        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, false).await,
         Err(TxnError::InvalidState { .. })
     ));
     let _ = stop_tx.send(true);
@@ -175,7 +180,7 @@ async fn a_decision_whose_fsync_failed_drives_no_marker_until_the_shard_is_reloa
     // not have it, and the transaction could then be aborted where a marker said commit).
     mount.set(MountFault::SyncEio);
     assert!(matches!(
-        broker.txns.end_txn(&broker, "tx", pid, epoch, true).await,
+        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await,
         Err(TxnError::Storage(_))
     ));
     assert_eq!(broker.txns.pending_completions(now_ms()).await, vec![]);
@@ -222,7 +227,7 @@ async fn end_txn_waits_for_a_driver_started_before_its_own() {
     let running = broker.txns.start_driver("tx").unwrap();
     let end = {
         let broker = broker.clone();
-        tokio::spawn(async move { broker.txns.end_txn(&broker, "tx", pid, epoch, true).await })
+        tokio::spawn(async move { broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await })
     };
     wait_state(&broker, "tx", TxnState::PrepareCommit).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -248,7 +253,7 @@ async fn bad_input_gets_kafka_errors_and_changes_nothing() {
     create_topic(&broker);
     let t0 = [("t".to_owned(), 0)];
     assert!(matches!(
-        broker.txns.init_producer_id(&broker, "tx", 0, None).await,
+        broker.txns.init_producer_id(&Host(broker.clone()), "tx", 0, None).await,
         Err(TxnError::InvalidTimeout(0))
     ));
     assert!(matches!(
@@ -257,7 +262,7 @@ async fn bad_input_gets_kafka_errors_and_changes_nothing() {
     ));
     let (pid, epoch) = broker
         .txns
-        .init_producer_id(&broker, "tx", 60_000, None)
+        .init_producer_id(&Host(broker.clone()), "tx", 60_000, None)
         .await
         .unwrap();
     assert!(matches!(
@@ -277,14 +282,14 @@ async fn bad_input_gets_kafka_errors_and_changes_nothing() {
     assert!(matches!(
         broker
             .txns
-            .init_producer_id(&broker, "tx", 60_000, None)
+            .init_producer_id(&Host(broker.clone()), "tx", 60_000, None)
             .await,
         Err(TxnError::Concurrent(_))
     ));
     wait_state(&broker, "tx", TxnState::CompleteAbort).await;
     let (pid2, epoch2) = broker
         .txns
-        .init_producer_id(&broker, "tx", 60_000, None)
+        .init_producer_id(&Host(broker.clone()), "tx", 60_000, None)
         .await
         .unwrap();
     assert_eq!(
@@ -297,7 +302,7 @@ async fn bad_input_gets_kafka_errors_and_changes_nothing() {
         Err(TxnError::Fenced { .. })
     ));
     assert!(matches!(
-        broker.txns.end_txn(&broker, "tx", pid, epoch, true).await,
+        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await,
         Err(TxnError::Fenced { .. })
     ));
     let meta = broker.txns.describe("tx").unwrap().unwrap();

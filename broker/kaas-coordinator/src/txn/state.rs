@@ -10,7 +10,6 @@
 
 use std::collections::BTreeSet;
 
-use kafka_protocol::ResponseError as E;
 use serde::{Deserialize, Serialize};
 
 /// Kafka's `transaction.max.timeout.ms` default (15 minutes).
@@ -68,21 +67,6 @@ pub enum TxnError {
     Storage(String),
     #[error("cannot allocate a producer id: {0}")]
     ProducerIds(String),
-}
-
-impl TxnError {
-    /// The Kafka error on the wire.
-    pub fn response_error(&self) -> E {
-        match self {
-            TxnError::ProducerIdMapping { .. } => E::InvalidProducerIdMapping,
-            TxnError::Fenced { .. } => E::ProducerFenced,
-            TxnError::Concurrent(_) => E::ConcurrentTransactions,
-            TxnError::InvalidState { .. } => E::InvalidTxnState,
-            TxnError::InvalidTimeout(_) => E::InvalidTransactionTimeout,
-            TxnError::NotCoordinator => E::NotCoordinator,
-            TxnError::Storage(_) | TxnError::ProducerIds(_) => E::CoordinatorNotAvailable,
-        }
-    }
 }
 
 /// A transactional id's persisted metadata (the value of its key in the shard log).
@@ -372,14 +356,6 @@ mod tests {
             m.check_producer(5, 0),
             Err(TxnError::Fenced { .. })
         ));
-        assert_eq!(
-            TxnError::Fenced {
-                found: 0,
-                current: 1
-            }
-            .response_error(),
-            E::ProducerFenced
-        );
         // A second producer with the same id while a transaction is open: abort it first.
         m.add(&[p("a", 0)], &[], 2).unwrap_or(false);
         assert_eq!(m.init(None, 60_000, 3), Ok(InitOutcome::AbortFirst));
