@@ -609,4 +609,9 @@ func TestSeeds(t *testing.T) {
 		}
 		e.waitBrokersReady(time.Minute)
 	})
+
+	t.Run("seeded fault campaign", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		e.faultCampaign(t)
+	})
 }
