@@ -1,8 +1,8 @@
 //! The broker's error type and its mapping to Kafka error codes at the protocol edge.
 
-use kafka_protocol::ResponseError;
 use kaas_coordinator::GroupError;
 use kaas_coordinator::txn::TxnError;
+use kafka_protocol::ResponseError;
 
 /// Errors of the broker crate. Each maps to exactly one Kafka error code.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +72,9 @@ impl Error {
                 _ => ResponseError::KafkaStorageError,
             },
             Error::Volume(_) | Error::Io(_) => ResponseError::KafkaStorageError,
-            Error::Coordinator(kaas_coordinator::Error::Shard(ShardError::NotOwner | ShardError::Fenced { .. })) => ResponseError::NotCoordinator,
+            Error::Coordinator(kaas_coordinator::Error::Shard(ShardError::NotOwner | ShardError::Fenced { .. })) => {
+                ResponseError::NotCoordinator
+            }
             Error::Coordinator(_) => ResponseError::CoordinatorNotAvailable,
             Error::UnknownTopicOrPartition(_) => ResponseError::UnknownTopicOrPartition,
             Error::UnknownTopicId(_) => ResponseError::UnknownTopicId,

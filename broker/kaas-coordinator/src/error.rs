@@ -9,7 +9,11 @@ pub enum Error {
     #[error("no {kind} shard {shard}")]
     NoSuchShard { kind: &'static str, shard: u32 },
     #[error("unreadable {what} record {key:?} in shard {dir}")]
-    UnreadableRecord { what: &'static str, key: String, dir: String },
+    UnreadableRecord {
+        what: &'static str,
+        key: String,
+        dir: String,
+    },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

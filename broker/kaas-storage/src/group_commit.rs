@@ -32,7 +32,8 @@ pub trait GroupCommit: Send + Sync + 'static {
     /// Records the round's outcome (under the log's lock; a round that a role change or a
     /// rewrite has made moot changes nothing), wakes the waiters, and returns the next round
     /// if a waiter needs one.
-    fn settle(&self, round: Self::Round, outcome: Outcome<Self::FenceError>) -> Option<Self::Round>;
+    fn settle(&self, round: Self::Round, outcome: Outcome<Self::FenceError>)
+    -> Option<Self::Round>;
 }
 
 /// How a round ended.
@@ -110,7 +111,11 @@ mod tests {
 
         fn sync(&self, _: &i32) -> std::io::Result<()> {
             self.synced.fetch_add(1, Ordering::SeqCst);
-            if self.fail_sync { Err(std::io::Error::other("EIO")) } else { Ok(()) }
+            if self.fail_sync {
+                Err(std::io::Error::other("EIO"))
+            } else {
+                Ok(())
+            }
         }
 
         fn newer_epoch(&self, epoch: &i32) -> Result<Option<i32>, String> {
@@ -133,24 +138,40 @@ mod tests {
 
     #[test]
     fn durable_only_after_the_sync_and_the_fence() {
-        let log = Scripted { on_volume: AtomicI32::new(3), ..Default::default() };
+        let log = Scripted {
+            on_volume: AtomicI32::new(3),
+            ..Default::default()
+        };
         assert!(matches!(run_round(&log, &3), Outcome::Durable));
         assert!(matches!(run_round(&log, &2), Outcome::Deposed { newer: 3 }));
 
-        let failing = Scripted { fail_sync: true, ..Default::default() };
+        let failing = Scripted {
+            fail_sync: true,
+            ..Default::default()
+        };
         assert!(matches!(run_round(&failing, &3), Outcome::SyncFailed(_)));
 
-        let unreadable = Scripted { unreadable: true, ..Default::default() };
+        let unreadable = Scripted {
+            unreadable: true,
+            ..Default::default()
+        };
         assert!(matches!(run_round(&unreadable, &3), Outcome::FenceUnreadable(e) if e == "ESTALE"));
     }
 
     #[test]
     fn a_spawned_round_runs_the_rounds_its_settlement_asks_for() {
-        let log = Arc::new(Scripted { more_rounds: AtomicUsize::new(2), ..Default::default() });
+        let log = Arc::new(Scripted {
+            more_rounds: AtomicUsize::new(2),
+            ..Default::default()
+        });
         spawn(log.clone(), 1);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while log.settled.lock().len() < 3 {
-            assert!(std::time::Instant::now() < deadline, "rounds did not run: {:?}", log.settled.lock());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "rounds did not run: {:?}",
+                log.settled.lock()
+            );
             std::thread::yield_now();
         }
         assert_eq!(log.synced.load(Ordering::SeqCst), 3);
