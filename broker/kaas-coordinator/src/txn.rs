@@ -23,6 +23,8 @@
 //! (its partitions, or WriteTxnMarkers to their leaders), and allocates its producer ids.
 
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::time::Duration;
