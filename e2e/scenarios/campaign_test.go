@@ -95,10 +95,12 @@ func (e *seedsEnv) inject(t *testing.T, rng *rand.Rand, kind string, victim int)
 		time.Sleep(pause)
 		e.Signal(ns, pod, "", syscall.SIGCONT)
 	case "kill-controller":
-		holder := e.JSONPath(ns, "lease", "kc-controller", ".spec.holderIdentity")
-		if holder == "" {
-			t.Fatal("no controller Lease holder")
-		}
+		// Right after an earlier fault the Lease may be between holders.
+		var holder string
+		e.Eventually(time.Minute, "a controller Lease holder", func() (bool, error) {
+			holder = e.JSONPath(ns, "lease", "kc-controller", ".spec.holderIdentity")
+			return holder != "", nil
+		})
 		e.Signal(ns, holder, "", syscall.SIGKILL)
 	case "drain":
 		e.MustKubectl("-n", ns, "delete", "pod", pod, "--wait=true", "--timeout=90s")
