@@ -4,6 +4,11 @@
 # that directory is complete and was resolved from this pom.xml; prints its path.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
+# One fetch at a time: tests start Kafka's tools in parallel, and a second fetch finishing after
+# the first would replace the directory a JVM of the first is loading its classpath from.
+mkdir -p "$(dirname "$KAFKA_HOME")"
+exec 9>"$KAFKA_HOME.lock"
+flock 9
 if [ -f "$KAFKA_HOME/.complete" ] && cmp -s "$KAFKA_HOME/pom.xml" "$CONFORMANCE_DIR/pom.xml"; then
   echo "$KAFKA_LIBS"
   exit 0
