@@ -351,7 +351,7 @@ def digest(*paths: Path) -> str:
 
 
 def kafka_libs() -> Path:
-    out = subprocess.run([str(BIN / "fetch-kafka.sh")], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([str(BIN / "fetch-kafka.sh")], check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip())
 
 
@@ -397,12 +397,13 @@ def confluent_kafka_releases() -> list[str]:
 
 def confluent_kafka_python(release: str) -> str:
     """The interpreter of the virtualenv holding that release (bin/fetch-confluent-kafka.sh)."""
-    out = subprocess.run([str(BIN / "fetch-confluent-kafka.sh"), release], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([str(BIN / "fetch-confluent-kafka.sh"), release], check=True, stdout=subprocess.PIPE, text=True).stdout
     return out.strip().splitlines()[-1]
 
 
 def java_client_libs(release: str, *artifacts: str) -> Path:
-    out = subprocess.run([str(BIN / "fetch-java-client.sh"), release, *artifacts], check=True, capture_output=True, text=True).stdout
+    # Maven's complaints go to our stderr: a failed resolution must say why.
+    out = subprocess.run([str(BIN / "fetch-java-client.sh"), release, *artifacts], check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip())
 
 

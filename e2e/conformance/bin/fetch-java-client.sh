@@ -34,8 +34,13 @@ $(for a in "${artifacts[@]}"; do echo "    <dependency><groupId>org.apache.kafka
   </dependencies>
 </project>
 POM
-nice -n 10 mvn -B -q -Dstyle.color=never -f "$tmp/pom.xml" dependency:copy-dependencies \
-  -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2
+# Once more on failure: a clean-clone CI run lost one resolution to the registry.
+for attempt in 1 2; do
+  nice -n 10 mvn -B -q -Dstyle.color=never -f "$tmp/pom.xml" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2 && break
+  [ "$attempt" = 2 ] && exit 1
+  echo "fetch-java-client: resolution failed; retrying once" >&2
+done
 for a in "${artifacts[@]}"; do ls "$tmp/libs/$a-$version.jar" >/dev/null; done
 touch "$tmp/.complete"
 rm -rf "$home"

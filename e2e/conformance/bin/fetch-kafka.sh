@@ -19,8 +19,12 @@ tmp="$KAFKA_HOME.tmp.$$"
 rm -rf "$tmp"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-nice -n 10 mvn -B -q -Dstyle.color=never -f "$CONFORMANCE_DIR/pom.xml" dependency:copy-dependencies \
-  -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2
+for attempt in 1 2; do
+  nice -n 10 mvn -B -q -Dstyle.color=never -f "$CONFORMANCE_DIR/pom.xml" dependency:copy-dependencies \
+    -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2 && break
+  [ "$attempt" = 2 ] && exit 1
+  echo "fetch-kafka: resolution failed; retrying once" >&2
+done
 ls "$tmp/libs/kafka_2.13-$KAFKA_VERSION.jar" "$tmp/libs/kafka-tools-$KAFKA_VERSION.jar" \
   "$tmp/libs/kafka-clients-$KAFKA_VERSION.jar" >/dev/null
 cp "$CONFORMANCE_DIR/pom.xml" "$tmp/pom.xml"
