@@ -52,7 +52,6 @@ impl From<kaas_coordinator::shard_log::Error> for Error {
 impl Error {
     /// The Kafka error this becomes on the wire.
     pub fn response_error(&self) -> ResponseError {
-        use kaas_coordinator::shard_log::Error as ShardError;
         use kaas_storage::Error as S;
         match self {
             Error::Storage(e) => match e {
@@ -72,9 +71,7 @@ impl Error {
                 _ => ResponseError::KafkaStorageError,
             },
             Error::Volume(_) | Error::Io(_) => ResponseError::KafkaStorageError,
-            Error::Coordinator(kaas_coordinator::Error::Shard(ShardError::NotOwner | ShardError::Fenced { .. })) => {
-                ResponseError::NotCoordinator
-            }
+            Error::Coordinator(kaas_coordinator::Error::Shard(e)) if e.not_owner() => ResponseError::NotCoordinator,
             Error::Coordinator(_) => ResponseError::CoordinatorNotAvailable,
             Error::UnknownTopicOrPartition(_) => ResponseError::UnknownTopicOrPartition,
             Error::UnknownTopicId(_) => ResponseError::UnknownTopicId,

@@ -69,10 +69,10 @@ impl<T> Answer<T> {
     }
 }
 
-/// The Kafka error a group-storage failure becomes.
+/// The answer a member gets for a failure of its group's shard log.
 pub(crate) fn storage_error(e: &crate::shard_log::Error) -> E {
     match e {
-        crate::shard_log::Error::NotOwner | crate::shard_log::Error::Fenced { .. } => E::NotCoordinator,
+        e if e.not_owner() => E::NotCoordinator,
         crate::shard_log::Error::TooLarge(_) => E::InvalidCommitOffsetSize,
         _ => E::CoordinatorNotAvailable,
     }

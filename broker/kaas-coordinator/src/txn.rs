@@ -305,11 +305,7 @@ impl TxnCoordinator {
     ) -> Result<(), TxnError> {
         let (shard, seq) = {
             let (shard, mut txns, _) = self.owned(id)?;
-            let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
-                found: producer_id,
-                current: -1,
-            })?;
-            meta.check_producer(producer_id, producer_epoch)?;
+            let meta = producer_txn(&mut txns, id, producer_id, producer_epoch)?;
             let mut next = meta.clone();
             if !next.add(partitions, groups, now_ms())? {
                 return Ok(());
@@ -332,12 +328,8 @@ impl TxnCoordinator {
         producer_epoch: i16,
         partition: &(String, i32),
     ) -> Result<(), TxnError> {
-        let (_, txns, _) = self.owned(id)?;
-        let meta = txns.get(id).ok_or(TxnError::ProducerIdMapping {
-            found: producer_id,
-            current: -1,
-        })?;
-        meta.check_producer(producer_id, producer_epoch)?;
+        let (_, mut txns, _) = self.owned(id)?;
+        let meta = producer_txn(&mut txns, id, producer_id, producer_epoch)?;
         let included = if partition.0 == GROUP_OFFSETS_TOPIC {
             meta.groups.iter().any(|g| i32::try_from(shard_of(g)) == Ok(partition.1))
         } else {
@@ -392,11 +384,7 @@ impl TxnCoordinator {
     ) -> Result<Option<Completion>, TxnError> {
         let (shard, seq, meta, epoch) = {
             let (shard, mut txns, epoch) = self.owned(id)?;
-            let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
-                found: producer_id,
-                current: -1,
-            })?;
-            meta.check_producer(producer_id, producer_epoch)?;
+            let meta = producer_txn(&mut txns, id, producer_id, producer_epoch)?;
             let mut next = meta.clone();
             if next.end(commit, now_ms())? == EndOutcome::AlreadyDone {
                 return Ok(None);
@@ -538,6 +526,21 @@ impl TxnCoordinator {
     }
 }
 
+/// The metadata of `id`, if the request's producer id and epoch are its current ones.
+fn producer_txn<'a>(
+    txns: &'a mut Txns<'_>,
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+) -> Result<&'a mut TxnMetadata, TxnError> {
+    let meta = txns.get_mut(id).ok_or(TxnError::ProducerIdMapping {
+        found: producer_id,
+        current: -1,
+    })?;
+    meta.check_producer(producer_id, producer_epoch)?;
+    Ok(meta)
+}
+
 fn completion(id: &str, meta: &TxnMetadata, coordinator_epoch: i32) -> Completion {
     Completion {
         transactional_id: id.to_owned(),
@@ -554,7 +557,7 @@ fn completion(id: &str, meta: &TxnMetadata, coordinator_epoch: i32) -> Completio
 /// owns (handed over, or deposed by a newer owner) sends the client to the new coordinator.
 fn shard_error(e: &ShardError) -> TxnError {
     match e {
-        ShardError::NotOwner | ShardError::Fenced { .. } => TxnError::NotCoordinator,
+        e if e.not_owner() => TxnError::NotCoordinator,
         other => TxnError::Storage(other.to_string()),
     }
 }

@@ -12,6 +12,7 @@ shift
 artifacts=("${@:-kafka-clients}")
 label="$(IFS=_; echo "${artifacts[*]}")"
 home="$KAAS_CACHE/kafka-${label#kafka-}-$version"
+fetch_lock "$home"
 if [ -f "$home/.complete" ]; then
   echo "$home/libs"
   exit 0
@@ -34,13 +35,7 @@ $(for a in "${artifacts[@]}"; do echo "    <dependency><groupId>org.apache.kafka
   </dependencies>
 </project>
 POM
-# Once more on failure: a clean-clone CI run lost one resolution to the registry.
-for attempt in 1 2; do
-  nice -n 10 mvn -B -q -Dstyle.color=never -f "$tmp/pom.xml" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2 && break
-  [ "$attempt" = 2 ] && exit 1
-  echo "fetch-java-client: resolution failed; retrying once" >&2
-done
+maven_resolve "$tmp/pom.xml" "$tmp/libs"
 for a in "${artifacts[@]}"; do ls "$tmp/libs/$a-$version.jar" >/dev/null; done
 touch "$tmp/.complete"
 rm -rf "$home"

@@ -4,11 +4,7 @@
 # that directory is complete and was resolved from this pom.xml; prints its path.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
-# One fetch at a time: tests start Kafka's tools in parallel, and a second fetch finishing after
-# the first would replace the directory a JVM of the first is loading its classpath from.
-mkdir -p "$(dirname "$KAFKA_HOME")"
-exec 9>"$KAFKA_HOME.lock"
-flock 9
+fetch_lock "$KAFKA_HOME"
 if [ -f "$KAFKA_HOME/.complete" ] && cmp -s "$KAFKA_HOME/pom.xml" "$CONFORMANCE_DIR/pom.xml"; then
   echo "$KAFKA_LIBS"
   exit 0
@@ -19,12 +15,7 @@ tmp="$KAFKA_HOME.tmp.$$"
 rm -rf "$tmp"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-for attempt in 1 2; do
-  nice -n 10 mvn -B -q -Dstyle.color=never -f "$CONFORMANCE_DIR/pom.xml" dependency:copy-dependencies \
-    -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2 && break
-  [ "$attempt" = 2 ] && exit 1
-  echo "fetch-kafka: resolution failed; retrying once" >&2
-done
+maven_resolve "$CONFORMANCE_DIR/pom.xml" "$tmp/libs"
 ls "$tmp/libs/kafka_2.13-$KAFKA_VERSION.jar" "$tmp/libs/kafka-tools-$KAFKA_VERSION.jar" \
   "$tmp/libs/kafka-clients-$KAFKA_VERSION.jar" >/dev/null
 cp "$CONFORMANCE_DIR/pom.xml" "$tmp/pom.xml"

@@ -32,6 +32,12 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// Whether the shard is not (or no longer) this broker's: handed over, or deposed by a newer
+    /// owner. A client is then sent to the new coordinator; every other failure is this one's.
+    pub fn not_owner(&self) -> bool {
+        matches!(self, Error::NotOwner | Error::Fenced { .. })
+    }
+
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Error {
         Error::Io {
             op,
