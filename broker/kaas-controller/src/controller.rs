@@ -19,6 +19,7 @@ use crate::Result;
 use crate::balancer::{self, Placement};
 use crate::heartbeat_server::{HeartbeatHub, Role};
 use crate::lease::{LeaseAction, LeaseState, LeaseStore, decide};
+use crate::readdress::Readdressing;
 use crate::topics::TopicSource;
 
 /// Timings and identity of one broker's controller loop.
@@ -63,9 +64,9 @@ pub struct Controller {
     pub recompute: Notify,
     /// How long each recompute took (read, balance, write), for `/metrics`.
     pub recompute_seconds: Histogram,
-    /// Brokers seen back at a new address, and when: they hold no coordinator shard for
-    /// [`READDRESS_HANDOFF`] after it (see `recompute`).
-    readdressed_at: parking_lot::Mutex<BTreeMap<i32, Instant>>,
+    /// Addresses published and brokers seen back at a new one: those hold no coordinator shard
+    /// for [`READDRESS_HANDOFF`] after it (see `recompute`).
+    readdressing: parking_lot::Mutex<Readdressing>,
     /// Until when, after winning the Lease, brokers of the previous assignment keep their work
     /// without having beaten this controller: a session timeout for all of them, and for the
     /// previous controller only until it is certainly fenced (see [`grace_after_winning`]).
@@ -106,7 +107,7 @@ impl Controller {
             view: watch::Sender::new(LeaseView::default()),
             recompute: Notify::new(),
             recompute_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
-            readdressed_at: Default::default(),
+            readdressing: Default::default(),
             grace_until: Default::default(),
         })
     }
@@ -305,19 +306,13 @@ impl Controller {
             transactions: previous.transactions.clone(),
         };
         let stored = crate::stored_epochs::VolumeEpochs { fs: &self.fs, layout: &self.layout };
-        // Brokers that came back at another address than the previous assignment gives them,
-        // and those that did within the hand-off.
-        let readdressed: BTreeSet<i32> = {
-            let mut seen = self.readdressed_at.lock();
-            let now = Instant::now();
-            for id in alive.iter().filter(|id| match (previous.brokers.get(id), registered.get(id)) {
-                (Some(was), Some(current)) => was.host != current.host || was.port != current.port,
-                _ => false,
-            }) {
-                seen.insert(*id, now);
-            }
-            seen.retain(|_, at| now.duration_since(*at) < READDRESS_HANDOFF);
-            seen.keys().filter(|id| alive.contains(id)).copied().collect()
+        // Brokers that came back at another address than the one last published for them, and
+        // those that did within the hand-off.
+        let readdressed = {
+            let mut book = self.readdressing.lock();
+            book.published(&previous.brokers);
+            let addresses = registered.iter().map(|(id, r)| (*id, BrokerEndpoint { host: r.host.clone(), port: r.port })).collect();
+            book.readdressed(&alive, &addresses, Instant::now(), READDRESS_HANDOFF)
         };
         let placement = balancer::balance(&before, &topics, &alive, &draining, &readdressed, self.config.shards, &stored);
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
@@ -339,6 +334,7 @@ impl Controller {
         };
         log_moves(&previous, &next, &alive, &draining);
         assignment::write(&*self.fs, &self.layout, &next)?;
+        self.readdressing.lock().published(&next.brokers);
         info!(epoch, version = next.assignment_version, partitions = next.partitions.len(), brokers = ?next.brokers.keys().collect::<Vec<_>>(), "assignment written");
         self.hub.push_assignment_changed(epoch, next.assignment_version);
         if let Some(mirror) = &self.config.mirror {

@@ -3,6 +3,7 @@
 //! - [`lease`]: the election, a pure decision function over a narrow Lease store;
 //! - [`balancer`]: partition leaders and group-shard coordinators, even, sticky, minimal moves;
 //! - [`controller`]: the loop that recomputes and writes assignment.json while holding the Lease;
+//! - [`readdress`]: which brokers came back at an address their clients do not know yet;
 //! - [`heartbeat_server`] / [`heartbeat_client`]: the gRPC stream every broker keeps open to the
 //!   controller, which is both the alive set and the ASSIGNMENT_CHANGED push;
 //! - [`stats`]: partition statistics on the heartbeat (log ends, sizes, handed-back high watermarks);
@@ -17,6 +18,7 @@ pub mod heartbeat_client;
 pub mod heartbeat_server;
 pub mod lease;
 pub mod mirror;
+pub mod readdress;
 pub mod stats;
 pub mod status;
 pub mod stored_epochs;

@@ -649,6 +649,26 @@ async fn campaign() -> TestResult {
 /// member dialled the dead address for over a minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_coordinator_back_on_a_new_port_is_found_again() -> TestResult {
+    coordinator_back_on_a_new_port(Return::AtOnce).await
+}
+
+/// The same, when the coordinator comes back only after its session expired and the controller
+/// dropped it from the assignment: its clients still hold the address from before the drop, so
+/// it is readdressed all the same (the long campaign found a KIP-848 member that dialled the
+/// dead address for a minute: the controller compared with the previous assignment only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_coordinator_back_on_a_new_port_after_its_session_expired_is_found_again() -> TestResult {
+    coordinator_back_on_a_new_port(Return::AfterItsSessionExpired).await
+}
+
+/// When a killed coordinator starts again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Return {
+    AtOnce,
+    AfterItsSessionExpired,
+}
+
+async fn coordinator_back_on_a_new_port(when: Return) -> TestResult {
     let mut cluster = Cluster::start(3).await?;
     cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
     create_topic(&cluster, TOPIC, PARTITIONS).await?;
@@ -682,6 +702,9 @@ async fn a_group_coordinator_back_on_a_new_port_is_found_again() -> TestResult {
             assignment.consumer_groups.get(&kaas_coordinator::shard_of(group)).ok_or("the group's shard is not placed")?.coordinator;
         let (old, since) = (cluster.nodes.get(&coordinator).map(|n| n.bootstrap.clone()), commits(&outcomes));
         cluster.kill(coordinator).await;
+        if when == Return::AfterItsSessionExpired {
+            cluster.wait_assignment(SETTLE, |a| !a.brokers.contains_key(&coordinator)).await?;
+        }
         cluster.start_node(coordinator).await?;
         let new = cluster.nodes.get(&coordinator).map(|n| n.bootstrap.clone());
         assert_ne!(old, new, "broker {coordinator} came back on another port");
