@@ -17,6 +17,7 @@ pub mod fs;
 pub mod identity;
 pub mod layout;
 pub mod listen_address;
+pub mod live_topics;
 pub mod names;
 pub mod producer_ids;
 pub mod reclaim;

@@ -9,11 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kaas_controller::controller::LeaseView;
-use kaas_controller::heartbeat_client::HeartbeatStatus;
 use kaas_shared::assignment::Assignment;
 use parking_lot::RwLock;
-use tokio::sync::watch;
+
+use crate::control_plane::ControlPlane;
 
 /// Why an assignment was not applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -29,19 +28,18 @@ pub enum Rejected {
 pub struct AssignmentView {
     pub broker_id: i32,
     current: RwLock<Arc<Assignment>>,
-    lease: watch::Receiver<LeaseView>,
-    pub heartbeat: Arc<HeartbeatStatus>,
+    /// The Lease epoch and the heartbeat's acknowledgements.
+    pub control: Arc<dyn ControlPlane>,
     fence_timeout: Duration,
     draining: AtomicBool,
 }
 
 impl AssignmentView {
-    pub fn new(broker_id: i32, lease: watch::Receiver<LeaseView>, heartbeat: Arc<HeartbeatStatus>, fence_timeout: Duration) -> AssignmentView {
+    pub fn new(broker_id: i32, control: Arc<dyn ControlPlane>, fence_timeout: Duration) -> AssignmentView {
         AssignmentView {
             broker_id,
             current: RwLock::new(Arc::new(Assignment::default())),
-            lease,
-            heartbeat,
+            control,
             fence_timeout,
             draining: AtomicBool::new(false),
         }
@@ -54,7 +52,7 @@ impl AssignmentView {
 
     /// The Lease epoch as last seen.
     pub fn lease_epoch(&self) -> i64 {
-        self.lease.borrow().epoch
+        self.control.lease_epoch()
     }
 
     /// Accepts `candidate` if it is newer and not from a stale controller; returns the
@@ -72,9 +70,11 @@ impl AssignmentView {
     }
 
     /// Whether this broker must refuse to acknowledge writes: the controller has not
-    /// acknowledged its heartbeat within the fence timeout (DESIGN: broker fencing).
+    /// acknowledged its heartbeat within the fence timeout (DESIGN: broker fencing): the
+    /// controller may already be moving its partitions (it waits `session.timeout` >
+    /// `fence.timeout` + margin before it does).
     pub fn write_fenced(&self) -> bool {
-        self.heartbeat.fenced(self.fence_timeout)
+        self.control.since_last_ack().is_none_or(|since| since > self.fence_timeout)
     }
 
     /// Marks this broker as draining (SIGTERM); the next heartbeat carries it.
@@ -89,7 +89,10 @@ impl AssignmentView {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
+    use crate::control_plane::FixedControlPlane;
 
     fn assignment(epoch: i64, version: i64) -> Assignment {
         Assignment { controller_epoch: epoch, assignment_version: version, ..Default::default() }
@@ -97,25 +100,29 @@ mod tests {
 
     #[test]
     fn stale_controllers_and_old_versions_are_refused() {
-        let (lease_tx, lease_rx) = watch::channel(LeaseView { holder: Some("kaas-0".into()), epoch: 3 });
-        let view = AssignmentView::new(0, lease_rx, HeartbeatStatus::new(), Duration::from_secs(1));
+        let control = Arc::new(FixedControlPlane::default());
+        control.lease_epoch.store(3, Ordering::SeqCst);
+        let view = AssignmentView::new(0, control.clone(), Duration::from_secs(1));
         assert_eq!(view.apply_if_new(assignment(2, 9)).err(), Some(Rejected::StaleController { epoch: 2, lease_epoch: 3 }));
         assert!(view.apply_if_new(assignment(3, 1)).is_ok());
         assert_eq!(view.apply_if_new(assignment(3, 1)).err(), Some(Rejected::NotNewer));
         assert!(view.apply_if_new(assignment(3, 2)).is_ok());
-        let _ = lease_tx.send(LeaseView { holder: Some("kaas-1".into()), epoch: 4 });
+        control.lease_epoch.store(4, Ordering::SeqCst);
         assert!(matches!(view.apply_if_new(assignment(3, 5)), Err(Rejected::StaleController { .. })));
         assert!(view.apply_if_new(assignment(4, 3)).is_ok());
         assert_eq!(view.current().assignment_version, 3);
         assert!(view.write_fenced(), "never acknowledged: fenced");
+        control.acknowledged_now();
+        assert!(!view.write_fenced(), "acknowledged just now");
     }
 
     /// The follow loop, the heartbeat push and a drain's wait apply assignments concurrently:
     /// however they interleave, the view only moves forward and ends at the newest.
     #[test]
     fn concurrent_applies_only_move_forward() {
-        let (_lease_tx, lease_rx) = watch::channel(LeaseView { holder: Some("kaas-0".into()), epoch: 1 });
-        let view = AssignmentView::new(0, lease_rx, HeartbeatStatus::new(), Duration::from_secs(1));
+        let control = Arc::new(FixedControlPlane::default());
+        control.lease_epoch.store(1, Ordering::SeqCst);
+        let view = AssignmentView::new(0, control, Duration::from_secs(1));
         let appliers = 4;
         let per_applier = 500;
         std::thread::scope(|s| {
@@ -127,7 +134,11 @@ mod tests {
                         let version = (i * appliers + t) as i64 + 1;
                         for candidate in [version, version / 2] {
                             if let Ok(replaced) = view.apply_if_new(assignment(1, candidate)) {
-                                assert!(replaced.assignment_version < candidate, "moved back from {} to {candidate}", replaced.assignment_version);
+                                assert!(
+                                    replaced.assignment_version < candidate,
+                                    "moved back from {} to {candidate}",
+                                    replaced.assignment_version
+                                );
                             }
                             // Applied, or refused because something at least as new is there.
                             assert!(view.current().assignment_version >= candidate);

@@ -76,10 +76,7 @@ impl Broker {
             txns.take_over_all(|stored| lease.takeover_epoch(stored));
         }
         info!(node_id = config.node_id, storage = ?config.storage, topics = topics.list().len(), "broker opened");
-        let cluster = config
-            .cluster
-            .clone()
-            .map(|settings| crate::cluster::Cluster::new(settings, config.node_id, engine.fs().clone(), engine.layout().clone()));
+        let cluster = config.cluster.clone().map(|link| crate::cluster::Cluster::new(link, config.node_id));
         let auto_creates = crate::rate_limit::RateLimiter::per_minute(config.auto_create_topics_per_minute);
         let authorizer = match config.security.authorizer.clone() {
             Some(settings) => Some(crate::authz::Authorizer::open(engine.fs().clone(), engine.layout(), settings)?),

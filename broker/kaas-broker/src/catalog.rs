@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use kaas_controller::topics::LiveTopics;
+use kaas_shared::live_topics::LiveTopics;
 
 use crate::error::Result;
 use crate::topics::NewTopic;

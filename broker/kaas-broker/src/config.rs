@@ -14,67 +14,27 @@ pub enum StorageMode {
     InMemory,
 }
 
-/// What a broker in a cluster needs beyond the local settings (seed 003).
+/// What a broker in a cluster needs beyond the local settings (seed 003). The cluster runtime
+/// (the `kaas` binary's `cluster` module) builds it; the broker sees the controller only
+/// through [`ControlPlane`](crate::control_plane::ControlPlane).
 #[derive(Debug, Clone)]
-pub struct ClusterSettings {
-    /// The pod name: the Lease holder identity. Ends in `-<broker id>` (the StatefulSet ordinal).
-    pub identity: String,
-    /// Where the heartbeat gRPC server binds.
-    pub heartbeat_listen: SocketAddr,
-    /// `host:port` other brokers dial for this broker's heartbeat server.
-    pub heartbeat_advertise: String,
-    /// The `kaas-controller` Lease.
-    pub lease: std::sync::Arc<dyn kaas_controller::lease::LeaseStore>,
-    pub lease_duration: std::time::Duration,
-    pub renew_interval: std::time::Duration,
+pub struct ClusterLink {
+    /// The Lease epoch, the heartbeat's acknowledgements, the controller role.
+    pub control: std::sync::Arc<dyn crate::control_plane::ControlPlane>,
     /// `fence.timeout`: unacknowledged this long, a broker stops acknowledging writes.
-    pub fence_timeout: std::time::Duration,
-    /// `session.timeout`: silent this long, a broker's partitions are moved (> fence + margin).
-    pub session_timeout: std::time::Duration,
+    pub fence_timeout: Duration,
     /// How long SIGTERM waits for the controller to move partitions away before relinquishing.
-    pub drain_timeout: std::time::Duration,
+    pub drain_timeout: Duration,
     /// The topics' source of truth (KafkaTopic resources); `None`: the volume is (brokers
     /// create topic directories themselves, as in-process clusters do).
     pub catalog: Option<std::sync::Arc<dyn crate::catalog::TopicCatalog>>,
-    /// Where the controller mirrors each assignment for humans (KafkaClusterAssignments).
-    pub mirror: Option<std::sync::Arc<dyn kaas_controller::mirror::AssignmentMirror>>,
-    /// Which brokers Kubernetes sees serving (EndpointSlices); `None`: heartbeats alone.
-    pub ready_brokers: Option<std::sync::Arc<dyn kaas_controller::endpoints::ReadyBrokers>>,
-    /// Where the controller publishes traffic, partitions led, groups and topic sizes
-    /// (KafkaCluster and KafkaTopic status), and how often; `None`: nowhere.
-    pub status_sink: Option<std::sync::Arc<dyn kaas_controller::status::StatusSink>>,
-    pub status_pacing: kaas_controller::status::Pacing,
 }
 
-impl ClusterSettings {
-    /// Settings for in-process clusters and tests: fast timings over the given Lease.
-    pub fn for_tests(identity: &str, lease: std::sync::Arc<dyn kaas_controller::lease::LeaseStore>) -> ClusterSettings {
-        use std::time::Duration;
-        ClusterSettings {
-            identity: identity.to_string(),
-            heartbeat_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            heartbeat_advertise: String::new(),
-            lease,
-            lease_duration: Duration::from_secs(3),
-            renew_interval: Duration::from_millis(300),
-            fence_timeout: Duration::from_secs(2),
-            session_timeout: Duration::from_secs(4),
-            drain_timeout: Duration::from_secs(10),
-            catalog: None,
-            mirror: None,
-            ready_brokers: None,
-            status_sink: None,
-            status_pacing: kaas_controller::status::Pacing {
-                round: Duration::from_secs(1),
-                topic_min_interval: Duration::ZERO,
-                topic_writes_per_round: 1000,
-            },
-        }
-    }
-
-    /// The broker id the identity's ordinal names (`kaas-2` is broker 2).
-    pub fn broker_id_of(identity: &str) -> Option<i32> {
-        identity.rsplit_once('-').and_then(|(_, n)| n.parse().ok()).filter(|id: &i32| *id >= 0)
+#[cfg(test)]
+impl ClusterLink {
+    /// A link for unit tests over a control plane set by hand.
+    pub(crate) fn for_tests(control: std::sync::Arc<dyn crate::control_plane::ControlPlane>) -> ClusterLink {
+        ClusterLink { control, fence_timeout: Duration::from_secs(2), drain_timeout: Duration::from_secs(10), catalog: None }
     }
 }
 
@@ -114,7 +74,7 @@ pub struct BrokerConfig {
     /// The log cleaner's schedule (its dedupe buffer is in `log_defaults`).
     pub log_cleaner: LogCleanerSettings,
     /// Cluster mode; `None` is local mode (a lease shim leads every partition).
-    pub cluster: Option<ClusterSettings>,
+    pub cluster: Option<ClusterLink>,
     /// The group coordinator's settings (`group.*`, `offsets.*`).
     pub groups: crate::groups::GroupConfig,
     /// What one Fetch may cost: `fetch.max.bytes`, its wait, its partitions, fetch sessions.

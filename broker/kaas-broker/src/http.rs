@@ -84,8 +84,8 @@ impl Metrics {
         registry.register("assignment_apply_seconds", "Follow rounds that applied a newer assignment: reading it and the take-overs and relinquishes it asked for", runtime.assignment_apply_seconds);
         registry.register("fencing_events", "Times this broker fenced itself: no heartbeat acknowledged within the fence timeout", runtime.fencing_events);
         let (round_trip, recompute) = match &broker.cluster {
-            Some(c) => (c.view.heartbeat.round_trip.clone(), c.controller.recompute_seconds.clone()),
-            None => (kaas_controller::heartbeat_client::HeartbeatStatus::new().round_trip.clone(), Histogram::new(std::iter::empty())),
+            Some(c) => (c.link.control.heartbeat_round_trip(), c.link.control.recompute_seconds()),
+            None => (Histogram::new(std::iter::empty()), Histogram::new(std::iter::empty())),
         };
         registry.register("heartbeat_round_trip_seconds", "A heartbeat beat to the controller's acknowledgement", round_trip);
         registry.register("controller_recompute_seconds", "The controller's placement recomputes (read, balance, write when changed), on the broker holding the Lease", recompute);
@@ -120,11 +120,11 @@ impl Metrics {
             let a = cluster.view.current();
             g.assignment_version.set(a.assignment_version);
             g.controller_epoch.set(a.controller_epoch);
-            g.is_controller.set(i64::from(matches!(cluster.hub.role(), kaas_controller::heartbeat_server::Role::Controller { .. })));
+            let control = &cluster.link.control;
+            g.is_controller.set(i64::from(control.is_controller()));
             g.fenced.set(i64::from(cluster.view.write_fenced()));
             g.draining.set(i64::from(cluster.view.draining()));
-            let controller = matches!(cluster.hub.role(), kaas_controller::heartbeat_server::Role::Controller { .. });
-            g.alive_brokers.set(if controller { cluster.hub.alive(cluster.settings.session_timeout).len() as i64 } else { 0 });
+            g.alive_brokers.set(i64::try_from(control.alive_brokers()).unwrap_or(i64::MAX));
         }
     }
 }

@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kaas_controller::proto::GroupSummary;
 use kaas_storage::Partition;
 
 use crate::broker::Broker;
@@ -26,7 +25,7 @@ pub struct PartitionLag {
     pub lag: Option<i64>,
     /// How old the oldest uncommitted record is (0 when caught up), only when asked for: from
     /// the batch header for led partitions, estimated from the handed-back high watermarks'
-    /// history for the others (`kaas_controller::stats::RemotePartition`).
+    /// history for the others (the control plane's `remote_lag_seconds`).
     pub seconds: Option<f64>,
     /// Whether the high watermark came from another broker (through the controller).
     pub remote: bool,
@@ -63,7 +62,7 @@ pub fn led(broker: &Broker) -> Led {
 /// when `with_seconds` (lag in time reads batch headers): call it where blocking is fine.
 pub fn groups(broker: &Broker, led: &Led, with_seconds: bool) -> Vec<GroupLag> {
     let now_ms = crate::broker::now_ms();
-    let heartbeat = broker.cluster.as_ref().map(|c| &c.view.heartbeat);
+    let control = broker.cluster.as_ref().map(|c| &c.link.control);
     let mut out = Vec::new();
     for group in broker.groups.list(&[], &[]) {
         let Ok(offsets) = broker.groups.fetch_offsets(&group.group_id, None, None) else { continue };
@@ -75,12 +74,12 @@ pub fn groups(broker: &Broker, led: &Led, with_seconds: bool) -> Vec<GroupLag> {
                 let leader = leaders.and_then(|ps| ps.get(&partition));
                 let (high_watermark, remote) = match leader {
                     Some(p) => (Some(p.high_watermark()), false),
-                    None => (heartbeat.and_then(|h| h.remote_partition(&topic, partition)).map(|s| s.high_watermark), true),
+                    None => (control.and_then(|c| c.remote_high_watermark(&topic, partition)), true),
                 };
                 let seconds = match (with_seconds, leader) {
                     (false, _) => None,
                     (true, Some(p)) => lag_seconds(p, offset.offset, now_ms),
-                    (true, None) => heartbeat.and_then(|h| h.remote_lag_seconds(&topic, partition, offset.offset, now_ms)),
+                    (true, None) => control.and_then(|c| c.remote_lag_seconds(&topic, partition, offset.offset, now_ms)),
                 };
                 partitions.push(PartitionLag {
                     topic: topic.clone(),
@@ -105,28 +104,4 @@ fn lag_seconds(partition: &Partition, committed: i64, now_ms: i64) -> Option<f64
         Ok(None) => Some(0.0),
         Err(_) => None,
     }
-}
-
-/// Groups in the heartbeat: at most this many, largest lag first.
-pub const MAX_GROUP_SUMMARIES: usize = 50;
-
-/// The heartbeat's group summaries: the [`MAX_GROUP_SUMMARIES`] groups with the largest lag, and
-/// how many groups there are.
-pub fn summaries(broker: &Broker) -> (Vec<GroupSummary>, u32) {
-    let groups = groups(broker, &led(broker), false);
-    let count = u32::try_from(groups.len()).unwrap_or(u32::MAX);
-    let mut out: Vec<GroupSummary> = groups
-        .iter()
-        .map(|g| GroupSummary {
-            group_id: g.group.group_id.clone(),
-            state: g.group.state.to_string(),
-            group_type: g.group.group_type.to_string(),
-            protocol_type: g.group.protocol_type.clone(),
-            members: u32::try_from(g.group.members).unwrap_or(u32::MAX),
-            lag: g.total(),
-        })
-        .collect();
-    out.sort_by(|a, b| b.lag.cmp(&a.lag).then_with(|| a.group_id.cmp(&b.group_id)));
-    out.truncate(MAX_GROUP_SUMMARIES);
-    (out, count)
 }

@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod connections;
+pub mod control_plane;
 pub mod error;
 pub mod error_codes;
 pub mod fetch_session;

@@ -119,7 +119,7 @@ pub(crate) async fn followed(broker: &Broker, name: &str, timeout: Duration) -> 
 }
 
 fn catalog(broker: &Broker) -> Option<&Arc<dyn TopicCatalog>> {
-    broker.cluster.as_ref()?.settings.catalog.as_ref()
+    broker.cluster.as_ref()?.link.catalog.as_ref()
 }
 
 /// Polls `done` until it yields, waking on catalog events and at least every 50 ms. The

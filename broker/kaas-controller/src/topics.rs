@@ -1,13 +1,12 @@
 //! Where the controller learns which topics exist.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
 use kaas_shared::{identity, topic_file};
+pub use kaas_shared::live_topics::LiveTopics;
 use tracing::warn;
-use uuid::Uuid;
 
 use crate::{Error, Result};
 use crate::balancer::TopicInfo;
@@ -16,15 +15,6 @@ use crate::balancer::TopicInfo;
 /// volume implementation reads the topic.json files their reconciler writes.
 pub trait TopicSource: Send + Sync + std::fmt::Debug {
     fn list(&self) -> Result<Vec<TopicInfo>>;
-}
-
-/// The topics that exist by the cluster's source of truth (the KafkaTopic resources), by name
-/// and identity. A topic directory is served only while a live topic of that name carries its
-/// identity: a deleted topic's directory, or an earlier incarnation's, is never taken over.
-pub trait LiveTopics: Send + Sync + std::fmt::Debug {
-    /// Name → topic id of every live topic; `None` until the first complete list is known (a
-    /// half-synced list would look like a mass deletion).
-    fn live(&self) -> Option<BTreeMap<String, Uuid>>;
 }
 
 /// Topics as the topic directories on the volume describe them: topic.json whose identity

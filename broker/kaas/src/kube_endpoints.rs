@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kaas_broker::config::ClusterSettings;
+use kaas::cluster::ClusterSettings;
 use kaas_controller::endpoints::ReadyBrokers;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};

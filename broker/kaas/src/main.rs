@@ -23,7 +23,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{ArgAction, Parser, ValueEnum};
-use kaas_broker::config::{ClusterSettings, ConnectionLimits, StorageMode};
+use kaas::cluster::{ClusterSettings, Runtime};
+use kaas_broker::config::{ConnectionLimits, StorageMode};
 use kaas_broker::{Broker, BrokerConfig, Server};
 use tracing::info;
 
@@ -225,6 +226,9 @@ fn main() -> anyhow::Result<()> {
         if ClusterSettings::broker_id_of(pod).is_none() {
             bail!("MY_POD_NAME={pod:?} does not end in -<ordinal>; cluster mode needs a StatefulSet pod name (unset MY_POD_NAME for local mode)");
         }
+        if args.in_memory {
+            bail!("cluster mode keeps partitions on the shared volume: --in-memory is for local mode only (unset MY_POD_NAME)");
+        }
         if let Some(why) = args.security.unsupported_in_cluster_mode() {
             bail!("{why}");
         }
@@ -270,14 +274,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     log_defaults.cleaner_dedupe_buffer_bytes = usize::try_from(args.log_cleaner_dedupe_buffer_size).unwrap_or(usize::MAX);
     let log_defaults = topic_defaults(&args, log_defaults)?;
     let storage = if args.in_memory { StorageMode::InMemory } else { StorageMode::Disk(args.data_dir.clone()) };
+    let node_id = args.pod_name.as_deref().and_then(ClusterSettings::broker_id_of).unwrap_or(args.node_id);
+    // Cluster mode: the runtime (controller role, heartbeat) over the volume the broker opens.
     let cluster = match &args.pod_name {
         None => None,
-        Some(pod) => Some(cluster_settings(&args, pod).await?),
+        Some(pod) => {
+            let settings = cluster_settings(&args, pod).await?;
+            let volume: kaas_shared::fs::FsRef = std::sync::Arc::new(kaas_shared::fs::RealFs);
+            Some(Runtime::new(settings, node_id, volume, kaas_shared::layout::Layout::new(&args.data_dir)))
+        }
     };
-    let node_id = args.pod_name.as_deref().and_then(ClusterSettings::broker_id_of).unwrap_or(args.node_id);
     let config = BrokerConfig {
         node_id,
-        cluster,
+        cluster: cluster.as_ref().map(Runtime::link),
         listen: bound,
         advertise_host,
         advertise_port,
@@ -319,7 +328,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let housekeeping = tokio::spawn(broker.clone().housekeeping_loop(stop_rx.clone()));
     let cleaner = tokio::spawn(broker.clone().cleaner_loop(stop_rx.clone()));
     let transactions = tokio::spawn(broker.clone().transactions_loop(stop_rx.clone()));
-    let mut cluster_tasks = kaas_broker::cluster::spawn(broker.clone(), stop_rx.clone()).await.context("starting the cluster runtime")?;
+    let mut cluster_tasks = match &cluster {
+        Some(runtime) => runtime.spawn(broker.clone(), stop_rx.clone()).await.context("starting the cluster runtime")?,
+        None => tokio::task::JoinSet::new(),
+    };
     let http = listen::bind(args.http_listen).await?;
     let http_bound = http.local_addr()?;
     let mut http_stop = stop_rx.clone();

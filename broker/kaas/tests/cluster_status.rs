@@ -106,8 +106,8 @@ async fn the_heartbeat_carries_partition_stats_and_hands_high_watermarks_back_fo
 
     // The controller's hub has every broker's report: a publication round shows them.
     let controller = cluster.nodes.values().find_map(|n| {
-        let c = n.broker.cluster.as_ref()?;
-        matches!(c.hub.role(), kaas_controller::heartbeat_server::Role::Controller { .. }).then(|| c.hub.clone())
+        let hub = n.runtime.hub();
+        matches!(hub.role(), kaas_controller::heartbeat_server::Role::Controller { .. }).then_some(hub)
     });
     let hub = controller.ok_or("no controller")?;
     let sink = Arc::new(Recorded::default());

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kaas_controller::lease::MemoryLease;
 use kaas_shared::assignment::{Assignment, PartitionAssignment};
 use kaas_shared::names::partition_key;
 use kafka_protocol::ResponseError;
@@ -12,7 +11,8 @@ use uuid::Uuid;
 
 use super::led_partition;
 use crate::broker::Broker;
-use crate::config::{BrokerConfig, ClusterSettings, StorageMode};
+use crate::config::{BrokerConfig, ClusterLink, StorageMode};
+use crate::control_plane::FixedControlPlane;
 use crate::topics::NewTopic;
 
 fn placed(topic_id: Uuid, leader: i32, leader_epoch: i32, version: i64) -> Assignment {
@@ -26,16 +26,17 @@ fn placed(topic_id: Uuid, leader: i32, leader_epoch: i32, version: i64) -> Assig
 #[tokio::test]
 async fn a_partition_is_led_only_where_and_at_the_epoch_the_assignment_says() {
     let tmp = tempfile::tempdir().unwrap();
+    let control = Arc::new(FixedControlPlane::default());
     let config = BrokerConfig {
         node_id: 0,
         storage: StorageMode::Disk(tmp.path().to_path_buf()),
-        cluster: Some(ClusterSettings::for_tests("kaas-0", Arc::new(MemoryLease::new()))),
+        cluster: Some(ClusterLink::for_tests(control.clone())),
         ..BrokerConfig::local_in_memory()
     };
     let broker = Broker::open(config).unwrap();
     let topic = broker.topics.create(NewTopic { name: "t".into(), partitions: 1, configs: BTreeMap::new() }).unwrap();
     let cluster = broker.cluster.as_ref().unwrap();
-    cluster.view.heartbeat.acknowledged_now();
+    control.acknowledged_now();
     let refused = |broker: &Broker| led_partition(broker, "t", 0).err();
 
     cluster.view.apply_if_new(placed(topic.id, 0, 3, 1)).unwrap();

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kaas_controller::lease::MemoryLease;
-use kaas_controller::topics::LiveTopics;
+use kaas_shared::live_topics::LiveTopics;
 use kaas_shared::assignment::{Assignment, PartitionAssignment};
 use kaas_shared::names::partition_key;
 use parking_lot::Mutex;
@@ -17,7 +16,8 @@ use uuid::Uuid;
 use super::{create, followed};
 use crate::broker::Broker;
 use crate::catalog::{CatalogFuture, TopicCatalog};
-use crate::config::{BrokerConfig, ClusterSettings, StorageMode};
+use crate::config::{BrokerConfig, ClusterLink, StorageMode};
+use crate::control_plane::FixedControlPlane;
 use crate::error::Error;
 use crate::topics::NewTopic;
 
@@ -57,9 +57,8 @@ impl TopicCatalog for Catalog {
 }
 
 fn cluster_broker(dir: &tempfile::TempDir, catalog: Arc<Catalog>) -> Arc<Broker> {
-    let mut settings = ClusterSettings::for_tests("kaas-0", Arc::new(MemoryLease::new()));
-    settings.catalog = Some(catalog);
-    let config = BrokerConfig { storage: StorageMode::Disk(dir.path().to_path_buf()), cluster: Some(settings), ..BrokerConfig::local_in_memory() };
+    let link = ClusterLink { catalog: Some(catalog), ..ClusterLink::for_tests(Arc::new(FixedControlPlane::default())) };
+    let config = BrokerConfig { storage: StorageMode::Disk(dir.path().to_path_buf()), cluster: Some(link), ..BrokerConfig::local_in_memory() };
     Broker::open(config).unwrap()
 }
 

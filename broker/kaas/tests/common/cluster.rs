@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use kaas_broker::config::{ClusterSettings, StorageMode};
+use kaas::cluster::{ClusterSettings, Runtime};
+use kaas_broker::config::StorageMode;
 use kaas_broker::{Broker, BrokerConfig, Server, cluster};
 use kaas_controller::lease::MemoryLease;
 use kaas_shared::assignment::{self, Assignment};
@@ -26,6 +27,8 @@ use super::faults::CuttableLease;
 pub struct Node {
     pub id: i32,
     pub broker: Arc<Broker>,
+    /// Its cluster runtime (controller role, heartbeat).
+    pub runtime: Arc<Runtime>,
     pub bootstrap: String,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -41,6 +44,8 @@ pub struct Cluster {
     pub mounts: BTreeMap<i32, FaultSwitch>,
     /// Each broker's way to the Lease: set, the API server is unreachable from that broker.
     pub lease_cuts: BTreeMap<i32, Arc<AtomicBool>>,
+    /// The runtimes of paused nodes, for their resume.
+    paused: BTreeMap<i32, Arc<Runtime>>,
     _tmp: tempfile::TempDir,
 }
 
@@ -56,6 +61,7 @@ impl Cluster {
             nodes: BTreeMap::new(),
             mounts: BTreeMap::new(),
             lease_cuts: BTreeMap::new(),
+            paused: BTreeMap::new(),
             _tmp: tmp,
         };
         for id in 0..brokers {
@@ -74,28 +80,37 @@ impl Cluster {
         let addr = listener.local_addr()?;
         let mount = self.mounts.entry(id).or_default().clone();
         let lease = Arc::new(CuttableLease::new(self.lease.clone(), self.lease_cuts.entry(id).or_default().clone()));
+        let volume = FaultyFs::wrap(Arc::new(RealFs), mount);
+        let runtime = Runtime::new(ClusterSettings::for_tests(&format!("kaas-{id}"), lease), id, volume.clone(), Layout::new(&self.data));
         let config = BrokerConfig {
             node_id: id,
             listen: addr,
             advertise_host: "127.0.0.1".into(),
             advertise_port: addr.port(),
             storage: StorageMode::Disk(self.data.clone()),
-            volume_fs: Some(FaultyFs::wrap(Arc::new(RealFs), mount)),
+            volume_fs: Some(volume),
             auto_create_topics: true,
-            cluster: Some(ClusterSettings::for_tests(&format!("kaas-{id}"), lease)),
+            cluster: Some(runtime.link()),
             // A first member joins at once (as local mode and Kafka's shipped config do).
             groups: kaas_broker::groups::GroupConfig { initial_rebalance_delay: Duration::ZERO, ..Default::default() },
             ..BrokerConfig::local_in_memory()
         };
         let broker = tokio::task::spawn_blocking(move || Broker::open(config)).await??;
+        self.run_node(id, broker, runtime, listener).await
+    }
+
+    /// Starts the tasks of an opened (or paused) broker: its cluster runtime, its transaction
+    /// completions and its Kafka listener.
+    async fn run_node(&mut self, id: i32, broker: Arc<Broker>, runtime: Arc<Runtime>, listener: tokio::net::TcpListener) -> TestResult {
+        let bootstrap = listener.local_addr()?.to_string();
         let (stop, stop_rx) = watch::channel(false);
-        let mut tasks = cluster::spawn(broker.clone(), stop_rx.clone()).await?;
+        let mut tasks = runtime.spawn(broker.clone(), stop_rx.clone()).await?;
         tasks.spawn(broker.clone().transactions_loop(stop_rx.clone()));
         let mut server_stop = stop_rx;
         tasks.spawn(Server::new(listener, broker.clone()).run(async move {
             let _ = server_stop.wait_for(|s| *s).await;
         }));
-        self.nodes.insert(id, Node { id, broker, bootstrap: addr.to_string(), stop, tasks });
+        self.nodes.insert(id, Node { id, broker, runtime, bootstrap, stop, tasks });
         Ok(())
     }
 
@@ -211,20 +226,14 @@ impl Cluster {
         let mut node = self.nodes.remove(&id).ok_or("no such node")?;
         node.tasks.abort_all();
         while node.tasks.join_next().await.is_some() {}
+        self.paused.insert(id, node.runtime);
         Ok((node.broker, node.bootstrap))
     }
 
     /// Resumes a paused node (SIGCONT): its tasks start again on the same listener address.
     pub async fn resume(&mut self, id: i32, broker: Arc<Broker>, bootstrap: String) -> TestResult {
         let listener = tokio::net::TcpListener::bind(&bootstrap).await?;
-        let (stop, stop_rx) = watch::channel(false);
-        let mut tasks = cluster::spawn(broker.clone(), stop_rx.clone()).await?;
-        tasks.spawn(broker.clone().transactions_loop(stop_rx.clone()));
-        let mut server_stop = stop_rx;
-        tasks.spawn(Server::new(listener, broker.clone()).run(async move {
-            let _ = server_stop.wait_for(|s| *s).await;
-        }));
-        self.nodes.insert(id, Node { id, broker, bootstrap, stop, tasks });
-        Ok(())
+        let runtime = self.paused.remove(&id).ok_or("the node was not paused")?;
+        self.run_node(id, broker, runtime, listener).await
     }
 }

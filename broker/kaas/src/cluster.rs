@@ -1,0 +1,361 @@
+//! The cluster runtime (seed 003): the controller role, the heartbeat server and client, the
+//! broker's registration on the volume, and the tasks that tie them to a broker. Every broker
+//! runs all of it; the Lease decides which one acts as controller. The broker sees this only
+//! through `kaas_broker::control_plane::ControlPlane`, which [`Runtime`] implements, so
+//! `kaas-broker` and `kaas-controller` know nothing of each other.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kaas_broker::Broker;
+use kaas_broker::catalog::TopicCatalog;
+use kaas_broker::config::ClusterLink;
+use kaas_broker::control_plane::ControlPlane;
+use kaas_controller::balancer::ShardCounts;
+use kaas_controller::controller::{Controller, ControllerConfig, LeaseView};
+use kaas_controller::endpoints::ReadyBrokers;
+use kaas_controller::heartbeat_client::{self, BeatSource, HeartbeatStatus};
+use kaas_controller::heartbeat_server::{HeartbeatHub, Role};
+use kaas_controller::lease::LeaseStore;
+use kaas_controller::mirror::AssignmentMirror;
+use kaas_controller::proto::{BrokerTotals, GroupSummary};
+use kaas_controller::stats::{PartitionId, PartitionStats};
+use kaas_controller::status::{Pacing, StatusPublisher, StatusSink};
+use kaas_controller::topics::VolumeTopics;
+use kaas_shared::brokers::{self, BrokerRegistration};
+use kaas_shared::fs::FsRef;
+use kaas_shared::layout::Layout;
+use kaas_shared::names;
+use prometheus_client::metrics::histogram::Histogram;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+/// Everything the cluster runtime of one broker is configured with.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// The pod name: the Lease holder identity. Ends in `-<broker id>` (the StatefulSet ordinal).
+    pub identity: String,
+    /// Where the heartbeat gRPC server binds.
+    pub heartbeat_listen: SocketAddr,
+    /// `host:port` other brokers dial for this broker's heartbeat server.
+    pub heartbeat_advertise: String,
+    /// The `kaas-controller` Lease.
+    pub lease: Arc<dyn LeaseStore>,
+    pub lease_duration: Duration,
+    pub renew_interval: Duration,
+    /// `fence.timeout`: unacknowledged this long, a broker stops acknowledging writes.
+    pub fence_timeout: Duration,
+    /// `session.timeout`: silent this long, a broker's partitions are moved (> fence + margin).
+    pub session_timeout: Duration,
+    /// How long SIGTERM waits for the controller to move partitions away before relinquishing.
+    pub drain_timeout: Duration,
+    /// The topics' source of truth (KafkaTopic resources); `None`: the volume is (brokers
+    /// create topic directories themselves, as in-process clusters do).
+    pub catalog: Option<Arc<dyn TopicCatalog>>,
+    /// Where the controller mirrors each assignment for humans (KafkaClusterAssignments).
+    pub mirror: Option<Arc<dyn AssignmentMirror>>,
+    /// Which brokers Kubernetes sees serving (EndpointSlices); `None`: heartbeats alone.
+    pub ready_brokers: Option<Arc<dyn ReadyBrokers>>,
+    /// Where the controller publishes traffic, partitions led, groups and topic sizes
+    /// (KafkaCluster and KafkaTopic status), and how often; `None`: nowhere.
+    pub status_sink: Option<Arc<dyn StatusSink>>,
+    pub status_pacing: Pacing,
+}
+
+impl ClusterSettings {
+    /// Settings for in-process clusters and tests: fast timings over the given Lease.
+    pub fn for_tests(identity: &str, lease: Arc<dyn LeaseStore>) -> ClusterSettings {
+        ClusterSettings {
+            identity: identity.to_string(),
+            heartbeat_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            heartbeat_advertise: String::new(),
+            lease,
+            lease_duration: Duration::from_secs(3),
+            renew_interval: Duration::from_millis(300),
+            fence_timeout: Duration::from_secs(2),
+            session_timeout: Duration::from_secs(4),
+            drain_timeout: Duration::from_secs(10),
+            catalog: None,
+            mirror: None,
+            ready_brokers: None,
+            status_sink: None,
+            status_pacing: Pacing { round: Duration::from_secs(1), topic_min_interval: Duration::ZERO, topic_writes_per_round: 1000 },
+        }
+    }
+
+    /// The broker id the identity's ordinal names (`kaas-2` is broker 2).
+    pub fn broker_id_of(identity: &str) -> Option<i32> {
+        identity.rsplit_once('-').and_then(|(_, n)| n.parse().ok()).filter(|id: &i32| *id >= 0)
+    }
+}
+
+/// One broker's cluster runtime: built before the broker (which gets [`Runtime::link`]),
+/// started with it ([`Runtime::spawn`]).
+#[derive(Debug)]
+pub struct Runtime {
+    settings: ClusterSettings,
+    broker_id: i32,
+    fs: FsRef,
+    layout: Layout,
+    controller: Arc<Controller>,
+    hub: Arc<HeartbeatHub>,
+    lease: watch::Receiver<LeaseView>,
+    heartbeat: Arc<HeartbeatStatus>,
+    /// This run of the broker: a restart registers a new one.
+    incarnation: Uuid,
+}
+
+impl Runtime {
+    /// The runtime of broker `broker_id` over the volume `fs` and `layout` (the one the broker
+    /// opens: in the fault campaign, the same fault-injecting mount).
+    pub fn new(settings: ClusterSettings, broker_id: i32, fs: FsRef, layout: Layout) -> Arc<Runtime> {
+        let hub = HeartbeatHub::new();
+        let config = ControllerConfig {
+            identity: settings.identity.clone(),
+            broker_id,
+            lease_duration: settings.lease_duration,
+            renew_interval: settings.renew_interval,
+            session_timeout: settings.session_timeout,
+            recompute_interval: Duration::from_secs(2),
+            shards: ShardCounts { groups: kaas_coordinator::SHARD_COUNT, transactions: kaas_coordinator::SHARD_COUNT },
+            mirror: settings.mirror.clone(),
+            ready_brokers: settings.ready_brokers.clone(),
+        };
+        let topics = Arc::new(match &settings.catalog {
+            Some(catalog) => VolumeTopics::filtered_by(fs.clone(), layout.clone(), catalog.clone()),
+            None => VolumeTopics::new(fs.clone(), layout.clone()),
+        });
+        let controller = Controller::new(config, fs.clone(), layout.clone(), settings.lease.clone(), topics, hub.clone());
+        let lease = controller.lease_view();
+        Arc::new(Runtime {
+            settings,
+            broker_id,
+            fs,
+            layout,
+            controller,
+            hub,
+            lease,
+            heartbeat: HeartbeatStatus::new(),
+            incarnation: Uuid::new_v4(),
+        })
+    }
+
+    /// The heartbeat hub: who beats this broker while it is controller.
+    pub fn hub(&self) -> Arc<HeartbeatHub> {
+        self.hub.clone()
+    }
+
+    /// What the broker is opened with in cluster mode.
+    pub fn link(self: &Arc<Self>) -> ClusterLink {
+        ClusterLink {
+            control: self.clone(),
+            fence_timeout: self.settings.fence_timeout,
+            drain_timeout: self.settings.drain_timeout,
+            catalog: self.settings.catalog.clone(),
+        }
+    }
+
+    /// Starts every cluster task of `broker` (opened with [`Runtime::link`]); they stop when
+    /// `stop` fires. A paused broker resumed starts them again.
+    pub async fn spawn(self: &Arc<Self>, broker: Arc<Broker>, stop: watch::Receiver<bool>) -> anyhow::Result<JoinSet<()>> {
+        let settings = &self.settings;
+        let mut tasks = JoinSet::new();
+
+        let listener = tokio::net::TcpListener::bind(settings.heartbeat_listen).await?;
+        let bound = listener.local_addr()?;
+        let heartbeat_address =
+            if settings.heartbeat_advertise.is_empty() { bound.to_string() } else { settings.heartbeat_advertise.clone() };
+        let service = self.hub.service();
+        let mut server_stop = stop.clone();
+        tasks.spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = server_stop.wait_for(|s| *s).await;
+                })
+                .await;
+            if let Err(e) = result {
+                warn!(error = %e, "heartbeat server stopped");
+            }
+        });
+
+        let registration = BrokerRegistration {
+            broker_id: self.broker_id,
+            host: broker.config.advertise_host.clone(),
+            port: broker.config.advertise_port,
+            heartbeat: heartbeat_address.clone(),
+            incarnation: self.incarnation,
+        };
+        brokers::register(&*self.fs, &self.layout, &registration)?;
+        info!(broker = self.broker_id, identity = %settings.identity, heartbeat = %heartbeat_address, "registered on the volume");
+
+        tasks.spawn(self.controller.clone().run(stop.clone()));
+        if let Some(sink) = &settings.status_sink {
+            let publisher = StatusPublisher::new(self.hub.clone(), sink.clone(), settings.status_pacing, settings.session_timeout);
+            tasks.spawn(publisher.run(stop.clone()));
+        }
+
+        let (address_tx, address_rx) = watch::channel(None);
+        tasks.spawn(resolve_controller(self.lease.clone(), self.fs.clone(), self.layout.clone(), address_tx, stop.clone()));
+        tasks.spawn(heartbeat_client::run(
+            self.broker_id,
+            self.incarnation.to_string(),
+            Arc::new(Beats::new(broker.clone(), self.heartbeat.clone())),
+            address_rx,
+            self.heartbeat.clone(),
+            stop.clone(),
+        ));
+        tasks.spawn(kaas_broker::cluster::follow_assignments(broker, stop));
+        Ok(tasks)
+    }
+}
+
+impl ControlPlane for Runtime {
+    fn lease_epoch(&self) -> i64 {
+        self.lease.borrow().epoch
+    }
+    fn since_last_ack(&self) -> Option<Duration> {
+        self.heartbeat.since_last_ack()
+    }
+    fn assignment_changed(&self) -> &Notify {
+        &self.heartbeat.assignment_changed
+    }
+    fn topics_changed(&self) {
+        self.controller.recompute.notify_one();
+    }
+    fn remote_high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.heartbeat.remote_partition(topic, partition).map(|s| s.high_watermark)
+    }
+    fn remote_lag_seconds(&self, topic: &str, partition: i32, committed: i64, now_ms: i64) -> Option<f64> {
+        self.heartbeat.remote_lag_seconds(topic, partition, committed, now_ms)
+    }
+    fn is_controller(&self) -> bool {
+        matches!(self.hub.role(), Role::Controller { .. })
+    }
+    fn alive_brokers(&self) -> usize {
+        if self.is_controller() { self.hub.alive(self.settings.session_timeout).len() } else { 0 }
+    }
+    fn heartbeat_round_trip(&self) -> Histogram {
+        self.heartbeat.round_trip.clone()
+    }
+    fn recompute_seconds(&self) -> Histogram {
+        self.controller.recompute_seconds.clone()
+    }
+}
+
+/// What the heartbeat tells the controller about this broker.
+#[derive(Debug)]
+struct Beats {
+    broker: Arc<Broker>,
+    heartbeat: Arc<HeartbeatStatus>,
+    /// Group summaries read the groups' offsets: computed at most every
+    /// [`GROUP_SUMMARY_INTERVAL`], the beats in between repeat them.
+    groups: parking_lot::Mutex<Option<(Instant, GroupReport)>>,
+}
+
+/// The beat's group summaries and the count of all groups.
+type GroupReport = (Vec<GroupSummary>, u32);
+
+/// How often the beat's group summaries are recomputed.
+const GROUP_SUMMARY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Groups in the heartbeat: at most this many, largest lag first.
+const MAX_GROUP_SUMMARIES: usize = 50;
+
+impl Beats {
+    fn new(broker: Arc<Broker>, heartbeat: Arc<HeartbeatStatus>) -> Beats {
+        Beats { broker, heartbeat, groups: parking_lot::Mutex::new(None) }
+    }
+}
+
+impl BeatSource for Beats {
+    fn totals(&self) -> BrokerTotals {
+        let (bytes_in, bytes_out, messages_in) = self.broker.metrics.totals();
+        BrokerTotals { bytes_in, bytes_out, messages_in }
+    }
+    fn partition_stats(&self) -> BTreeMap<PartitionId, PartitionStats> {
+        let led = kaas_broker::lag::led(&self.broker);
+        let all = led.into_iter().flat_map(|(topic, partitions)| partitions.into_iter().map(move |(i, p)| ((topic.clone(), i), p)));
+        all.map(|(id, p)| {
+            (id, PartitionStats { log_end_offset: p.log_end_offset(), high_watermark: p.high_watermark(), size_bytes: p.size_bytes() })
+        })
+        .collect()
+    }
+    fn groups(&self) -> GroupReport {
+        let mut cached = self.groups.lock();
+        if let Some((at, summaries)) = cached.as_ref()
+            && at.elapsed() < GROUP_SUMMARY_INTERVAL
+        {
+            return summaries.clone();
+        }
+        // Handed-back partitions of deleted topics are forgotten here too.
+        let live: std::collections::HashSet<String> = self.broker.topics.list().into_iter().map(|t| t.name.clone()).collect();
+        self.heartbeat.retain_remote(|topic| live.contains(topic));
+        let summaries = group_summaries(&self.broker);
+        *cached = Some((Instant::now(), summaries.clone()));
+        summaries
+    }
+    fn partitions_led(&self) -> Vec<String> {
+        self.broker.topics.led().into_iter().map(|(topic, _, partition, _)| names::partition_key(&topic, partition)).collect()
+    }
+    fn assignment_version(&self) -> i64 {
+        self.broker.cluster.as_ref().map_or(0, |c| c.view.current().assignment_version)
+    }
+    fn draining(&self) -> bool {
+        self.broker.cluster.as_ref().is_some_and(|c| c.view.draining())
+    }
+}
+
+/// The heartbeat's group summaries: the [`MAX_GROUP_SUMMARIES`] groups with the largest lag, and
+/// how many groups there are.
+fn group_summaries(broker: &Broker) -> GroupReport {
+    let groups = kaas_broker::lag::groups(broker, &kaas_broker::lag::led(broker), false);
+    let count = u32::try_from(groups.len()).unwrap_or(u32::MAX);
+    let mut out: Vec<GroupSummary> = groups
+        .iter()
+        .map(|g| GroupSummary {
+            group_id: g.group.group_id.clone(),
+            state: g.group.state.to_string(),
+            group_type: g.group.group_type.to_string(),
+            protocol_type: g.group.protocol_type.clone(),
+            members: u32::try_from(g.group.members).unwrap_or(u32::MAX),
+            lag: g.total(),
+        })
+        .collect();
+    out.sort_by(|a, b| b.lag.cmp(&a.lag).then_with(|| a.group_id.cmp(&b.group_id)));
+    out.truncate(MAX_GROUP_SUMMARIES);
+    (out, count)
+}
+
+/// Keeps `address` at the heartbeat endpoint of the broker holding the Lease.
+async fn resolve_controller(
+    mut lease: watch::Receiver<LeaseView>,
+    fs: FsRef,
+    layout: Layout,
+    address: watch::Sender<Option<String>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let holder = lease.borrow_and_update().holder.clone();
+        let resolved = holder
+            .as_deref()
+            .and_then(ClusterSettings::broker_id_of)
+            .and_then(|id| brokers::list(&*fs, &layout).ok()?.into_iter().find(|r| r.broker_id == id).map(|r| r.heartbeat));
+        address.send_if_modified(|a| {
+            let changed = *a != resolved;
+            *a = resolved.clone();
+            changed
+        });
+        // The registration may appear after the Lease changes hands: look again shortly.
+        tokio::select! {
+            _ = lease.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
