@@ -212,40 +212,6 @@ async fn a_decision_whose_fsync_failed_drives_no_marker_until_the_shard_is_reloa
     ticker.await.unwrap();
 }
 
-/// The transactions loop re-drives every decided transaction, so its driver can start between
-/// EndTxn's decision and EndTxn's own start of one: EndTxn then answers when that driver is
-/// done, not at once (a client reading its group's offsets right after the commit returned
-/// found them not yet written).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn end_txn_waits_for_a_driver_started_before_its_own() {
-    let tmp = tempfile::tempdir().unwrap();
-    let broker = open(tmp.path());
-    create_topic(&broker);
-    let (pid, epoch) = begin(&broker, &[("t".to_owned(), 0)], &[]).await;
-    append_txn(&partition(&broker), pid, epoch, 0).await;
-    // The race held open: another driver of "tx" is running when EndTxn decides.
-    let running = broker.txns.start_driver("tx").unwrap();
-    let end = {
-        let broker = broker.clone();
-        tokio::spawn(async move { broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await })
-    };
-    wait_state(&broker, "tx", TxnState::PrepareCommit).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !end.is_finished(),
-        "EndTxn answered while the transaction's driver was still running"
-    );
-    broker.txns.driver_done("tx");
-    drop(running);
-    assert_eq!(
-        tokio::time::timeout(Duration::from_secs(5), end)
-            .await
-            .unwrap()
-            .unwrap(),
-        Ok(())
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_kafka_errors_and_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();

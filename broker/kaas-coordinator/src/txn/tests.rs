@@ -128,3 +128,45 @@ async fn a_timed_out_transaction_is_decided_abort_and_its_producer_fenced() {
     ));
     assert_eq!(txns.outcomes.timed_out.get(), 1);
 }
+
+/// The broker's re-drive loop can start a transaction's driver between EndTxn's decision and
+/// EndTxn's own start of one: EndTxn then answers when that driver is done, not at once (a
+/// client reading its group's offsets right after the commit returned found them not yet
+/// written), and not only at the end of its wait.
+#[tokio::test(start_paused = true)]
+async fn end_txn_waits_for_a_driver_started_before_its_own() {
+    let (txns, host) = coordinator();
+    let (pid, epoch) = txns
+        .init_producer_id(&host, "tx", 60_000, None)
+        .await
+        .unwrap();
+    txns.add("tx", pid, epoch, &[("t".to_owned(), 0)], &[])
+        .await
+        .unwrap();
+    // The race held open: another driver of "tx" is running when EndTxn decides.
+    let (running, _) = txns.start_driver("tx").unwrap();
+    let started = tokio::time::Instant::now();
+    let end = {
+        let txns = txns.clone();
+        let host = Arc::new(host);
+        tokio::spawn(async move { txns.end_txn(&*host, "tx", pid, epoch, true).await })
+    };
+    // Paused time moves only while every task waits: EndTxn has decided and is waiting.
+    tokio::time::sleep(END_TXN_WAIT / 2).await;
+    assert_eq!(
+        txns.describe("tx").unwrap().unwrap().state,
+        TxnState::PrepareCommit
+    );
+    assert!(
+        !end.is_finished(),
+        "EndTxn answered while the transaction's driver was still running"
+    );
+    txns.driver_done("tx");
+    drop(running);
+    assert_eq!(end.await.unwrap(), Ok(()));
+    assert_eq!(
+        started.elapsed(),
+        END_TXN_WAIT / 2,
+        "answered when the driver finished, not at the wait's end"
+    );
+}
