@@ -7,6 +7,7 @@
 //! (same user only) or the connection is closed at its next request.
 
 pub mod credentials;
+pub mod jwks_endpoint;
 pub mod oauthbearer;
 pub mod scram;
 

@@ -11,7 +11,8 @@ use clap::{Args, ValueEnum};
 use kaas_broker::authz::{AuthzSettings, Policy};
 use kaas_broker::config::ListenerSecurity;
 use kaas_broker::sasl::credentials::CredentialStore;
-use kaas_broker::sasl::oauthbearer::{OAuthBearer, OAuthSettings};
+use kaas_broker::sasl::jwks_endpoint::JwksEndpoint;
+use kaas_broker::sasl::oauthbearer::{JwksSource, OAuthBearer, OAuthSettings};
 use kaas_broker::sasl::{Mechanism, SaslSettings};
 use kaas_broker::tls::principal::PrincipalMapper;
 use kaas_broker::tls::{ClientAuth, TlsReloader, TlsSettings};
@@ -70,11 +71,21 @@ pub(crate) struct SecurityFlags {
     /// read again when it changes.
     #[arg(long, env = "KAAS_SASL_CREDENTIALS")]
     sasl_credentials: Option<PathBuf>,
-    /// OAUTHBEARER: the JSON Web Key Set that signs tokens, a file (a mounted Secret or
-    /// ConfigMap; sasl.oauthbearer.jwks.endpoint.url with a file: URL); read again when it
-    /// changes.
+    /// OAUTHBEARER: the JSON Web Key Set that signs tokens (sasl.oauthbearer.jwks.endpoint.url):
+    /// an identity provider's https:// endpoint (fetched again every
+    /// --sasl-oauthbearer-jwks-endpoint-refresh-ms, and early when a token names a key it does
+    /// not have), or a file (a mounted Secret or ConfigMap; a path or file:// URL) read again
+    /// when it changes.
     #[arg(long, env = "KAAS_SASL_OAUTHBEARER_JWKS")]
     sasl_oauthbearer_jwks: Option<String>,
+    /// OAUTHBEARER: how often the key set endpoint is fetched again
+    /// (sasl.oauthbearer.jwks.endpoint.refresh.ms).
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_JWKS_ENDPOINT_REFRESH_MS", default_value_t = 3_600_000, value_parser = clap::value_parser!(u64).range(1_000..))]
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: u64,
+    /// OAUTHBEARER: PEM certificates that sign the key set endpoint's certificate (a private
+    /// identity provider's CA); without it, the system's CA certificates.
+    #[arg(long, env = "KAAS_SASL_OAUTHBEARER_JWKS_ENDPOINT_CA")]
+    sasl_oauthbearer_jwks_endpoint_ca: Option<PathBuf>,
     /// OAUTHBEARER: tokens must name one of these audiences in `aud`
     /// (sasl.oauthbearer.expected.audience; comma-separated).
     #[arg(long, env = "KAAS_SASL_OAUTHBEARER_EXPECTED_AUDIENCE", value_delimiter = ',')]
@@ -207,7 +218,17 @@ impl SecurityFlags {
     }
 
     fn oauth(&self) -> anyhow::Result<OAuthBearer> {
-        let jwks = self.sasl_oauthbearer_jwks.as_deref().map(|url| PathBuf::from(url.strip_prefix("file://").unwrap_or(url)));
+        let jwks = self.sasl_oauthbearer_jwks.as_deref().map(|url| {
+            if url.starts_with("https://") || url.starts_with("http://") {
+                JwksSource::Endpoint(JwksEndpoint {
+                    url: url.to_owned(),
+                    refresh: Duration::from_millis(self.sasl_oauthbearer_jwks_endpoint_refresh_ms),
+                    ca: self.sasl_oauthbearer_jwks_endpoint_ca.clone(),
+                })
+            } else {
+                JwksSource::File(PathBuf::from(url.strip_prefix("file://").unwrap_or(url)))
+            }
+        });
         let settings = OAuthSettings {
             jwks,
             expected_audience: self

@@ -236,6 +236,83 @@ fn oauthbearer_tokens_name_their_users() -> TestResult {
     Ok(())
 }
 
+/// An identity provider's key set endpoint over HTTPS: answers every GET with the key set
+/// `keys` holds (one request per connection) until the test ends; returns its URL.
+fn jwks_endpoint(pki: &Pki, keys: std::sync::Arc<std::sync::Mutex<String>>) -> TestResult<String> {
+    use rustls::pki_types::pem::PemObject;
+    use std::io::{Read, Write};
+    let (crt, key) = pki.leaf("idp", &["127.0.0.1"])?;
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(&crt)?.collect::<Result<Vec<_>, _>>()?;
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key)?;
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    let config = std::sync::Arc::new(config);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let url = format!("https://{}/protocol/openid-connect/certs", listener.local_addr()?);
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let Ok(tls) = rustls::ServerConnection::new(config.clone()) else { continue };
+            let mut stream = rustls::StreamOwned::new(tls, tcp);
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let body = keys.lock().map(|k| k.clone()).unwrap_or_default();
+            let answer = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            let _ = stream.write_all(answer.as_bytes());
+            stream.conn.send_close_notify();
+            let _ = stream.flush();
+        }
+    });
+    Ok(url)
+}
+
+/// OAUTHBEARER with the key set an identity provider publishes over HTTPS (Keycloak's, Okta's
+/// `jwks_uri`), its certificate signed by a private CA: tokens log in, and after the provider
+/// rotates its keys a token signed with the new key logs in without a restart (the unknown key
+/// id makes the broker fetch the set early, not at the hour's refresh).
+#[test]
+fn oauthbearer_keys_from_an_identity_providers_https_endpoint() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let pki = Pki::new(dir.path(), "idp-ca")?;
+    let (old, new) = (TokenIssuer::new("2026-11")?, TokenIssuer::new("2026-12")?);
+    let keys = std::sync::Arc::new(std::sync::Mutex::new(serde_json::json!({"keys": [old.jwk.clone()]}).to_string()));
+    let url = jwks_endpoint(&pki, keys.clone())?;
+    let ca = pki.ca("idp-ca");
+    let kaas = Kaas::start_with(&[
+        "--security-protocol", "SASL_PLAINTEXT",
+        "--sasl-enabled-mechanisms", "OAUTHBEARER",
+        "--sasl-oauthbearer-jwks", &url,
+        "--sasl-oauthbearer-jwks-endpoint-ca", path(&ca),
+        "--sasl-oauthbearer-expected-audience", "kafka",
+    ])?;
+    let alice = old.token("alice", "kafka", 600)?;
+    let mut last = String::new();
+    let fetched = common::wait_for(Duration::from_secs(20), || {
+        last = client(&kaas, "confluent", "alice", &["--oauth", &alice]).unwrap_or_default();
+        last.contains("secure ok")
+    });
+    assert!(fetched, "alice's token never logged in: {last}");
+    all_succeed(&kaas, &[("oauth-endpoint", &["--oauth", &alice])])?;
+
+    *keys.lock().map_err(|_| "poisoned")? = serde_json::json!({"keys": [old.jwk.clone(), new.jwk.clone()]}).to_string();
+    let bob = new.token("bob", "kafka", 600)?;
+    let rotated = common::wait_for(Duration::from_secs(30), || {
+        last = client(&kaas, "confluent", "bob", &["--oauth", &bob]).unwrap_or_default();
+        last.contains("secure ok")
+    });
+    assert!(rotated, "a token signed with the rotated key never logged in: {last}");
+    let impostor = TokenIssuer::new("2026-12")?.token("mallory", "kafka", 600)?;
+    all_refused(&kaas, &[&["--oauth", &impostor]])?;
+    Ok(())
+}
+
 #[test]
 fn sasl_scram_and_plain_over_tls() -> TestResult {
     let dir = tempfile::tempdir()?;

@@ -16,14 +16,14 @@ use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
 
+use super::jwks_endpoint::{JwksEndpoint, JwksFetcher};
 use crate::reload::{Reloading, Stamp};
 
 /// How tokens are checked (`sasl.oauthbearer.*` of a Kafka broker).
 #[derive(Debug, Clone)]
 pub struct OAuthSettings {
-    /// `sasl.oauthbearer.jwks.endpoint.url` as a file: the keys that sign tokens, read again
-    /// when the file changes (key rotation).
-    pub jwks: Option<PathBuf>,
+    /// `sasl.oauthbearer.jwks.endpoint.url`: where the keys that sign tokens are.
+    pub jwks: Option<JwksSource>,
     /// `sasl.oauthbearer.expected.audience`: a token must name one of these in `aud` (none: not checked).
     pub expected_audience: Vec<String>,
     /// `sasl.oauthbearer.expected.issuer`: a token's `iss` must be this (none: not checked).
@@ -49,6 +49,15 @@ impl Default for OAuthSettings {
     }
 }
 
+/// Where the key set comes from.
+#[derive(Debug, Clone)]
+pub enum JwksSource {
+    /// A file (a mounted Secret or ConfigMap), read again when it changes (key rotation).
+    File(PathBuf),
+    /// An identity provider's endpoint, fetched again on a schedule and on an unknown key id.
+    Endpoint(JwksEndpoint),
+}
+
 /// Why a token, or the key set, is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OAuthError {
@@ -56,9 +65,11 @@ pub enum OAuthError {
     Message(&'static str),
     #[error("invalid token: {0}")]
     Token(String),
-    #[error("the JWKS file {path}: {why}")]
+    #[error("the JWKS {path}: {why}")]
     Jwks { path: String, why: String },
-    #[error("OAUTHBEARER needs a JWKS file to check tokens against, or unsigned tokens allowed (for development)")]
+    #[error(
+        "OAUTHBEARER needs a JWKS (a file or an https:// endpoint) to check tokens against, or unsigned tokens allowed (for development)"
+    )]
     NoKeySet,
 }
 
@@ -73,23 +84,49 @@ pub struct Validated {
 #[derive(Debug)]
 pub struct OAuthBearer {
     settings: OAuthSettings,
-    keys: Option<Reloading<Arc<JwkSet>>>,
+    keys: Option<KeySet>,
+}
+
+/// The key set, kept current from its source.
+#[derive(Debug)]
+enum KeySet {
+    File(Reloading<Arc<JwkSet>>),
+    Endpoint(Arc<JwksFetcher>),
+}
+
+impl KeySet {
+    fn current(&self) -> Result<Arc<JwkSet>, OAuthError> {
+        match self {
+            KeySet::File(file) => Ok(file.get()),
+            KeySet::Endpoint(fetcher) => fetcher.keys(),
+        }
+    }
+
+    /// A token named a key the set does not have: an endpoint may have rotated its keys.
+    fn missing_key(&self) {
+        if let KeySet::Endpoint(fetcher) = self {
+            let _ = fetcher.missing_key();
+        }
+    }
 }
 
 impl OAuthBearer {
-    /// Loads the key set once; an unreadable one stops the broker from starting.
+    /// Loads a key set file once (an unreadable one stops the broker from starting), or starts
+    /// fetching from an endpoint (on the current Tokio runtime; its errors refuse tokens, not
+    /// the broker's start).
     pub fn new(settings: OAuthSettings) -> Result<OAuthBearer, OAuthError> {
         let keys = match &settings.jwks {
             None if settings.allow_unsecured => None,
             None => return Err(OAuthError::NoKeySet),
-            Some(path) => {
+            Some(JwksSource::File(path)) => {
                 let first = Arc::new(load_jwks(path)?);
                 let paths = vec![path.clone()];
                 let stamp = Stamp::of(&paths);
                 let reload_path = path.clone();
                 let load = move || load_jwks(&reload_path).map(Arc::new).map_err(|e| e.to_string());
-                Some(Reloading::new("OAUTHBEARER key set", paths, stamp, first, load))
+                Some(KeySet::File(Reloading::new("OAUTHBEARER key set", paths, stamp, first, load)))
             }
+            Some(JwksSource::Endpoint(endpoint)) => Some(KeySet::Endpoint(JwksFetcher::start(endpoint.clone())?)),
         };
         Ok(OAuthBearer { settings, keys })
     }
@@ -127,10 +164,13 @@ impl OAuthBearer {
         if !is_public_key_algorithm(header.alg) {
             return Err(OAuthError::Token(format!("{:?} tokens are not accepted", header.alg)));
         }
-        let keys = keys.get();
+        let set = keys.current()?;
         let jwk = match &header.kid {
-            Some(kid) => keys.find(kid).ok_or_else(|| OAuthError::Token(format!("no key {kid:?} in the key set")))?,
-            None => match keys.keys.as_slice() {
+            Some(kid) => set.find(kid).ok_or_else(|| {
+                keys.missing_key();
+                OAuthError::Token(format!("no key {kid:?} in the key set"))
+            })?,
+            None => match set.keys.as_slice() {
                 [only] => only,
                 _ => return Err(OAuthError::Token("the token names no key (kid) and the key set has several".into())),
             },
