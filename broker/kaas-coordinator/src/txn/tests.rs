@@ -49,19 +49,25 @@ fn coordinator() -> (Arc<TxnCoordinator>, HeldMarkers) {
     (txns, host)
 }
 
+/// Transaction "tx" with a new producer and timeout, Ongoing with partition t/0 added.
+async fn ongoing(txns: &TxnCoordinator, host: &HeldMarkers, timeout_ms: i32) -> (i64, i16) {
+    let (pid, epoch) = txns
+        .init_producer_id(host, "tx", timeout_ms, None)
+        .await
+        .unwrap();
+    txns.add("tx", pid, epoch, &[("t".to_owned(), 0)], &[])
+        .await
+        .unwrap();
+    (pid, epoch)
+}
+
 /// EndTxn answers once its markers are written, or after END_TXN_WAIT with the decision durable
 /// and the driver still at work: a client is never left waiting on a slow partition leader, and
 /// nothing is completed before its markers are.
 #[tokio::test(start_paused = true)]
 async fn end_txn_answers_after_its_wait_while_the_markers_are_still_being_written() {
     let (txns, host) = coordinator();
-    let (pid, epoch) = txns
-        .init_producer_id(&host, "tx", 60_000, None)
-        .await
-        .unwrap();
-    txns.add("tx", pid, epoch, &[("t".to_owned(), 0)], &[])
-        .await
-        .unwrap();
+    let (pid, epoch) = ongoing(&txns, &host, 60_000).await;
 
     let started = tokio::time::Instant::now();
     txns.end_txn(&host, "tx", pid, epoch, true).await.unwrap();
@@ -101,13 +107,7 @@ async fn end_txn_answers_after_its_wait_while_the_markers_are_still_being_writte
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_transaction_is_decided_abort_and_its_producer_fenced() {
     let (txns, host) = coordinator();
-    let (pid, epoch) = txns
-        .init_producer_id(&host, "tx", 1_000, None)
-        .await
-        .unwrap();
-    txns.add("tx", pid, epoch, &[("t".to_owned(), 0)], &[])
-        .await
-        .unwrap();
+    let (pid, epoch) = ongoing(&txns, &host, 1_000).await;
     assert_eq!(
         txns.pending_completions(crate::clock::now_ms()).await,
         vec![]
@@ -136,13 +136,7 @@ async fn a_timed_out_transaction_is_decided_abort_and_its_producer_fenced() {
 #[tokio::test(start_paused = true)]
 async fn end_txn_waits_for_a_driver_started_before_its_own() {
     let (txns, host) = coordinator();
-    let (pid, epoch) = txns
-        .init_producer_id(&host, "tx", 60_000, None)
-        .await
-        .unwrap();
-    txns.add("tx", pid, epoch, &[("t".to_owned(), 0)], &[])
-        .await
-        .unwrap();
+    let (pid, epoch) = ongoing(&txns, &host, 60_000).await;
     // The race held open: another driver of "tx" is running when EndTxn decides.
     let (running, _) = txns.start_driver("tx").unwrap();
     let started = tokio::time::Instant::now();
