@@ -413,16 +413,16 @@ def java_cmd(libs: Path, classes: Path, *props: str, main: str = "Conformance", 
             "-cp", f"{libs}/*:{extra_cp}{classes}", main]
 
 
-# Kafka Connect with its FileStream connectors: Maven Central here serves no connect-file of the
-# pinned release, and 4.3's connectors do not load on a 4.4 worker (AppInfoParser moved), so the
-# suite runs the newest whole release it can get: worker, connectors and client of one version.
-CONNECT_RELEASE = "4.3.1"
+def connect_release() -> list[str]:
+    """The Kafka Connect release and its artifacts (connect-release.txt, one line)."""
+    lines = (HERE / "connect-release.txt").read_text().splitlines()
+    return next(l.split() for l in lines if l.strip() and not l.startswith("#"))
 
 
 def connect_cmd(libs: Path, classes: Path, main: str) -> list[str]:
-    """An application on Kafka Connect CONNECT_RELEASE (ConnectApp, MirrorApp), logging through the
-    pinned Kafka's log4j2."""
-    connect = java_client_libs(CONNECT_RELEASE, "connect-runtime", "connect-file", "connect-mirror")
+    """An application on the Kafka Connect release of connect-release.txt (ConnectApp, MirrorApp),
+    logging through the pinned Kafka's log4j2."""
+    connect = java_client_libs(*connect_release())
     log4j = "".join(f"{j}:" for j in sorted(libs.glob("log4j-*.jar")))
     return java_cmd(connect, classes, main=main, extra_cp=log4j)
 

@@ -5,6 +5,7 @@
 #  - Debian packages: a JDK 17+ (javac) and Maven, if absent.
 #  - The pinned Apache Kafka jars (pom.xml) into $KAAS_CACHE/kafka-<version>/libs.
 #  - The older Java client releases (java-clients.txt) into $KAAS_CACHE/kafka-clients-<version>.
+#  - Kafka Connect's release (connect-release.txt) into $KAAS_CACHE/kafka-<artifacts>-<version>.
 #  - The older confluent-kafka releases (confluent-kafka-releases.txt), each in its own virtualenv
 #    in $KAAS_CACHE/confluent-kafka-<version>.
 #  - The Go modules of franzgo/, sarama/ and kafkago/ (each its own go.mod) into the module cache.
@@ -27,6 +28,10 @@ command -v go >/dev/null || { echo "conformance: Go is not installed (franz-go, 
 grep -v '^#' "$CONFORMANCE_DIR/java-clients.txt" | while read -r v; do
   [ -z "$v" ] || "$CONFORMANCE_DIR/bin/fetch-java-client.sh" "$v" >/dev/null
 done
+# Kafka Connect now, not when the suite first needs it: conformance-cluster runs the suite in a
+# network namespace that has no registries.
+# shellcheck disable=SC2046 # the line is a version and its artifacts
+"$CONFORMANCE_DIR/bin/fetch-java-client.sh" $(grep -v '^#' "$CONFORMANCE_DIR/connect-release.txt") >/dev/null
 grep -v '^#' "$CONFORMANCE_DIR/confluent-kafka-releases.txt" | while read -r v; do
   [ -z "$v" ] || "$CONFORMANCE_DIR/bin/fetch-confluent-kafka.sh" "$v" >/dev/null
 done
