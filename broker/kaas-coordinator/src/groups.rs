@@ -94,6 +94,11 @@ impl ShardOwner for Coordinator {
     fn relinquish(&self, shard: u32) -> crate::Result<()> {
         self.shard_at(shard)?.relinquish()
     }
+
+    #[cfg(any(test, feature = "testing"))]
+    fn waited_on_shard(&self, shard: u32) -> usize {
+        self.shard_at(shard).map_or(0, |s| s.log.waited() + s.waited_for_groups())
+    }
 }
 
 /// The group coordinator of this broker.

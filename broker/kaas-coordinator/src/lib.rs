@@ -14,6 +14,7 @@
 //!   of a transaction); the broker writes its markers.
 
 pub mod clock;
+mod counted_mutex;
 mod error;
 pub mod groups;
 pub mod shard_log;

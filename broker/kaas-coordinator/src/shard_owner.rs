@@ -18,6 +18,13 @@ pub trait ShardOwner {
     /// Hands `shard` over: persisted, then unloaded.
     fn relinquish(&self, shard: u32) -> crate::Result<()>;
 
+    /// Test builds: how many requests have found `shard` held, its log or its live state
+    /// (the log's alone for an owner that does not count its live state).
+    #[cfg(any(test, feature = "testing"))]
+    fn waited_on_shard(&self, shard: u32) -> usize {
+        self.shard_log(shard).map_or(0, ShardLog::waited)
+    }
+
     /// The newest epoch on the volume for `shard` (-1 if it was never owned).
     fn stored_epoch(&self, shard: u32) -> crate::Result<i32> {
         let log = self.shard_log(shard).ok_or(crate::Error::NoSuchShard { kind: Self::KIND, shard })?;
@@ -52,21 +59,28 @@ pub trait ShardOwner {
     }
 }
 
-/// Test support: runs `request` while `take_over` is paused inside the shard log's take-over
-/// (on a directory fsync `mem` holds), then lets the take-over finish; the request's answer.
+/// Test support: takes `shard` of `owner` over at `epoch`, pausing the take-over inside the shard
+/// log's (on a directory fsync `mem` holds) until `request`, run meanwhile, waits for the shard's
+/// log or live state, or has answered; then lets the take-over finish. The request's answer.
 #[cfg(any(test, feature = "testing"))]
-pub fn request_during_take_over<T: Send>(
+pub fn request_during_take_over<O: ShardOwner + Sync, T: Send>(
     mem: &kaas_shared::fs::MemFs,
-    take_over: impl FnOnce() -> crate::Result<()> + Send,
+    owner: &O,
+    shard: u32,
+    epoch: i32,
     request: impl FnOnce() -> T + Send,
 ) -> T {
     mem.hold_dir_syncs(true);
     std::thread::scope(|s| {
-        let taking_over = s.spawn(take_over);
+        let taking_over = s.spawn(|| owner.take_over(shard, epoch));
         mem.wait_for_held_dir_syncs(1);
+        let waited = owner.waited_on_shard(shard);
         let asking = s.spawn(request);
-        // Long enough for the request to be waiting on the shard.
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        // A request that answers without waiting answered from a shard not loaded yet; the
+        // caller's assertion on the answer says so.
+        while owner.waited_on_shard(shard) == waited && !asking.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         mem.hold_dir_syncs(false);
         let taken = taking_over.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
         assert!(taken.is_ok(), "take-over failed: {taken:?}");

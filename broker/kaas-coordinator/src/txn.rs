@@ -39,6 +39,7 @@ pub use state::{
 };
 
 use crate::clock::now_ms;
+use crate::counted_mutex::CountedMutex;
 use crate::shard_log::Error as ShardError;
 use crate::shard_owner::ShardOwner;
 use crate::{Entry, SHARD_COUNT, ShardLog, shard_of};
@@ -81,7 +82,7 @@ const END_TXN_WAIT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 struct TxnShard {
     log: ShardLog,
-    txns: Mutex<HashMap<String, TxnMetadata>>,
+    txns: CountedMutex<HashMap<String, TxnMetadata>>,
 }
 
 type Txns<'a> = MutexGuard<'a, HashMap<String, TxnMetadata>>;
@@ -145,6 +146,11 @@ impl ShardOwner for TxnCoordinator {
         live.clear();
         Ok(s.log.relinquish()?)
     }
+
+    #[cfg(any(test, feature = "testing"))]
+    fn waited_on_shard(&self, shard: u32) -> usize {
+        self.shard(shard).map_or(0, |s| s.log.waited() + s.txns.waited())
+    }
 }
 
 /// The transaction coordinator of this broker.
@@ -174,7 +180,7 @@ impl TxnCoordinator {
             .map(|s| {
                 Ok(TxnShard {
                     log: ShardLog::open(fs.clone(), layout.txn_shard_dir(s))?,
-                    txns: Mutex::new(HashMap::new()),
+                    txns: CountedMutex::default(),
                 })
             })
             .collect::<crate::Result<Vec<_>>>()?;

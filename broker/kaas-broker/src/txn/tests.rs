@@ -349,10 +349,6 @@ fn a_request_during_a_take_over_sees_the_loaded_transactions() {
     previous.relinquish().unwrap();
 
     let txns = TxnCoordinator::open(fs, &layout).unwrap();
-    let described = crate::shard_owner::request_during_take_over(
-        &mem,
-        || txns.take_over(shard, 1),
-        || txns.describe("tx"),
-    );
+    let described = crate::shard_owner::request_during_take_over(&mem, &txns, shard, 1, || txns.describe("tx"));
     assert_eq!(described, Ok(Some(meta)));
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::GroupError;
 use crate::ShardLog;
+use crate::counted_mutex::CountedMutex;
 use parking_lot::Mutex;
 
 use super::group::{Committed, Group};
@@ -19,7 +20,7 @@ pub(crate) type PendingTxnOffsets = HashMap<(String, i64), BTreeMap<(String, i32
 #[derive(Debug)]
 pub(crate) struct CoordinatorShard {
     pub(crate) log: ShardLog,
-    groups: Mutex<HashMap<String, GroupRef>>,
+    groups: CountedMutex<HashMap<String, GroupRef>>,
     /// Transactional offsets waiting for their transaction's outcome (durable in the log).
     pub(crate) pending_txn: Mutex<PendingTxnOffsets>,
     initial_delay: Duration,
@@ -29,7 +30,7 @@ pub(crate) struct CoordinatorShard {
 
 impl CoordinatorShard {
     pub(crate) fn new(log: ShardLog, initial_delay: Duration, consumer_session: Duration) -> CoordinatorShard {
-        CoordinatorShard { log, groups: Mutex::new(HashMap::new()), pending_txn: Mutex::new(HashMap::new()), initial_delay, consumer_session }
+        CoordinatorShard { log, groups: CountedMutex::default(), pending_txn: Mutex::new(HashMap::new()), initial_delay, consumer_session }
     }
 
     pub(crate) fn is_owned(&self) -> bool {
@@ -125,5 +126,11 @@ impl CoordinatorShard {
 
     pub(crate) fn all(&self) -> Vec<(String, GroupRef)> {
         self.groups.lock().iter().map(|(k, g)| (k.clone(), g.clone())).collect()
+    }
+
+    /// How many requests have found the groups held (by a take-over, say).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn waited_for_groups(&self) -> usize {
+        self.groups.waited()
     }
 }

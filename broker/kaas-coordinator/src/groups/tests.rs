@@ -170,11 +170,9 @@ fn an_offset_fetch_during_a_take_over_sees_the_loaded_offsets() {
 
     let config = GroupConfig { initial_rebalance_delay: Duration::ZERO, ..GroupConfig::default() };
     let c2 = Coordinator::open(fs, &Layout::new("/data"), config).unwrap();
-    let fetched = crate::shard_owner::request_during_take_over(
-        &mem,
-        || c2.take_over(shard_of("g"), 1),
-        || c2.fetch_offsets("g", None, None).map(|got| got.iter().flat_map(|(_, offsets)| offsets.iter().map(|(_, v)| v.as_ref().map(|v| v.offset))).collect::<Vec<_>>()),
-    );
+    let fetched = crate::shard_owner::request_during_take_over(&mem, &*c2, shard_of("g"), 1, || {
+        c2.fetch_offsets("g", None, None).map(|got| got.iter().flat_map(|(_, offsets)| offsets.iter().map(|(_, v)| v.as_ref().map(|v| v.offset))).collect::<Vec<_>>())
+    });
     assert_eq!(fetched, Ok(vec![Some(10)]));
 }
 

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use kaas_shared::atomic_file::write_atomic;
 use kaas_shared::fs::{File, FsRef, OpenMode, read_optional};
 use kaas_shared::names::{GroupFileKind, group_file_name};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::MutexGuard;
 use tokio::sync::watch;
 
 use super::frame::{self, Entry};
+use crate::counted_mutex::CountedMutex;
 use super::listing::{self, Listing, Stamp};
 use super::{Error, Result};
 
@@ -37,7 +38,7 @@ pub struct ShardLog {
 struct Inner {
     fs: FsRef,
     dir: PathBuf,
-    state: Mutex<State>,
+    state: CountedMutex<State>,
     /// The highest durable sequence number, re-sent on role changes and failures to wake waiters.
     synced: watch::Sender<u64>,
 }
@@ -87,7 +88,7 @@ impl ShardLog {
             inner: Arc::new(Inner {
                 fs,
                 dir,
-                state: Mutex::new(State::default()),
+                state: CountedMutex::default(),
                 synced,
             }),
         })
@@ -95,6 +96,12 @@ impl ShardLog {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.inner.state.lock()
+    }
+
+    /// How many callers have found the log's state held (by a take-over, say).
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn waited(&self) -> usize {
+        self.inner.state.waited()
     }
 
     /// The shard directory.
