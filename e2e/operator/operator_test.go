@@ -198,7 +198,7 @@ func TestOperator(t *testing.T) {
 
 	t.Run("leader election: a killed holder's lease moves to a live replica, which adopts without restarting brokers", func(t *testing.T) {
 		c := c.For(t)
-		before, generation := brokerPods(c)
+		before, generation := kaastest.BrokerPods(c)
 		if strings.Count(before, " ") != 2 {
 			t.Fatalf("broker pods: %q", before)
 		}
@@ -228,7 +228,7 @@ func TestOperator(t *testing.T) {
 			return strings.Contains(text, "kaas_operator_leader 1\n") && strings.Contains(text, `kaas_operator_reconciles_total{controller="kafkacluster"}`), fmt.Errorf("metrics: %s", text)
 		})
 		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		if after, got := brokerPods(c); after != before || got != generation {
+		if after, got := kaastest.BrokerPods(c); after != before || got != generation {
 			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)
 		}
 		// Both replicas run again; only the holder acts.
@@ -247,23 +247,9 @@ func TestOperator(t *testing.T) {
 
 	t.Run("an operator rollout to a new image and re-applied CRDs restart no broker", func(t *testing.T) {
 		c := c.For(t)
-		// What an upgrade changes around the brokers, done the way a new install applies it: the
-		// CRDs again, and the manager Deployment with another image (the harness runs the same
-		// binary for every tag, so this checks the rollout, not a different rendering; that
-		// a newer rendering keeps the live template is a unit test in resources.rs).
-		before, generation := brokerPods(c)
-		const next = "ghcr.io/kaas/kaas-operator:0.1.1-e2e"
-		c.MustKubectl("apply", "-k", filepath.Join(root, "config", "crd"))
-		c.MustKubectl("-n", operatorNS, "set", "image", "deployment/kaas-operator", "manager="+next)
-		c.MustKubectl("-n", operatorNS, "set", "env", "deployment/kaas-operator", "KAAS_AGENT_IMAGE="+next)
-		c.MustKubectl("-n", operatorNS, "rollout", "status", "deployment/kaas-operator", "--timeout=3m")
-		// The new manager takes the volume agent to the new image (the agent's Deployment is
-		// Recreate: one agent at a time, fenced by its Lease).
-		c.WaitJSONPath(2*time.Minute, ns, "deployment", "kc-volume-agent", ".spec.template.spec.containers[0].image", next)
-		c.WaitJSONPath(2*time.Minute, ns, "deployment", "kc-volume-agent", ".status.readyReplicas", "1")
-		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Reconciled")].status`, "True")
-		c.WaitJSONPath(time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
-		if after, got := brokerPods(c); after != before || got != generation {
+		before, generation := kaastest.BrokerPods(c)
+		kaastest.UpgradeOperator(c, root, "ghcr.io/kaas/kaas-operator:0.1.1-e2e")
+		if after, got := kaastest.BrokerPods(c); after != before || got != generation {
 			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)
 		}
 		managersReady(c)
@@ -716,14 +702,7 @@ spec:
 	})
 }
 
-const operatorNS = "kaas-system"
-
-// brokerPods are the uids of cluster kc's broker pods and its StatefulSet's generation: both
-// unchanged means no broker restarted and the StatefulSet was not rewritten.
-func brokerPods(c *harness.Cluster) (uids, generation string) {
-	out, _ := c.Kubectl("-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=broker", "-o", "jsonpath={.items[*].metadata.uid}")
-	return strings.TrimSpace(out), c.JSONPath(ns, "statefulset", "kc", ".metadata.generation")
-}
+const operatorNS = kaastest.OperatorNamespace
 
 // managerPods are the operator's pods, by name.
 func managerPods(c *harness.Cluster) []string {

@@ -414,6 +414,22 @@ func TestSeeds(t *testing.T) {
 		}
 	})
 
+	// An operator upgrade while a producer writes: the new manager adopts the running cluster,
+	// no broker restarts, and every acknowledged record is read back.
+	t.Run("an operator upgrade under traffic restarts no broker and loses no record", func(t *testing.T) {
+		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
+		before, generation := kaastest.BrokerPods(e.Cluster)
+		l := e.whileProducing(t, "operator-upgrade", func() {
+			kaastest.UpgradeOperator(e.Cluster, repoRoot(t), "ghcr.io/kaas/kaas-operator:0.1.1-e2e")
+		})
+		if after, got := kaastest.BrokerPods(e.Cluster); after != before || got != generation {
+			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)
+		}
+		if _, acked, failed := l.counts(); acked == 0 || failed > 0 {
+			t.Errorf("during the upgrade: %d records acknowledged, non-retriable errors %v", acked, l.failed[:min(5, len(l.failed))])
+		}
+	})
+
 	t.Run("rolling upgrade", func(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
 		l := e.whileProducing(t, "upgrade", func() {
