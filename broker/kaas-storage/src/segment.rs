@@ -29,8 +29,12 @@ pub(crate) struct Segment {
     pub(crate) synced: u64,
     /// The offset after the last batch, once known.
     pub(crate) end_offset: Option<i64>,
-    /// Open descriptor (leader only).
+    /// Open descriptor (leader only). Released when idle (see [`Segment::release_if_idle`])
+    /// and opened again on the next read or append.
     pub(crate) file: Option<Arc<dyn File>>,
+    /// Whether the descriptor was wanted since housekeeping last looked: its second chance
+    /// before an idle release.
+    pub(crate) used: bool,
     pub(crate) index: Option<OffsetIndex>,
     pub(crate) time_index: Option<TimeIndex>,
     /// Largest batch maxTimestamp and the base offset of that batch, once known.
@@ -51,6 +55,7 @@ impl Segment {
             synced: 0,
             end_offset: None,
             file: None,
+            used: false,
             index: None,
             time_index: None,
             max_timestamp: None,
@@ -81,6 +86,7 @@ impl Segment {
         dir: &Path,
         mode: OpenMode,
     ) -> Result<Arc<dyn File>> {
+        self.used = true;
         if let Some(f) = &self.file {
             return Ok(f.clone());
         }
@@ -250,6 +256,23 @@ impl Segment {
             }
         }
         Ok(())
+    }
+
+    /// Releases the descriptor of a segment nobody used since the last call (the first call
+    /// only clears the mark), keeping its indexes and extent so the next read or append just
+    /// opens the file again. Returns whether it released one. A broker leading thousands of
+    /// partitions would otherwise hold a descriptor for every led partition and every segment
+    /// ever read until it stops leading. Never while bytes await their fsync: the group commit
+    /// syncs through this descriptor (and a round in flight holds its own clone of it).
+    pub(crate) fn release_if_idle(&mut self) -> bool {
+        if self.file.is_none() || self.synced < self.size {
+            return false;
+        }
+        if std::mem::take(&mut self.used) {
+            return false;
+        }
+        self.file = None;
+        true
     }
 
     /// Drops the descriptor and in-memory indexes (relinquish).

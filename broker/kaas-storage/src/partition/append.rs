@@ -97,7 +97,13 @@ impl Partition {
             h.base_offset = next;
             next = h.last_offset() + 1;
         }
-        st.write_active(records, &batches, config.index_interval_bytes, opts.now_ms)?;
+        st.write_active(
+            &self.shared,
+            records,
+            &batches,
+            config.index_interval_bytes,
+            opts.now_ms,
+        )?;
         st.log_end_offset = next;
         Ok(AppendOutcome {
             base_offset,
@@ -128,6 +134,7 @@ impl Partition {
         batch::patch_offsets(&mut records, offset, st.leader_epoch);
         header.base_offset = offset;
         st.write_active(
+            &self.shared,
             &records,
             &[(0, header)],
             config.index_interval_bytes,
@@ -180,12 +187,16 @@ impl State {
     /// One positioned write of the whole request to the page cache, then index bookkeeping.
     fn write_active(
         &mut self,
+        shared: &Shared,
         records: &[u8],
         batches: &[(usize, BatchHeader)],
         interval: usize,
         now: i64,
     ) -> Result<()> {
-        let active = self.segments.last_mut().ok_or(Error::NotLeader)?;
+        let last = self.segments.len().checked_sub(1).ok_or(Error::NotLeader)?;
+        // Opens the descriptor again if housekeeping released it while idle.
+        self.ensure_loaded(shared, last, interval)?;
+        let active = &mut self.segments[last];
         let file = active.file.clone().ok_or(Error::NotLeader)?;
         let start = active.size;
         if let Err(e) = file.write_all_at(records, start) {

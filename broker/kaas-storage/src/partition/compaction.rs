@@ -280,14 +280,13 @@ impl Partition {
     /// ratio or a delete horizon already calls for it (`None` when nothing can: no dirty bytes,
     /// or neither those nor a maximum compaction lag).
     fn plan_under_lock(&self, config: &LogConfig, now_ms: i64) -> Result<Option<(Plan, bool)>> {
-        let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
         let mut st = self.lock();
         if st.role != Role::Leader || st.poisoned.is_some() {
             return Ok(None);
         }
         let closed = st.segments.len().saturating_sub(1);
         for i in 0..closed {
-            st.ensure_loaded(fs, dir, i, config.index_interval_bytes)?;
+            st.ensure_loaded(&self.shared, i, config.index_interval_bytes)?;
         }
         let log_start = st.log_start_offset;
         let active_base = st.segments.last().map_or(st.log_end_offset, |s| s.base_offset);

@@ -329,7 +329,7 @@ impl Partition {
     /// Loads segment `i` (descriptor, indexes, extent) if it is not yet.
     fn load(&self, st: &mut State, i: usize) -> Result<()> {
         let interval = self.config().index_interval_bytes;
-        st.ensure_loaded(&*self.shared.fs, &self.shared.dir, i, interval)
+        st.ensure_loaded(&self.shared, i, interval)
     }
 
     fn window(&self, st: &mut State, i: usize, offset: i64) -> Result<Window> {

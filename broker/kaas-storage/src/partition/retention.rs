@@ -90,9 +90,11 @@ impl Partition {
         // cleaner, not retention, bounds such a log (Kafka's LogConfig.delete).
         if config.cleanup_delete && config.retention_ms >= 0 {
             let cutoff = now_ms.saturating_sub(config.retention_ms);
-            let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
+            let shared = &self.shared;
             removed += self.delete_segments_while(&mut st, |st, _| {
-                st.ensure_loaded(fs, dir, 0, interval).is_ok()
+                // A loaded segment knows its max timestamp: asking does not reopen a
+                // released descriptor (nor keep one open).
+                (st.segments[0].bounded || st.ensure_loaded(shared, 0, interval).is_ok())
                     && st.segments[0]
                         .max_timestamp
                         .is_none_or(|(ts, _)| ts < cutoff)
@@ -114,7 +116,18 @@ impl Partition {
             .expire(now_ms.saturating_sub(config.producer_id_expiration_ms));
         let log_start = st.log_start_offset;
         st.producers.txns.trim(log_start);
+        // Descriptors nobody used since the last round go: a broker's open files follow what
+        // is read and written, not every segment touched since the take-over.
+        for seg in &mut st.segments {
+            seg.release_if_idle();
+        }
         Ok(removed)
+    }
+
+    /// Segment files this partition holds open: those read or written since the last
+    /// housekeeping round but one.
+    pub fn open_descriptors(&self) -> usize {
+        self.lock().segments.iter().filter(|s| s.file.is_some()).count()
     }
 
     /// Unlinks the oldest segment while `condition` holds, never the active segment and never

@@ -308,7 +308,7 @@ impl State {
             if next_base.is_some_and(|n| n <= from) {
                 continue;
             }
-            self.ensure_loaded(fs, dir, i, interval)?;
+            self.ensure_loaded(shared, i, interval)?;
             let seg = &self.segments[i];
             let start = match seg
                 .index
@@ -350,20 +350,31 @@ impl State {
         next.unwrap_or(self.log_end_offset).min(self.log_end_offset)
     }
 
-    /// Makes sure a sealed segment has its descriptor, indexes and true extent.
+    /// Makes sure segment `i` has its descriptor, indexes and true extent: a sealed segment is
+    /// loaded on first use; a segment whose idle descriptor housekeeping released keeps its
+    /// indexes and extent and only opens its file again.
     pub(super) fn ensure_loaded(
         &mut self,
-        fs: &dyn Fs,
-        dir: &std::path::Path,
+        shared: &super::Shared,
         i: usize,
         interval: usize,
     ) -> Result<()> {
+        let (fs, dir) = (&*shared.fs, &*shared.dir);
         let next_base = self.segments.get(i + 1).map(|s| s.base_offset);
         let seg = &mut self.segments[i];
-        if seg.bounded && seg.file.is_some() {
-            return Ok(());
+        if !seg.bounded {
+            return seg.load_sealed(fs, dir, next_base, interval);
         }
-        seg.load_sealed(fs, dir, next_base, interval)
+        if seg.file.is_none() && next_base.is_none() {
+            // The active segment: appends write through this descriptor, so it is opened by
+            // path only in this topic's incarnation (a deleted and recreated topic reuses the
+            // directory and may have a file of the same name).
+            shared.check_incarnation()?;
+            seg.open(fs, dir, OpenMode::ReadWrite)?;
+        } else {
+            seg.open(fs, dir, OpenMode::Read)?;
+        }
+        Ok(())
     }
 
     /// The take-over roll: the new epoch writes to a fresh segment named with it, so a deposed

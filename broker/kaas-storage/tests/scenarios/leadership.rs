@@ -207,6 +207,27 @@ fn a_recreated_topic_directory_is_never_written_by_the_old_incarnation(v: &Volum
 }
 scenario!(a_recreated_topic_directory_is_never_written_by_the_old_incarnation);
 
+/// An idle leader's active segment descriptor is released by housekeeping; the next append
+/// opens the file again by path, which must not be the recreated topic's file of the same name.
+fn a_released_active_segment_is_reopened_only_in_its_incarnation(v: &Volume) {
+    let old = v.leader(1, LogConfig::default());
+    append(&old, 1, batch("a", 2));
+    old.housekeeping(NOW).unwrap();
+    old.housekeeping(NOW).unwrap();
+    assert_eq!(old.open_descriptors(), 0, "an idle partition holds no descriptor");
+    let fs = v.fs();
+    let topic_dir = v.partition_dir().parent().unwrap().to_path_buf();
+    kaas_shared::reclaim::rename_aside(&*fs, topic_dir.parent().unwrap(), TOPIC, v.topic_id).unwrap();
+    let fresh = v.engine().open_partition(TOPIC, uuid::Uuid::new_v4(), 0, LogConfig::default()).unwrap();
+    // At the same epoch its active segment has the old one's name.
+    fresh.take_over(1).unwrap();
+    append(&fresh, 1, batch("fresh", 1));
+    assert!(old.append(&mut batch("stale", 1), opts(1)).is_err());
+    assert!(old.read(0, 1 << 20).is_err(), "nor does a read open the recreated topic's file");
+    assert_eq!(values(&read_all(&fresh)), vec!["fresh-0"]);
+}
+scenario!(a_released_active_segment_is_reopened_only_in_its_incarnation);
+
 
 /// Descriptors this process holds on files in `dir` (Linux).
 fn open_descriptors_in(dir: &std::path::Path) -> usize {

@@ -109,3 +109,62 @@ fn delete_records_moves_log_start(v: &Volume) {
     assert!(q.read(40, 100).unwrap().records.is_empty());
 }
 scenario!(delete_records_moves_log_start);
+
+/// Housekeeping releases the descriptors of segments nobody read or wrote since its previous
+/// round; a read opens them again (same records), an append the active one.
+fn idle_sealed_descriptors_are_released(v: &Volume) {
+    let config = LogConfig {
+        segment_bytes: 300,
+        ..LogConfig::default()
+    };
+    let p = v.leader(1, config);
+    for i in 0..10 {
+        append(&p, 1, batch(&format!("r{i}"), 2));
+    }
+    let segments = v.logs().len();
+    assert!(segments > 3, "{segments} segments");
+    let records = read_all(&p);
+    assert_eq!(p.open_descriptors(), segments);
+    p.housekeeping(NOW).unwrap();
+    assert_eq!(
+        p.open_descriptors(),
+        segments,
+        "a first round only clears the marks"
+    );
+    p.housekeeping(NOW).unwrap();
+    assert_eq!(
+        p.open_descriptors(),
+        0,
+        "an idle partition holds no descriptor"
+    );
+
+    assert_eq!(read_all(&p), records, "released segments read the same");
+    assert_eq!(p.open_descriptors(), segments);
+    p.housekeeping(NOW).unwrap();
+    p.housekeeping(NOW).unwrap();
+    // An append opens the active segment again and lands after what was there.
+    append(&p, 1, batch("after", 1));
+    assert_eq!(p.open_descriptors(), 1);
+    let after = read_all(&p);
+    assert_eq!(after[..records.len()], records[..]);
+    assert_eq!(after.len(), records.len() + 1);
+    assert_eq!(
+        after.last().unwrap().offset,
+        records.last().unwrap().offset + 1
+    );
+
+    // A segment read between two rounds keeps its descriptor for one more.
+    p.housekeeping(NOW).unwrap();
+    p.housekeeping(NOW).unwrap();
+    let opened = p.open_descriptors();
+    p.read(0, 1).unwrap();
+    p.housekeeping(NOW).unwrap();
+    assert_eq!(
+        p.open_descriptors(),
+        opened + 1,
+        "the segment just read stays open"
+    );
+    p.housekeeping(NOW).unwrap();
+    assert_eq!(p.open_descriptors(), opened);
+}
+scenario!(idle_sealed_descriptors_are_released);
