@@ -6,6 +6,7 @@
 //! volume: the `kaas-controller` Lease, heartbeats, assignment.json (seed 003).
 
 mod fetch_flags;
+mod file_limit;
 mod group_flags;
 mod kube_endpoints;
 mod kube_lease;
@@ -222,6 +223,7 @@ fn main() -> anyhow::Result<()> {
         return scram_cli::run(scram);
     }
     init_logging(args.log_format);
+    file_limit::raise();
     if let Some(pod) = &args.pod_name {
         if ClusterSettings::broker_id_of(pod).is_none() {
             bail!("MY_POD_NAME={pod:?} does not end in -<ordinal>; cluster mode needs a StatefulSet pod name (unset MY_POD_NAME for local mode)");

@@ -148,6 +148,25 @@ async fn retention_and_process_resources_are_reported() -> TestResult {
     Ok(())
 }
 
+/// A broker started with a low soft open-file limit (as some container runtimes start
+/// processes) raises it to the hard limit: a broker leading thousands of partitions for
+/// thousands of clients needs more than 1,024 descriptors.
+#[test]
+fn the_open_file_limit_is_raised_to_the_hard_limit() -> TestResult {
+    let hard: u64 = std::fs::read_to_string("/proc/self/limits")?
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4)?.parse().ok())
+        .ok_or("no open-file limit in /proc/self/limits")?;
+    if hard <= 256 {
+        return Err(format!("this machine's hard open-file limit ({hard}) leaves nothing to raise").into());
+    }
+    let kaas = Kaas::start_launched(&["prlimit", "--nofile=256:"], &[])?;
+    let text = kaas.metrics()?;
+    assert_eq!(series(&text, "kaas_max_fds", &[]), Some(hard as f64), "the soft limit (256 at start) is the hard one");
+    Ok(())
+}
+
 /// The series' value once `ready` holds, polling the scrape (a connection's close reaches the
 /// broker a moment after the client drops it).
 fn scrape_until(kaas: &Kaas, what: &str, ready: impl Fn(&str) -> bool) -> Result<String, String> {

@@ -28,6 +28,8 @@ pub struct Kaas {
     pub bootstrap: String,
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
+    /// A command the broker runs under (empty: none).
+    launcher: Vec<String>,
     /// librdkafka settings every client of [`Kaas::config`] gets (security settings).
     pub client_settings: Vec<(String, String)>,
     /// The probes and metrics listener (`host:port`), once the broker printed it.
@@ -42,6 +44,12 @@ impl Kaas {
     }
 
     pub fn start_with(args: &[&str]) -> TestResult<Kaas> {
+        Kaas::start_launched(&[], args)
+    }
+
+    /// Starts a broker through `launcher` (a command that execs the rest of its arguments, e.g.
+    /// `prlimit --nofile=256:`), with `args`.
+    pub fn start_launched(launcher: &[&str], args: &[&str]) -> TestResult<Kaas> {
         let tmp = tempfile::tempdir()?;
         let data_dir = tmp.path().join("data");
         let mut kaas = Kaas {
@@ -49,6 +57,7 @@ impl Kaas {
             bootstrap: String::new(),
             data_dir,
             extra_args: args.iter().map(|s| s.to_string()).collect(),
+            launcher: launcher.iter().map(|s| s.to_string()).collect(),
             client_settings: Vec::new(),
             http: Default::default(),
             _tmp: Some(tmp),
@@ -60,7 +69,16 @@ impl Kaas {
     /// (Re)starts the process on the same data directory, on `port` if given.
     fn spawn(&mut self, port: Option<u16>) -> TestResult {
         let listen = format!("127.0.0.1:{}", port.unwrap_or(0));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kaas"))
+        let kaas = env!("CARGO_BIN_EXE_kaas");
+        let mut command = match self.launcher.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(kaas);
+                c
+            }
+            None => Command::new(kaas),
+        };
+        let mut child = command
             .arg("--listen")
             .arg(&listen)
             // Several brokers run at once: every listener on a free port.
