@@ -1,8 +1,8 @@
-//! Errors of the group shard storage.
+//! Errors of the coordinator shard storage (group and transaction shards alike).
 
 use std::path::PathBuf;
 
-/// What can go wrong storing group state.
+/// What can go wrong storing a coordinator's state.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{op} {path}: {source}")]
@@ -13,19 +13,19 @@ pub enum Error {
     },
     #[error("volume: {0}")]
     Volume(#[from] kaas_shared::Error),
-    #[error("group shard {path} is owned at epoch {current}; take-over at {requested} refused")]
+    #[error("coordinator shard {path} is owned at epoch {current}; take-over at {requested} refused")]
     Fenced {
         path: PathBuf,
         requested: i32,
         current: i32,
     },
-    #[error("this broker does not own the group shard")]
+    #[error("this broker does not own the coordinator shard")]
     NotOwner,
-    #[error("group shard storage failed earlier ({0}); refusing writes until the next take-over")]
+    #[error("coordinator shard storage failed earlier ({0}); refusing writes until the next take-over")]
     Poisoned(String),
-    #[error("corrupt group snapshot {path}: {reason}")]
+    #[error("corrupt coordinator shard snapshot {path}: {reason}")]
     CorruptSnapshot { path: PathBuf, reason: String },
-    #[error("group shard entry too large: {0} bytes")]
+    #[error("coordinator shard entry too large: {0} bytes")]
     TooLarge(usize),
 }
 
