@@ -114,7 +114,14 @@ impl Engine {
             });
         }
         let fs = &*self.inner.fs;
-        identity::stamp(fs, &self.inner.layout.topic_dir(topic), topic_id)?;
+        let topic_dir = self.inner.layout.topic_dir(topic);
+        // Stamped already (every partition of a topic that exists): one read instead of the
+        // stamp's exclusive create, which writes and fsyncs a temporary file and the directory
+        // — per partition, at every start, on the shared volume. A missing stamp is made; a
+        // mismatch fails in the stamp's own check.
+        if identity::read(fs, &topic_dir)? != Some(topic_id) {
+            identity::stamp(fs, &topic_dir, topic_id)?;
+        }
         let dir = self.partition_dir(topic, partition)?;
         Ok(Arc::new(Partition::open(
             self.inner.fs.clone(),
