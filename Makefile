@@ -6,7 +6,7 @@ export KAAS_CACHE
 export PYTHON := $(KAAS_CACHE)/venv/bin/python3
 CARGO ?= cargo
 
-.PHONY: run test deps dev-build build bench chaos fuzz franzgo-kgo check-fmt clippy clean-data
+.PHONY: run test deps dev-build build bench bench-scale chaos fuzz franzgo-kgo check-fmt clippy clean-data
 
 # One build of the whole workspace, every target, in the dev profile. Everything `make test`
 # runs uses it: the cargo tests, the e2e and operator binaries, crdgen, and the broker the
@@ -45,6 +45,15 @@ build:
 bench: deps build
 	scripts/bench.sh
 	$(MAKE) bench-failover
+
+## Scale figures (broker/kaas/tests/scale.rs): three in-process brokers in a release build with
+## 2,000 topics × 5 partitions, 1,000 groups, 1,000 idempotent producers and 10,000 connections;
+## prints memory and descriptors per partition, group, producer and connection, assignment.json
+## and recompute time, Metadata time, produce latency over every partition, a broker's take-over
+## and a cold start. Sizes: KAAS_SCALE_TOPICS, _PARTITIONS, _GROUPS, _PRODUCERS, _CONNECTIONS,
+## _RATES (comma-separated msg/s), _SECONDS. README "Scale" says how long it takes.
+bench-scale:
+	$(CARGO) test --release --locked --workspace --test scale -- --ignored --nocapture
 
 ## The long fault campaign: 1,000 seeded faults (kill -9, SIGSTOP/SIGCONT, SIGTERM drain, the
 ## controller's death, EIO/ENOSPC/ESTALE/failed writeback/slow fsync on one broker's mount, stray files, the

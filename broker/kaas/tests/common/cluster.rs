@@ -100,12 +100,14 @@ impl Cluster {
     }
 
     /// Starts the tasks of an opened (or paused) broker: its cluster runtime, its transaction
-    /// completions and its Kafka listener.
+    /// completions, its housekeeping and its Kafka listener.
     async fn run_node(&mut self, id: i32, broker: Arc<Broker>, runtime: Arc<Runtime>, listener: tokio::net::TcpListener) -> TestResult {
         let bootstrap = listener.local_addr()?.to_string();
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = runtime.spawn(broker.clone(), stop_rx.clone()).await?;
         tasks.spawn(broker.clone().transactions_loop(stop_rx.clone()));
+        // Retention, time-based rolls and idle descriptors, as the binary runs them.
+        tasks.spawn(broker.clone().housekeeping_loop(stop_rx.clone()));
         let mut server_stop = stop_rx;
         tasks.spawn(Server::new(listener, broker.clone()).run(async move {
             let _ = server_stop.wait_for(|s| *s).await;
@@ -201,17 +203,30 @@ impl Cluster {
     /// The partitions of `a` not led as it says: `key by leader at epoch (leader leads it at
     /// epoch N | does not lead it | is not running)`.
     fn not_led(&self, a: &Assignment) -> Vec<String> {
+        // Each node's led partitions by key, built once: a poll over 10,000 partitions
+        // (make bench-scale) must not search a list per partition.
+        let led: BTreeMap<i32, std::collections::HashMap<String, (uuid::Uuid, i32)>> = self
+            .nodes
+            .iter()
+            .map(|(id, node)| {
+                let here = node
+                    .broker
+                    .topics
+                    .led()
+                    .into_iter()
+                    .map(|(t, uuid, part, epoch)| (kaas_shared::names::partition_key(&t, part), (uuid, epoch)));
+                (*id, here.collect())
+            })
+            .collect();
         a.partitions
             .iter()
             .filter_map(|(key, p)| {
-                let Some(node) = self.nodes.get(&p.leader) else {
+                let Some(here) = led.get(&p.leader) else {
                     return Some(format!("{key} by {} at {} (not running)", p.leader, p.leader_epoch));
                 };
-                let led = node.broker.topics.led();
-                let here = led.iter().find(|(t, id, part, _)| kaas_shared::names::partition_key(t, *part) == *key && *id == p.topic_id);
-                match here {
-                    Some((_, _, _, epoch)) if *epoch == p.leader_epoch => None,
-                    Some((_, _, _, epoch)) => Some(format!("{key} by {} at {} (leads it at {epoch})", p.leader, p.leader_epoch)),
+                match here.get(key).filter(|(id, _)| *id == p.topic_id) {
+                    Some((_, epoch)) if *epoch == p.leader_epoch => None,
+                    Some((_, epoch)) => Some(format!("{key} by {} at {} (leads it at {epoch})", p.leader, p.leader_epoch)),
                     None => Some(format!("{key} by {} at {} (does not lead it)", p.leader, p.leader_epoch)),
                 }
             })
