@@ -20,8 +20,10 @@ use crate::topics::TopicRegistry;
 ///
 /// Each take-over's duration (recovery scan included) is observed in `durations`.
 pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, durations: &TakeoverDurations) {
-    let desired: BTreeMap<String, (Uuid, i32)> =
-        assignment.led_by(me).map(|(topic, partition, a)| (names::partition_key(topic, partition), (a.topic_id, a.leader_epoch))).collect();
+    let desired: BTreeMap<String, (Uuid, i32)> = assignment
+        .led_by(me)
+        .map(|(topic, partition, a)| (names::partition_key(topic, partition), (a.topic_id, a.leader_epoch)))
+        .collect();
     let version = assignment.assignment_version;
     for (topic, id, partition, epoch) in registry.led() {
         let key = names::partition_key(&topic, partition);
@@ -44,6 +46,17 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, dur
         .iter()
         .filter_map(|(key, (id, epoch))| {
             let (topic, partition) = names::parse_partition_key(key).ok()?;
+            let held = registry.get(topic).filter(|t| t.id == *id).and_then(|t| t.partition(partition));
+            let led_now = held.as_ref().is_some_and(|p| p.is_leader() && p.leader_epoch() == *epoch);
+            let failure = held.as_ref().and_then(|p| p.storage_failure());
+            if led_now && failure.is_none() {
+                return None;
+            }
+            if let Some(failure) = &failure {
+                // A failed write or fsync poisoned the log: re-running the take-over recovers it
+                // from the volume once the volume works again (retried every round until then).
+                info!(partition = %key, epoch, %failure, "re-taking over partition after a storage failure");
+            }
             Some(Wanted { key, topic, partition, id: *id, epoch: *epoch })
         })
         .collect();
@@ -51,12 +64,11 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, dur
     // run side by side: one after another, a broker taking over thousands of partitions waits
     // thousands of fsyncs in turn (make bench-scale), while the volume syncs many files at once.
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let workers = TAKEOVER_THREADS.min(wanted.len());
     std::thread::scope(|scope| {
-        for _ in 0..workers {
+        for _ in 0..TAKEOVER_THREADS.min(wanted.len()) {
             scope.spawn(|| {
                 while let Some(w) = wanted.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                    take_over_one(registry, assignment, w, durations);
+                    take_over(registry, assignment, w, durations);
                 }
             });
         }
@@ -66,7 +78,7 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, dur
 /// Take-overs of one reconcile that run at once.
 const TAKEOVER_THREADS: usize = 8;
 
-/// A partition the assignment gives this broker.
+/// A partition the assignment gives this broker and it does not lead (healthy) yet.
 struct Wanted<'a> {
     key: &'a str,
     topic: &'a str,
@@ -75,29 +87,16 @@ struct Wanted<'a> {
     epoch: i32,
 }
 
-/// Takes `w` over at its epoch unless this broker already leads it there, healthy.
-fn take_over_one(registry: &TopicRegistry, assignment: &Assignment, w: &Wanted<'_>, durations: &TakeoverDurations) {
+fn take_over(registry: &TopicRegistry, assignment: &Assignment, w: &Wanted<'_>, durations: &TakeoverDurations) {
     let Wanted { key, topic, partition, id, epoch } = *w;
-    let held = registry.get(topic).filter(|t| t.id == id).and_then(|t| t.partition(partition));
-    let led_now = held.as_ref().is_some_and(|p| p.is_leader() && p.leader_epoch() == epoch);
-    let failure = held.as_ref().and_then(|p| p.storage_failure());
-    if led_now && failure.is_none() {
-        return;
-    }
-    if let Some(failure) = &failure {
-        // A failed write or fsync poisoned the log: re-running the take-over recovers it
-        // from the volume once the volume works again (retried every round until then).
-        info!(partition = %key, epoch, %failure, "re-taking over partition after a storage failure");
-    }
     let started = std::time::Instant::now();
     let outcome = registry.take_over(topic, id, partition, epoch);
     durations.partitions.observe(started.elapsed().as_secs_f64());
-    let version = assignment.assignment_version;
     match outcome {
         Ok(report) => info!(
             partition = %key,
             epoch,
-            reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch),
+            reason = %format!("assigned by controller epoch {} (assignment v{})", assignment.controller_epoch, assignment.assignment_version),
             log_end_offset = report.log_end_offset,
             truncated_bytes = report.truncated_bytes,
             "took over partition"
@@ -109,13 +108,7 @@ fn take_over_one(registry: &TopicRegistry, assignment: &Assignment, w: &Wanted<'
 /// The GroupTakeoverDriver (and the same for transaction shards): owns exactly the shards
 /// `placed` gives this broker, at their epochs; shards placed elsewhere are relinquished
 /// (persisted, then unloaded).
-pub fn reconcile_shards<O: ShardOwner>(
-    owner: &O,
-    placed: &BTreeMap<u32, ShardAssignment>,
-    assignment: &Assignment,
-    me: i32,
-    durations: &Histogram,
-) {
+pub fn reconcile_shards<O: ShardOwner>(owner: &O, placed: &BTreeMap<u32, ShardAssignment>, assignment: &Assignment, me: i32, durations: &Histogram) {
     let kind = O::KIND;
     let version = assignment.assignment_version;
     for shard in 0..kaas_coordinator::SHARD_COUNT {
@@ -148,9 +141,7 @@ pub fn reconcile_shards<O: ShardOwner>(
             let outcome = owner.take_over(shard, epoch);
             durations.observe(started.elapsed().as_secs_f64());
             match outcome {
-                Ok(()) => {
-                    info!(kind, shard, epoch, reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch), "took over shard")
-                }
+                Ok(()) => info!(kind, shard, epoch, reason = %format!("assigned by controller epoch {} (assignment v{version})", assignment.controller_epoch), "took over shard"),
                 Err(e) => warn!(kind, shard, epoch, error = %e, "shard take-over failed; retrying next round"),
             }
         }

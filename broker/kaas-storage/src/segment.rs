@@ -260,19 +260,14 @@ impl Segment {
 
     /// Releases the descriptor of a segment nobody used since the last call (the first call
     /// only clears the mark), keeping its indexes and extent so the next read or append just
-    /// opens the file again. Returns whether it released one. A broker leading thousands of
+    /// opens the file again. A broker leading thousands of
     /// partitions would otherwise hold a descriptor for every led partition and every segment
     /// ever read until it stops leading. Never while bytes await their fsync: the group commit
     /// syncs through this descriptor (and a round in flight holds its own clone of it).
-    pub(crate) fn release_if_idle(&mut self) -> bool {
-        if self.file.is_none() || self.synced < self.size {
-            return false;
+    pub(crate) fn release_if_idle(&mut self) {
+        if self.file.is_some() && self.synced >= self.size && !std::mem::take(&mut self.used) {
+            self.file = None;
         }
-        if std::mem::take(&mut self.used) {
-            return false;
-        }
-        self.file = None;
-        true
     }
 
     /// Drops the descriptor and in-memory indexes (relinquish).
