@@ -86,6 +86,22 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
+/// p50, p99, p99.9 and max of sorted latencies in milliseconds.
+fn latency_summary(sorted: &[f64]) -> String {
+    format!(
+        "p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        percentile(sorted, 0.5),
+        percentile(sorted, 0.99),
+        percentile(sorted, 0.999),
+        percentile(sorted, 1.0)
+    )
+}
+
+/// One wire connection to each broker, by id.
+fn connect_all(nodes: &BTreeMap<i32, String>) -> TestResult<BTreeMap<i32, Wire>> {
+    nodes.iter().map(|(id, address)| Ok((*id, Wire::connect(address)?))).collect()
+}
+
 fn name(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
@@ -333,12 +349,9 @@ async fn produce_figures(cluster: &Cluster, topics: usize, partitions: usize, ra
     }
     latencies.sort_by(f64::total_cmp);
     println!(
-        "produce {next} × 1 KiB at {rate} msg/s over {} partitions (librdkafka, acks=all, linger 5 ms): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms, {failed} failed",
+        "produce {next} × 1 KiB at {rate} msg/s over {} partitions (librdkafka, acks=all, linger 5 ms): {}, {failed} failed",
         topics * partitions,
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        percentile(&latencies, 0.999),
-        percentile(&latencies, 1.0)
+        latency_summary(&latencies)
     );
     if failed > 0 {
         return Err(format!("{failed} produce requests failed").into());
@@ -386,8 +399,9 @@ async fn wire_produce_figures(cluster: &Cluster, topics: usize, partitions: usiz
             while started.elapsed() < run_for {
                 let due = (share * started.elapsed().as_secs_f64()) as usize;
                 while generated < due {
-                    // Generated at its due time: the wait for the next request counts.
-                    pending.push((started + Duration::from_secs_f64(generated as f64 / share), next % owned.len()));
+                    // Generated at its due time, the moment `due` counts it: the wait for the
+                    // next request counts.
+                    pending.push((started + Duration::from_secs_f64((generated + 1) as f64 / share), next % owned.len()));
                     generated += 1;
                     next += 1;
                 }
@@ -432,12 +446,9 @@ async fn wire_produce_figures(cluster: &Cluster, topics: usize, partitions: usiz
     })
     .await?;
     println!(
-        "produce {} × 1 KiB at {rate} msg/s over {total} partitions (wire load generator, acks=all, 5 ms batching, {connections} connections): p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+        "produce {} × 1 KiB at {rate} msg/s over {total} partitions (wire load generator, acks=all, 5 ms batching, {connections} connections): {}",
         latencies.len(),
-        percentile(&latencies, 0.5),
-        percentile(&latencies, 0.99),
-        percentile(&latencies, 0.999),
-        percentile(&latencies, 1.0)
+        latency_summary(&latencies)
     );
     Ok(())
 }
@@ -459,10 +470,7 @@ async fn group_figures(cluster: &Cluster, groups: usize, topics: usize) -> TestR
                 coordinators.insert(c.key.to_string(), c.node_id.0);
             }
         }
-        let mut wires: BTreeMap<i32, Wire> = BTreeMap::new();
-        for (id, address) in &nodes {
-            wires.insert(*id, Wire::connect(address)?);
-        }
+        let mut wires = connect_all(&nodes)?;
         let mut timings = Vec::with_capacity(groups);
         for (g, group) in ids.iter().enumerate() {
             let wire = wires.get_mut(&coordinators[group]).ok_or("coordinator is no broker")?;
@@ -505,10 +513,7 @@ async fn producer_figures(cluster: &Cluster, producers: usize, topics: usize, pa
     let a = cluster.assignment().ok_or("no assignment")?;
     let nodes: BTreeMap<i32, String> = cluster.nodes.values().map(|n| (n.id, n.bootstrap.clone())).collect();
     blocking(move || {
-        let mut wires: BTreeMap<i32, Wire> = BTreeMap::new();
-        for (id, address) in &nodes {
-            wires.insert(*id, Wire::connect(address)?);
-        }
+        let mut wires = connect_all(&nodes)?;
         let started = Instant::now();
         for n in 0..producers {
             let (t, p) = (n % topics, (n / topics) % partitions);
