@@ -14,6 +14,7 @@ require (
 require (
 	github.com/google/go-containerregistry v0.21.5
 	github.com/miekg/dns v1.1.73
+	k8s.io/cri-streaming v0.37.2
 )
 
 require (

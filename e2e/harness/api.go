@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -273,4 +274,47 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// PortForward runs `kubectl port-forward` to target (pod/<name>, svc/<name>, ...) in ns in the
+// background until the test ends, and returns once kubectl says it listens on every local
+// port of ports ("LOCAL:REMOTE", as kubectl takes them).
+func (c *Cluster) PortForward(ns, target string, ports ...string) {
+	c.t.Helper()
+	args := append([]string{"--kubeconfig", c.Kubeconfig, "-n", ns, "port-forward", "--address", "127.0.0.1", target}, ports...)
+	cmd := exec.Command(c.KubectlBinary(), args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	listening := make(chan struct{})
+	go func() {
+		lines, seen := bufio.NewScanner(out), 0
+		for lines.Scan() {
+			// "Forwarding from 127.0.0.1:18080 -> 8080", one line per port.
+			if strings.HasPrefix(lines.Text(), "Forwarding from ") {
+				if seen++; seen == len(ports) {
+					close(listening)
+				}
+			}
+		}
+	}()
+	select {
+	case <-listening:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait() // stderr is complete after it
+		c.t.Fatalf("kubectl %s: not listening after 30 s: %s", strings.Join(args[2:], " "), stderr.String())
+	}
 }

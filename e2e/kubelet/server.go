@@ -22,7 +22,8 @@ import (
 )
 
 // serve starts the kubelet's HTTPS endpoint on the node address, which the apiserver proxies
-// `kubectl logs` to (/containerLogs/<ns>/<pod>/<container>). It returns the port to advertise.
+// `kubectl logs` to (/containerLogs/<ns>/<pod>/<container>) and `kubectl port-forward` to
+// (/portForward/<ns>/<pod>). It returns the port to advertise.
 // NB: it neither authenticates nor authorizes callers (a real kubelet asks the apiserver); it is
 // only reachable inside the harness' network namespace.
 func (k *Kubelet) serve(ctx context.Context) (int, error) {
@@ -36,6 +37,8 @@ func (k *Kubelet) serve(ctx context.Context) (int, error) {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /containerLogs/{ns}/{pod}/{container}", k.containerLogs)
+	mux.HandleFunc("/portForward/{ns}/{pod}", k.portForward)
+	mux.HandleFunc("/portForward/{ns}/{pod}/{uid}", k.portForward)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(l) }()

@@ -243,6 +243,16 @@ spec:
 		t.Logf("the apiserver through the kubernetes Service: %s", v.GitVersion)
 	}
 
+	// kubectl port-forward, to the pod and to a pod behind the Service (kubectl picks it and
+	// maps the Service's port 80 to the pod's 8080), through the apiserver and the kubelet.
+	c.PortForward(ns, "pod/web-0", "18080:8080")
+	c.PortForward(ns, "svc/front", "18081:80")
+	for _, url := range []string{"http://127.0.0.1:18080/whoami", "http://127.0.0.1:18081/whoami"} {
+		if body := httpGet(t, url); strings.TrimSpace(body) != "web-0" {
+			t.Errorf("%s through kubectl port-forward = %q, want web-0", url, body)
+		}
+	}
+
 	// Not ready: the headless Service that publishes not-ready addresses still names the pod,
 	// the other one has no address left; the ClusterIP Service keeps its address.
 	c.Signal(ns, "web-0", "", syscall.SIGSTOP)
