@@ -9,8 +9,7 @@ const Namespace = "demo"
 
 // Cluster is a Namespace, an RWX claim `shared` on the harness' pre-created volume, and a
 // 3-broker KafkaCluster `kc` on it with spec lines extra (indented two spaces) added. Brokers
-// bind the pod IP (`bind: PodIp`), not every address: the process kubelet's pods share one
-// network namespace, where two brokers on `[::]:9092` would collide. They advertise the default,
+// listen as by default, on every address of their pods' own network namespaces, and advertise
 // their pod DNS names (`<pod>.kc-brokers.demo.svc`), which the harness' cluster DNS serves.
 func Cluster(extra string) string {
 	return `
@@ -25,7 +24,6 @@ spec:
   replicas: 3
   version: 0.1.0
   storage: {existingClaim: shared}
-  listener: {bind: PodIp}
 ` + extra
 }
 

@@ -45,8 +45,11 @@ type container struct {
 	terminated   *corev1.ContainerStateTerminated // current state, when stopped for good
 	lastTerm     *corev1.ContainerStateTerminated
 	exited       chan struct{} // closed when the current process has exited
-	// Offsets in the container's log file where the current and the previous run begin.
+	// Offsets in the container's log file where the current and the previous run begin and
+	// end (the kubelet's own "--- kubelet:" lines lie outside them); logEnd is -1 while the
+	// current run is running.
 	logStart, prevLogStart int64
+	logEnd, prevLogEnd     int64
 }
 
 func newContainer(w *podWorker, spec *corev1.Container, init bool) *container {
@@ -181,8 +184,11 @@ func (c *container) start(ctx context.Context) (<-chan struct{}, error) {
 		return nil, err
 	}
 	mounts = append(mounts, mount{Source: resolv, Target: "/etc/resolv.conf"})
+	w.mu.Lock()
+	ip := w.ip
+	w.mu.Unlock()
 	spec := initSpec{Hostname: podHostname(w.pod), Mounts: mounts, Dir: c.spec.WorkingDir,
-		Argv: argv(bin, command, args), Env: env}
+		Argv: argv(bin, command, args), Env: env, Netns: w.netns(ip)}
 	if img != nil {
 		if spec.Image, spec.Env, err = c.imageRoot(img, env); err != nil {
 			return nil, startError{"CreateContainerConfigError", err}
@@ -244,14 +250,17 @@ func (c *container) start(ctx context.Context) (<-chan struct{}, error) {
 	c.started = c.spec.StartupProbe == nil
 	c.ready = false
 	c.prevLogStart, c.logStart = c.logStart, offset
+	c.prevLogEnd, c.logEnd = c.logEnd, -1
 	c.exited = exited
 	w.mu.Unlock()
 	w.logf("container %s started, pid %d", c.spec.Name, cmd.Process.Pid)
 	go func() {
 		_ = cmd.Wait()
+		end, _ := logf.Seek(0, io.SeekEnd)
 		fmt.Fprintf(logf, "--- kubelet: container %s exited: %s\n", c.spec.Name, cmd.ProcessState)
 		logf.Close()
 		w.mu.Lock()
+		c.logEnd = end
 		c.lastTerm = terminatedState(cmd.ProcessState, c.startedAt, c.pid)
 		w.mu.Unlock()
 		close(exited)

@@ -34,7 +34,7 @@ type Config struct {
 	NodeName       string
 	NodeIP         string
 	PodPrefix      string // pods get PodPrefix.2 .. PodPrefix.254
-	AddAddresses   bool   // put pod IPs on lo (inside the harness' network namespace)
+	AddAddresses   bool   // give pods their addresses and network namespaces (inside the harness' network namespace)
 	RootDir        string // per-pod scratch directories
 	LogDir         string // per-pod container logs
 	ImagesFile     string
@@ -174,15 +174,43 @@ func (k *Kubelet) forget(w *podWorker) {
 	delete(k.workers, w.uid)
 	if w.ip != "" {
 		delete(k.ips, w.ip)
-		if k.cfg.AddAddresses {
+		switch {
+		case !k.cfg.AddAddresses:
+		case w.pod.Spec.HostNetwork:
 			_ = exec.Command("ip", "addr", "del", w.ip+"/32", "dev", "lo").Run()
+		default:
+			teardownPodNetwork(w.ip)
 		}
 	}
 }
 
 // allocateIP gives a pod the address it had (when a restarted kubelet picks the pod up again and
-// the address is free) or else the lowest free address of the node's /24.
-func (k *Kubelet) allocateIP(uid types.UID, previous string) (string, error) {
+// the address is free) or else the lowest free address of the node's /24, and inside the
+// harness' network namespace its network: a namespace of its own (netns.go), or for a
+// hostNetwork pod the address on the node's `lo`.
+func (k *Kubelet) allocateIP(uid types.UID, previous string, hostNetwork bool) (string, error) {
+	ip, err := k.reserveIP(uid, previous)
+	if err != nil || !k.cfg.AddAddresses {
+		return ip, err
+	}
+	if hostNetwork {
+		if out, err := exec.Command("ip", "addr", "replace", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			err = fmt.Errorf("ip addr replace %s: %v: %s", ip, err, out)
+		}
+	} else {
+		err = setupPodNetwork(ip, k.cfg.NodeIP)
+	}
+	if err != nil {
+		k.mu.Lock()
+		delete(k.ips, ip)
+		k.mu.Unlock()
+		return "", err
+	}
+	return ip, nil
+}
+
+// reserveIP picks the address allocateIP gives.
+func (k *Kubelet) reserveIP(uid types.UID, previous string) (string, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	candidates := []string{}
@@ -196,15 +224,19 @@ func (k *Kubelet) allocateIP(uid types.UID, previous string) (string, error) {
 		if _, used := k.ips[ip]; used {
 			continue
 		}
-		if k.cfg.AddAddresses {
-			if out, err := exec.Command("ip", "addr", "replace", ip+"/32", "dev", "lo").CombinedOutput(); err != nil {
-				return "", fmt.Errorf("ip addr replace %s: %v: %s", ip, err, out)
-			}
-		}
 		k.ips[ip] = uid
 		return ip, nil
 	}
 	return "", fmt.Errorf("no free pod address in %s.0/24", k.cfg.PodPrefix)
+}
+
+// netns is the network namespace file of a pod's containers, or "" when they share the
+// kubelet's (hostNetwork pods, and a kubelet outside the harness' namespace).
+func (w *podWorker) netns(ip string) string {
+	if !w.k.cfg.AddAddresses || w.pod.Spec.HostNetwork || ip == "" {
+		return ""
+	}
+	return netnsPath(ip)
 }
 
 // finalDelete removes a pod object whose processes are gone: grace 0 with a UID precondition,

@@ -187,7 +187,7 @@ func (w *podWorker) setup(ctx context.Context) bool {
 	if w.terminating() {
 		return false
 	}
-	ip, err := w.k.allocateIP(w.uid, w.pod.Status.PodIP)
+	ip, err := w.k.allocateIP(w.uid, w.pod.Status.PodIP, w.pod.Spec.HostNetwork)
 	if err != nil {
 		w.logf("%v", err)
 		<-w.terminate

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -28,6 +29,8 @@ type initSpec struct {
 	Dir      string   `json:"dir"`
 	Argv     []string `json:"argv"`
 	Env      []string `json:"env"`
+	// Netns, when set, is the pod's network namespace (a file under /run/netns) to run in.
+	Netns string `json:"netns,omitempty"`
 	// Image, when set, makes the root an overlay of an unpacked image instead of the host's /,
 	// and the program runs as the image's (or the pod's) user.
 	Image *imageRoot `json:"image,omitempty"`
@@ -61,6 +64,14 @@ func podInit() error {
 	var spec initSpec
 	if err := json.Unmarshal([]byte(os.Getenv(envPodInit)), &spec); err != nil {
 		return fmt.Errorf("decode spec: %w", err)
+	}
+	if spec.Netns != "" {
+		// setns(2) moves only this thread into the pod's network namespace: keep the goroutine
+		// on it, so that the exec below, which runs on it, starts the program there.
+		runtime.LockOSThread()
+		if err := setnsNet(spec.Netns); err != nil {
+			return err
+		}
 	}
 	if err := syscall.Sethostname([]byte(spec.Hostname)); err != nil {
 		return fmt.Errorf("sethostname: %w", err)

@@ -22,9 +22,8 @@ const (
 // portForward serves `kubectl port-forward` (the apiserver proxies
 // /api/v1/namespaces/<ns>/pods/<pod>/portforward here): SPDY or WebSocket streams, each copied
 // to a TCP connection to the pod, with the protocol code of Kubernetes' own kubelet.
-// NB: a real kubelet dials localhost in the pod's network namespace; the harness' pods share one
-// network namespace, so this dials the pod's IP — a server bound to the pod IP or to every
-// address is reached, one bound to localhost only is not.
+// It dials localhost in the pod's network namespace, as a real kubelet does (a server bound to
+// the pod IP only is not reached); a kubelet outside the harness' namespace dials the pod IP.
 func (k *Kubelet) portForward(rw http.ResponseWriter, r *http.Request) {
 	ns, name, uid := r.PathValue("ns"), r.PathValue("pod"), r.PathValue("uid")
 	w := k.podWorker(ns, name)
@@ -52,8 +51,15 @@ func (d podDialer) PortForward(ctx context.Context, name string, _ string, port 
 	if ip == "" {
 		return fmt.Errorf("pod %s has no IP yet", name)
 	}
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))))
+	var conn net.Conn
+	var err error
+	if ns := d.w.netns(ip); ns != "" {
+		// As a real kubelet: localhost in the pod's network namespace.
+		conn, err = dialInNetns(ctx, ns, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+	} else {
+		var dialer net.Dialer
+		conn, err = dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))))
+	}
 	if err != nil {
 		return fmt.Errorf("forwarding port %d of pod %s: %w", port, name, err)
 	}

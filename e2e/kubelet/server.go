@@ -1,7 +1,6 @@
 package kubelet
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -67,27 +66,25 @@ func (k *Kubelet) containerLogs(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	c.w.mu.Lock()
-	from, to := c.logStart, int64(-1)
-	if q.Get("previous") == "true" {
-		from, to = c.prevLogStart, c.logStart
+	previous := q.Get("previous") == "true"
+	// bounds is the run's part of the log file: [from, to), to -1 while it still runs.
+	bounds := func() (from, to int64) {
+		c.w.mu.Lock()
+		defer c.w.mu.Unlock()
+		if previous {
+			return c.prevLogStart, c.prevLogEnd
+		}
+		return c.logStart, c.logEnd
 	}
-	exited := c.exited
-	c.w.mu.Unlock()
 	f, err := os.Open(filepath.Join(c.w.logDir, name+".log"))
 	if err != nil {
 		http.Error(rw, err.Error(), http.StatusNotFound)
 		return
 	}
 	defer f.Close()
-	var data []byte
-	if to >= 0 {
-		data = make([]byte, max(to-from, 0))
-		_, _ = f.ReadAt(data, from)
-	} else {
-		_, _ = f.Seek(from, io.SeekStart)
-		data, _ = io.ReadAll(f)
-	}
+	from, to := bounds()
+	sent := readLog(f, from, to)
+	data := sent
 	if n, err := strconv.Atoi(q.Get("tailLines")); err == nil {
 		data = lastLines(data, n)
 	}
@@ -97,9 +94,11 @@ func (k *Kubelet) containerLogs(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	flusher, _ := rw.(http.Flusher)
-	rd := bufio.NewReader(f)
+	pos := from + int64(len(sent))
 	for {
-		chunk, _ := io.ReadAll(rd)
+		_, to = bounds()
+		chunk := readLog(f, pos, to)
+		pos += int64(len(chunk))
 		if len(chunk) > 0 {
 			if _, err := rw.Write(chunk); err != nil {
 				return
@@ -108,16 +107,26 @@ func (k *Kubelet) containerLogs(rw http.ResponseWriter, r *http.Request) {
 				flusher.Flush()
 			}
 		}
+		if to >= 0 && pos >= to {
+			return // the run ended and all of it was sent
+		}
 		select {
 		case <-r.Context().Done():
-			return
-		case <-exited:
-			chunk, _ := io.ReadAll(rd)
-			_, _ = rw.Write(chunk)
 			return
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// readLog reads f from from up to to, or to its end when to is -1.
+func readLog(f *os.File, from, to int64) []byte {
+	if to < 0 {
+		data, _ := io.ReadAll(io.NewSectionReader(f, from, 1<<62))
+		return data
+	}
+	data := make([]byte, max(to-from, 0))
+	n, _ := f.ReadAt(data, from)
+	return data[:n]
 }
 
 func lastLines(data []byte, n int) []byte {

@@ -625,7 +625,6 @@ spec:
   replicas: 1
   version: 0.1.0
   storage: {existingClaim: spare}
-  listener: {bind: PodIp}
   podTemplate: {priorityClassName: no-such-priority}
 `)
 		defer c.Kubectl("-n", ns, "delete", "kafkacluster", "nopods", "--wait=false")

@@ -66,7 +66,8 @@ spec:
       - name: web
         image: kaas-e2e/testpod:v1
         command: [/testpod]
-        args: ["--listen=$(POD_IP):8080"]
+        # Every address of its own network namespace: localhost too, which port-forward dials.
+        args: ["--listen=:8080"]
         env:
         - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
         - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}

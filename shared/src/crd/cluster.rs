@@ -173,8 +173,8 @@ pub enum Bind {
     /// `kubectl port-forward`.
     #[default]
     All,
-    /// The pod IP only: for runtimes where pods share one network namespace (the e2e process
-    /// kubelet). `kubectl port-forward` cannot reach such a broker.
+    /// The pod IP only: for runtimes where pods share one network namespace. `kubectl
+    /// port-forward` cannot reach such a broker.
     PodIp,
 }
 

@@ -1,0 +1,107 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Each pod that is not hostNetwork gets a network namespace of its own, as a CNI plugin gives
+// it on a real node: `lo` and an `eth0` holding the pod IP (/32), one end of a veth pair whose
+// other end stays in the node's (the harness') namespace with a host route to the pod IP. The
+// pod's default route goes to podGateway, a link-local address on every host end (Calico's
+// layout), so pods reach each other, Service cluster IPs, the cluster DNS and the apiserver
+// through the node's namespace, which forwards. A program may therefore bind `0.0.0.0` or
+// `[::]` in two pods at once, and `kubectl port-forward` dials localhost in the pod.
+
+// podGateway is the pods' next hop: an address on every host-side veth end.
+const podGateway = "169.254.1.1"
+
+// netnsName is the name of a pod IP's namespace (`ip netns`, /run/netns/<name>).
+func netnsName(ip string) string { return "pod-" + strings.ReplaceAll(ip, ".", "-") }
+
+// NetnsPath is the file that names a pod IP's namespace, for setns(2).
+func netnsPath(ip string) string { return "/run/netns/" + netnsName(ip) }
+
+// hostVeth is the host-side name of a pod IP's veth pair: at most 15 characters, so the last
+// three octets (every harness address is in 10.0.0.0/8).
+func hostVeth(ip string) string {
+	parts := strings.Split(ip, ".")
+	return "kh" + strings.Join(parts[len(parts)-3:], "-")
+}
+
+// setupPodNetwork makes ip's namespace afresh (one a killed kubelet left behind is replaced)
+// and wires it to the node's namespace, whose address nodeIP is the source of the node's
+// traffic to the pod, as on a real node.
+func setupPodNetwork(ip, nodeIP string) error {
+	teardownPodNetwork(ip)
+	ns, veth := netnsName(ip), hostVeth(ip)
+	steps := [][]string{
+		{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
+		{"ip", "netns", "add", ns},
+		{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"ip", "addr", "replace", podGateway + "/32", "dev", veth},
+		{"ip", "link", "set", veth, "up"},
+		{"ip", "route", "replace", ip + "/32", "dev", veth, "src", nodeIP},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+		{"ip", "-n", ns, "addr", "add", ip + "/32", "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "route", "add", podGateway, "dev", "eth0", "scope", "link"},
+		{"ip", "-n", ns, "route", "add", "default", "via", podGateway, "dev", "eth0", "src", ip},
+	}
+	for _, step := range steps {
+		if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {
+			teardownPodNetwork(ip)
+			return fmt.Errorf("pod network for %s: %s: %v: %s", ip, strings.Join(step, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// teardownPodNetwork removes ip's namespace; its veth pair and host route go with it.
+func teardownPodNetwork(ip string) {
+	_ = exec.Command("ip", "netns", "del", netnsName(ip)).Run()
+	_ = exec.Command("ip", "link", "del", hostVeth(ip)).Run()
+}
+
+// dialInNetns connects to addr from inside the network namespace at path (e.g. localhost in a
+// pod). setns(2) moves only the calling thread, so the dial runs on a locked thread of its own
+// that is never unlocked: Go ends a locked thread when its goroutine returns, and with it the
+// foreign namespace.
+func dialInNetns(ctx context.Context, path, addr string) (net.Conn, error) {
+	type result struct {
+		conn net.Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := setnsNet(path); err != nil {
+			done <- result{err: err}
+			return
+		}
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		done <- result{conn, err}
+	}()
+	r := <-done
+	return r.conn, r.err
+}
+
+// setnsNet moves the calling thread into the network namespace at path.
+func setnsNet(path string) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("setns %s: %w", path, err)
+	}
+	return nil
+}
