@@ -33,6 +33,14 @@ func TestConformance(t *testing.T) {
 	out := filepath.Join(root, "target", "conformance", "cluster-results.md")
 	logs := filepath.Join(root, "target", "conformance", "cluster-logs")
 
+	// The suite's verdict again at the very end, after the harness' logs of a failed test
+	// (cleanups run last-registered first), where a CI log's tail shows it.
+	var verdict string
+	t.Cleanup(func() {
+		if t.Failed() && verdict != "" {
+			t.Logf("conformance against the e2e cluster, once more:%s", verdict)
+		}
+	})
 	e := startCluster(t)
 	seeds := e.seeds()
 	// Serving: every broker, asked itself, names all three.
@@ -64,6 +72,9 @@ func TestConformance(t *testing.T) {
 	}
 	err = cmd.Wait()
 	t.Logf("conformance.py took %s:\n%s", time.Since(start).Round(time.Second), table.String())
+	if i := strings.Index(table.String(), "\nconformance FAILED:"); i >= 0 {
+		verdict = table.String()[i:]
+	}
 
 	// The brokers' side of every call, beside the calls (the harness prints them only on failure).
 	for i := range 3 {
