@@ -203,8 +203,8 @@ impl ConnectionLimits {
 impl Default for ConnectionLimits {
     /// Kafka's `connections.max.idle.ms` (10 minutes). Kafka leaves both connection caps
     /// unlimited; kaas caps them because every connection costs a task, two buffers and a file
-    /// descriptor: 10,000 in all fits a default container's file limit with room for segment
-    /// files, and 1,000 per address stops one client from taking the listener while leaving
+    /// descriptor: 10,000 in all fits a container's usual hard file limit (which the `kaas`
+    /// binary raises its soft limit to) with room for segment files, and 1,000 per address stops one client from taking the listener while leaving
     /// room for many clients behind one NAT address.
     fn default() -> ConnectionLimits {
         ConnectionLimits {
