@@ -111,7 +111,8 @@ func TestOperator(t *testing.T) {
 			{"statefulset", pod + ".containers[0].securityContext.allowPrivilegeEscalation", "false"},
 			{"statefulset", pod + ".containers[0].securityContext.capabilities.drop[0]", "ALL"},
 			{"statefulset", pod + `.containers[0].env[?(@.name=="RUST_BACKTRACE")].value`, "1"},
-			{"statefulset", pod + `.containers[0].env[?(@.name=="KAAS_LISTEN")].value`, "$(MY_POD_IP):9092"},
+			// listener.bind All, the default: every address of the pod's network namespace.
+			{"statefulset", pod + `.containers[0].env[?(@.name=="KAAS_LISTEN")].value`, "[::]:9092"},
 			{"statefulset", pod + ".priorityClassName", "kaas-e2e-brokers"},
 			{"statefulset", pod + ".imagePullSecrets[0].name", "regcred"},
 			// The volume agent writes the same volume: the brokers' user and groups.
