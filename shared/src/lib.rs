@@ -15,6 +15,7 @@ pub mod brokers;
 pub mod epochs;
 pub mod fs;
 pub mod identity;
+pub mod interbroker_key;
 pub mod layout;
 pub mod listen_address;
 pub mod live_topics;

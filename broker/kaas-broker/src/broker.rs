@@ -77,6 +77,15 @@ impl Broker {
         }
         info!(node_id = config.node_id, storage = ?config.storage, topics = topics.list().len(), "broker opened");
         let cluster = config.cluster.clone().map(|link| crate::cluster::Cluster::new(link, config.node_id));
+        // Cluster mode: the brokers of the cluster prove themselves to each other with the
+        // volume's inter-broker key (made by the first broker to start).
+        let interbroker = match &config.cluster {
+            Some(_) => crate::interbroker::InterBroker::signed(crate::interbroker::Signer {
+                key: kaas_shared::interbroker_key::InterBrokerKey::load_or_create(&**engine.fs(), engine.layout())?,
+                broker_id: config.node_id,
+            }),
+            None => Default::default(),
+        };
         let auto_creates = crate::rate_limit::RateLimiter::per_minute(config.auto_create_topics_per_minute);
         let authorizer = match config.security.authorizer.clone() {
             Some(settings) => Some(crate::authz::Authorizer::open(engine.fs().clone(), engine.layout(), settings)?),
@@ -94,7 +103,7 @@ impl Broker {
             cluster,
             groups,
             txns,
-            interbroker: Default::default(),
+            interbroker,
             auto_creates,
             listener_metrics: Default::default(),
             metrics,

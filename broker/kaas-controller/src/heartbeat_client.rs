@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kaas_shared::interbroker_key::InterBrokerKey;
 use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{Notify, watch};
@@ -137,6 +138,7 @@ impl HeartbeatStatus {
 /// Keeps beating the controller at the address `controller` names until `stop` fires.
 pub async fn run(
     broker_id: i32,
+    key: InterBrokerKey,
     incarnation: String,
     source: Arc<dyn BeatSource>,
     mut controller: watch::Receiver<Option<String>>,
@@ -155,7 +157,7 @@ pub async fn run(
                 _ = stop.changed() => return,
             }
         };
-        let session = beat_session(broker_id, &incarnation, &source, &address, &status, &mut seq);
+        let session = beat_session(broker_id, &key, &incarnation, &source, &address, &status, &mut seq);
         tokio::select! {
             result = session => {
                 if let Err(e) = result {
@@ -175,6 +177,7 @@ pub async fn run(
 
 async fn beat_session(
     broker_id: i32,
+    key: &InterBrokerKey,
     incarnation: &str,
     source: &Arc<dyn BeatSource>,
     address: &str,
@@ -187,7 +190,14 @@ async fn beat_session(
         .connect()
         .await?;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let mut inbound = HeartbeatClient::new(channel).stream(ReceiverStream::new(rx)).await?.into_inner();
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    // A fresh token per stream: it proves this broker to the controller (heartbeat_server).
+    let token = key.token(crate::heartbeat_server::TOKEN_PURPOSE, broker_id, &[]);
+    request.metadata_mut().insert(
+        crate::heartbeat_server::TOKEN_METADATA,
+        token.parse().map_err(|_| tonic::Status::internal("a heartbeat token that is not ASCII"))?,
+    );
+    let mut inbound = HeartbeatClient::new(channel).stream(request).await?.into_inner();
     let mut tick = tokio::time::interval(BEAT_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // What this stream has told the controller: beats carry only what changed.

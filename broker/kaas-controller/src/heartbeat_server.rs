@@ -4,6 +4,10 @@
 //! FAILED_PRECONDITION, so a broker that dialled a stale address finds out at once). The open
 //! streams are the alive set; a stream ends when its broker goes away or this broker loses the
 //! Lease, which makes the brokers look for the new controller.
+//!
+//! A stream is opened by a broker of the cluster only: its metadata carries a token of the
+//! cluster's inter-broker key naming the broker ([`TOKEN_METADATA`]), and every beat on it must
+//! be that broker's. Anything else reaching the port cannot join, drain or report for a broker.
 
 use std::collections::{BTreeMap, HashSet};
 use std::pin::Pin;
@@ -15,11 +19,18 @@ use parking_lot::Mutex;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
+
+use kaas_shared::interbroker_key::InterBrokerKey;
 
 use crate::proto::heartbeat_server::{Heartbeat, HeartbeatServer};
 use crate::proto::{Ack, AssignmentChanged, BrokerBeat, BrokerTotals, ControllerMessage, GroupSummary, controller_message};
 use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, PartitionStats};
+
+/// The gRPC metadata key of a heartbeat stream's token.
+pub const TOKEN_METADATA: &str = "kaas-interbroker-token";
+/// What a heartbeat token is for (`InterBrokerKey::token`'s purpose; its payload is empty).
+pub const TOKEN_PURPOSE: &str = "heartbeat";
 
 /// Whether this broker is the controller, and at which epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,16 +174,41 @@ impl HeartbeatHub {
         }
     }
 
-    /// The tonic service over this hub.
-    pub fn service(self: &Arc<Self>) -> HeartbeatServer<HeartbeatService> {
-        HeartbeatServer::new(HeartbeatService { hub: self.clone() })
+    /// The tonic service over this hub, taking streams from the holders of `key`.
+    pub fn service(self: &Arc<Self>, key: InterBrokerKey) -> HeartbeatServer<HeartbeatService> {
+        HeartbeatServer::new(HeartbeatService { hub: self.clone(), key, used: Mutex::default() })
     }
 }
+
+/// At most this many tokens are remembered as used (streams opened within a token's lifetime);
+/// beyond it new streams wait (UNAVAILABLE, retried) until old tokens expire.
+const MAX_USED_TOKENS: usize = 10_000;
 
 /// The gRPC service.
 #[derive(Debug)]
 pub struct HeartbeatService {
     hub: Arc<HeartbeatHub>,
+    key: InterBrokerKey,
+    /// Tokens that opened a stream, and when: each opens one stream only, so a token seen on
+    /// the network cannot open another (as the broker it names) while it is still valid.
+    used: Mutex<BTreeMap<String, Instant>>,
+}
+
+impl HeartbeatService {
+    /// Records `token` as used; false if it was, or if too many are remembered.
+    fn first_use(&self, token: &str) -> Result<(), Status> {
+        let mut used = self.used.lock();
+        // Twice the lifetime: a token is valid that long either side of its time.
+        used.retain(|_, at| at.elapsed() < 2 * kaas_shared::interbroker_key::TOKEN_LIFETIME);
+        if used.contains_key(token) {
+            return Err(Status::unauthenticated("inter-broker token already used"));
+        }
+        if used.len() >= MAX_USED_TOKENS {
+            return Err(Status::unavailable("too many heartbeat streams opened lately; retry"));
+        }
+        used.insert(token.to_owned(), Instant::now());
+        Ok(())
+    }
 }
 
 type Outbound = Pin<Box<dyn Stream<Item = Result<ControllerMessage, Status>> + Send>>;
@@ -182,9 +218,18 @@ impl Heartbeat for HeartbeatService {
     type StreamStream = Outbound;
 
     async fn stream(&self, request: Request<Streaming<BrokerBeat>>) -> Result<Response<Outbound>, Status> {
+        let token = request.metadata().get(TOKEN_METADATA).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let sender = match self.key.verify(token, TOKEN_PURPOSE, &[]) {
+            Ok(broker_id) => broker_id,
+            Err(e) => {
+                warn!(peer = ?request.remote_addr(), error = %e, "heartbeat stream refused");
+                return Err(Status::unauthenticated(e.to_string()));
+            }
+        };
         let Role::Controller { epoch } = self.hub.role() else {
             return Err(Status::failed_precondition("this broker is not the controller"));
         };
+        self.first_use(token)?;
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let hub = self.hub.clone();
@@ -195,6 +240,10 @@ impl Heartbeat for HeartbeatService {
             loop {
                 let message = tokio::select! {
                     beat = inbound.message() => match beat {
+                        Ok(Some(beat)) if beat.broker_id != sender => {
+                            warn!(sender, claimed = beat.broker_id, "a heartbeat for another broker; closing the stream");
+                            break;
+                        }
                         Ok(Some(beat)) => {
                             hub.record(&beat);
                             hub.record_report(&beat);

@@ -169,7 +169,13 @@ impl Runtime {
         let bound = listener.local_addr()?;
         let heartbeat_address =
             if settings.heartbeat_advertise.is_empty() { bound.to_string() } else { settings.heartbeat_advertise.clone() };
-        let service = self.hub.service();
+        // The broker opened the volume's inter-broker key (cluster mode always has one).
+        let key = broker
+            .interbroker
+            .signer()
+            .map(|s| s.key.clone())
+            .ok_or_else(|| anyhow::anyhow!("the broker was not opened in cluster mode"))?;
+        let service = self.hub.service(key.clone());
         let mut server_stop = stop.clone();
         tasks.spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
@@ -204,6 +210,7 @@ impl Runtime {
         tasks.spawn(resolve_controller(self.lease.clone(), self.fs.clone(), self.layout.clone(), address_tx, stop.clone()));
         tasks.spawn(heartbeat_client::run(
             self.broker_id,
+            key,
             self.incarnation.to_string(),
             Arc::new(Beats::new(broker.clone(), self.heartbeat.clone())),
             address_rx,

@@ -128,10 +128,11 @@ impl SecurityFlags {
     /// Why these settings cannot run in cluster mode yet, if they cannot.
     pub(crate) fn unsupported_in_cluster_mode(&self) -> Option<&'static str> {
         if self.security_protocol != SecurityProtocol::Plaintext {
-            // NB: brokers call each other on the Kafka listener (transaction markers), and
-            // those calls cannot authenticate yet.
+            // NB: brokers call each other on the Kafka listener (transaction markers and
+            // verification, signed with the cluster's inter-broker key), and their client
+            // speaks neither TLS nor SASL yet.
             return Some(
-                "--security-protocol other than PLAINTEXT is not supported in cluster mode yet (inter-broker calls do not authenticate)",
+                "--security-protocol other than PLAINTEXT is not supported in cluster mode yet (brokers call each other on the Kafka listener without TLS or SASL)",
             );
         }
         if self.authorizer != AuthorizerFlag::None {

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
 };
 use tracing::debug;
 
-use super::access::{Op, Resource, allowed, check, cluster_allowed};
+use super::access::{Op, Resource, allowed, check};
 use super::{by_topic, topic_name};
 use crate::broker::Broker;
 use crate::txn::GROUP_OFFSETS_TOPIC;
@@ -40,8 +40,9 @@ pub async fn handle(
     request: AddPartitionsToTxnRequest,
 ) -> Reply<AddPartitionsToTxnResponse> {
     let batched = ctx.version >= 4;
-    // Kafka: v4+ come from brokers only (CLUSTER_ACTION on the cluster).
-    if batched && !cluster_allowed(broker, ctx, Op::ClusterAction) {
+    // Kafka: v4+ come from brokers only (CLUSTER_ACTION on the cluster; in a cluster, a
+    // broker's token).
+    if batched && !crate::interbroker::from_a_broker(broker, ctx, &request) {
         return Reply::Now(AddPartitionsToTxnResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code()));
     }
     let authorize = |txn: Txn| Txn {

@@ -13,7 +13,6 @@ use kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker;
 use kafka_protocol::messages::{WriteTxnMarkersRequest, WriteTxnMarkersResponse};
 use tracing::debug;
 
-use super::access::{Op, cluster_allowed};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 use crate::txn::{GROUP_OFFSETS_TOPIC, write_marker};
@@ -23,8 +22,8 @@ pub async fn handle(
     ctx: &RequestContext,
     request: WriteTxnMarkersRequest,
 ) -> Reply<WriteTxnMarkersResponse> {
-    // Kafka: brokers only (CLUSTER_ACTION on the cluster).
-    if !cluster_allowed(broker, ctx, Op::ClusterAction) {
+    // Kafka: brokers only (CLUSTER_ACTION on the cluster; in a cluster, a broker's token).
+    if !crate::interbroker::from_a_broker(broker, ctx, &request) {
         let markers = request.markers.into_iter().map(|m| refused(m, ResponseError::ClusterAuthorizationFailed)).collect();
         return Reply::Now(WriteTxnMarkersResponse::default().with_markers(markers));
     }
