@@ -25,9 +25,6 @@ use crate::fs::{Fs, read_optional};
 use crate::layout::Layout;
 use crate::{Error, Result};
 
-/// The file's name in `__cluster`.
-pub const KEY_FILE: &str = "interbroker.key";
-
 /// How far a token's time may be from the verifier's clock (either way): clock skew between
 /// nodes plus a request's time in flight.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(300);
@@ -63,7 +60,7 @@ pub enum TokenError {
 impl InterBrokerKey {
     /// The volume's key, made now if the volume has none.
     pub fn load_or_create(fs: &dyn Fs, layout: &Layout) -> Result<InterBrokerKey> {
-        let path = layout.cluster_dir().join(KEY_FILE);
+        let path = layout.interbroker_key_file();
         if let Some(key) = Self::read(fs, &path)? {
             return Ok(key);
         }
@@ -225,7 +222,7 @@ mod tests {
         let winner = [7u8; KEY_BYTES];
         create_exclusive(
             &fs,
-            &layout.cluster_dir().join(KEY_FILE),
+            &layout.interbroker_key_file(),
             format!("{}\n", hex(&winner)).as_bytes(),
         )
         .unwrap();
@@ -240,7 +237,7 @@ mod tests {
         let fs = MemFs::default();
         let layout = Layout::new("/data");
         fs.create_dir_all(&layout.cluster_dir()).unwrap();
-        create_exclusive(&fs, &layout.cluster_dir().join(KEY_FILE), b"not hex\n").unwrap();
+        create_exclusive(&fs, &layout.interbroker_key_file(), b"not hex\n").unwrap();
         assert!(InterBrokerKey::load_or_create(&fs, &layout).is_err());
     }
 

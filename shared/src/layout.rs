@@ -56,6 +56,11 @@ impl Layout {
         self.cluster_dir().join(names::ASSIGNMENT_FILE)
     }
 
+    /// `<root>/__cluster/interbroker.key`.
+    pub fn interbroker_key_file(&self) -> PathBuf {
+        self.cluster_dir().join(names::INTERBROKER_KEY_FILE)
+    }
+
     /// `<root>/__cluster/brokers/`.
     pub fn brokers_dir(&self) -> PathBuf {
         self.cluster_dir().join(names::BROKERS_DIR)

@@ -23,6 +23,8 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 pub const PRODUCER_SNAPSHOT_FILE: &str = "producer-state.snapshot";
 /// The controller-written partition and group placement, in [`CLUSTER_DIR`].
 pub const ASSIGNMENT_FILE: &str = "assignment.json";
+/// The brokers' shared secret (`interbroker_key`), in [`CLUSTER_DIR`].
+pub const INTERBROKER_KEY_FILE: &str = "interbroker.key";
 /// Directory of broker registrations (one file per broker, written by that broker), in
 /// [`CLUSTER_DIR`].
 pub const BROKERS_DIR: &str = "brokers";
