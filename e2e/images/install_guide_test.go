@@ -136,6 +136,7 @@ spec:
 			if len(lines) == 0 || lines[len(lines)-1] != "1000" {
 				t.Fatalf("the consumer read back %q distinct records, want 1000", lines)
 			}
+			checkPortForward(t, c)
 		}
 	}
 	if ran < 4 {
@@ -150,6 +151,20 @@ spec:
 			t.Errorf("namespace %s is still there after the uninstall: %v %s", ns, err, out)
 		}
 	}
+}
+
+// checkPortForward checks what the guide says of a laptop: `kubectl port-forward` reaches a
+// broker, which listens on localhost in its pod's own network namespace. (The rest of that block
+// edits /etc/hosts and is not run.) Metadata asked through the forward lists the three brokers.
+func checkPortForward(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	c.PortForward("kafka", "pod/demo-0", "19092:9092")
+	// The controller lists a broker once its endpoint is serving and it heartbeats: the last
+	// broker to turn ready may join the assignment a recompute (2 s) after the cluster is Ready.
+	c.Eventually(time.Minute, "metadata through the forward lists three brokers", func() (bool, error) {
+		out, err := exec.Command("kcat", "-b", "127.0.0.1:19092", "-L", "-m", "10").CombinedOutput()
+		return err == nil && strings.Contains(string(out), "3 brokers:"), fmt.Errorf("kcat -L: %v\n%s", err, out)
+	})
 }
 
 func indent(s string) string {
