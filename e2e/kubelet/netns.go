@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"runtime"
 	"strings"
@@ -25,7 +26,7 @@ const podGateway = "169.254.1.1"
 // netnsName is the name of a pod IP's namespace (`ip netns`, /run/netns/<name>).
 func netnsName(ip string) string { return "pod-" + strings.ReplaceAll(ip, ".", "-") }
 
-// NetnsPath is the file that names a pod IP's namespace, for setns(2).
+// netnsPath is the file that names a pod IP's namespace, for setns(2).
 func netnsPath(ip string) string { return "/run/netns/" + netnsName(ip) }
 
 // hostVeth is the host-side name of a pod IP's veth pair: at most 15 characters, so the last
@@ -40,9 +41,13 @@ func hostVeth(ip string) string {
 // traffic to the pod, as on a real node.
 func setupPodNetwork(ip, nodeIP string) error {
 	teardownPodNetwork(ip)
+	// The node's namespace forwards between pods (this process lives in it: /proc/sys/net is
+	// that namespace's).
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("pod network for %s: enabling forwarding: %w", ip, err)
+	}
 	ns, veth := netnsName(ip), hostVeth(ip)
 	steps := [][]string{
-		{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
 		{"ip", "netns", "add", ns},
 		{"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
 		{"ip", "addr", "replace", podGateway + "/32", "dev", veth},
