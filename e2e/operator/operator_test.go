@@ -115,6 +115,12 @@ func TestOperator(t *testing.T) {
 			{"statefulset", pod + `.containers[0].env[?(@.name=="KAAS_LISTEN")].value`, "[::]:9092"},
 			{"statefulset", pod + ".priorityClassName", "kaas-e2e-brokers"},
 			{"statefulset", pod + ".imagePullSecrets[0].name", "regcred"},
+			// The brokers' NetworkPolicy: the Kafka and HTTP ports open, the heartbeat port
+			// from brokers only.
+			{"networkpolicy", ".spec.ingress[0].ports[0].port", "9092"},
+			{"networkpolicy", ".spec.ingress[1].ports[0].port", "9094"},
+			{"networkpolicy", ".spec.ingress[1].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/component", "broker"},
+			{"networkpolicy", ".metadata.ownerReferences[0].kind", "KafkaCluster"},
 			// The volume agent writes the same volume: the brokers' user and groups.
 			{"deployment/kc-volume-agent", pod + ".securityContext.runAsUser", "65532"},
 			{"deployment/kc-volume-agent", pod + ".containers[0].securityContext.readOnlyRootFilesystem", "true"},

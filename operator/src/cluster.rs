@@ -545,6 +545,12 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
     )
     .await?;
     apply(client, &names.namespace, &resources::pdb(&kc, &names)?).await?;
+    apply(
+        client,
+        &names.namespace,
+        &resources::network_policy(&kc, &names)?,
+    )
+    .await?;
 
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
     let live = sts_api.get_opt(&names.cluster).await?;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PodTemplateSpec, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kaas_shared::crd::KafkaCluster;
@@ -524,6 +525,34 @@ pub fn pdb(kc: &KafkaCluster, names: &Names) -> Result<PodDisruptionBudget> {
             "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": meta(kc, names, &names.cluster, "broker"),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(names, "broker")}},
+        }),
+    )
+}
+
+/// The brokers' ingress, where the network enforces NetworkPolicies: the Kafka and HTTP ports
+/// from anywhere (clients, kubelet probes, Prometheus), the heartbeat port from the cluster's
+/// own brokers only (its streams also prove their broker: docs/security.md), nothing else.
+pub fn network_policy(kc: &KafkaCluster, names: &Names) -> Result<NetworkPolicy> {
+    let brokers = json!({"matchLabels": selector(names, "broker")});
+    parse(
+        "network policy",
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": meta(kc, names, &names.cluster, "broker"),
+            "spec": {
+                "podSelector": brokers,
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {"ports": [
+                        {"protocol": "TCP", "port": kc.spec.listener.port},
+                        {"protocol": "TCP", "port": HTTP_PORT},
+                    ]},
+                    {
+                        "from": [{"podSelector": brokers}],
+                        "ports": [{"protocol": "TCP", "port": HEARTBEAT_PORT}],
+                    },
+                ],
+            },
         }),
     )
 }

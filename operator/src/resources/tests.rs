@@ -404,3 +404,45 @@ fn services_pdb_rbac_claim_and_agent() {
     // An existing claim: nothing to create.
     assert!(claim(&cluster(base()), &names).unwrap().is_none());
 }
+
+#[test]
+fn the_network_policy_keeps_the_heartbeat_port_to_brokers() {
+    let mut spec = base();
+    spec["listener"] = json!({"port": 9093});
+    let kc = cluster(spec);
+    let names = Names::of(&kc).unwrap();
+    let policy = network_policy(&kc, &names).unwrap();
+    assert_eq!(
+        policy.metadata.owner_references.unwrap()[0].kind,
+        "KafkaCluster"
+    );
+    let spec = policy.spec.unwrap();
+    let brokers = selector(&names, "broker");
+    assert_eq!(spec.pod_selector.unwrap().match_labels.unwrap(), brokers);
+    assert_eq!(spec.policy_types.unwrap(), ["Ingress"]);
+    let port = |p: &k8s_openapi::api::networking::v1::NetworkPolicyPort| match &p.port {
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n)) => *n,
+        other => panic!("port {other:?}"),
+    };
+    let rules = spec.ingress.unwrap();
+    // The Kafka port the listener names and the HTTP port, from anywhere.
+    assert!(rules[0].from.is_none());
+    let open: Vec<i32> = rules[0].ports.iter().flatten().map(port).collect();
+    assert_eq!(open, [9093, HTTP_PORT]);
+    // The heartbeat port from the cluster's brokers only.
+    let from = rules[1].from.as_ref().unwrap();
+    assert_eq!(from.len(), 1);
+    assert_eq!(
+        from[0]
+            .pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap(),
+        &brokers
+    );
+    let guarded: Vec<i32> = rules[1].ports.iter().flatten().map(port).collect();
+    assert_eq!(guarded, [HEARTBEAT_PORT]);
+    assert_eq!(rules.len(), 2, "no other ingress");
+}
