@@ -10,6 +10,7 @@ use common::TestResult;
 use common::cluster::Cluster;
 use common::wire::Wire;
 use common::workload::create_topic;
+use kaas_controller::heartbeat_server::{TOKEN_METADATA, TOKEN_PURPOSE};
 use kaas_controller::proto::heartbeat_client::HeartbeatClient;
 use kaas_controller::proto::{BrokerBeat, ControllerMessage, controller_message};
 use kaas_shared::interbroker_key::InterBrokerKey;
@@ -110,7 +111,7 @@ async fn only_the_clusters_brokers_may_send_markers_verifications_and_heartbeats
         let (_tx, rx) = tokio::sync::mpsc::channel::<BrokerBeat>(1);
         let status = client.stream(ReceiverStream::new(rx)).await.err().ok_or("a stream opened without a token")?;
         assert_eq!(status.code(), Code::Unauthenticated, "broker {}: {status}", r.broker_id);
-        let token = key.token("heartbeat", 7, &[]);
+        let token = key.token(TOKEN_PURPOSE, 7, &[]);
         match open(&r.heartbeat, &token).await {
             Ok(stream) => controller = Some((r.heartbeat.clone(), stream, token)),
             Err(status) => assert_eq!(status.code(), Code::FailedPrecondition, "broker {}: {status}", r.broker_id),
@@ -130,7 +131,7 @@ async fn only_the_clusters_brokers_may_send_markers_verifications_and_heartbeats
         }
     }
     // (Broker 8: a token opens one stream only, and broker 7's opened the one above.)
-    let (tx, mut inbound) = open(&address, &key.token("heartbeat", 8, &[])).await?;
+    let (tx, mut inbound) = open(&address, &key.token(TOKEN_PURPOSE, 8, &[])).await?;
     tx.send(beat(8, false)).await?;
     loop {
         match tokio::time::timeout(SETTLE, inbound.message()).await?? {
@@ -149,7 +150,7 @@ async fn open(address: &str, token: &str) -> Result<(Beats, tonic::Streaming<Con
         HeartbeatClient::connect(format!("http://{address}")).await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
-    request.metadata_mut().insert("kaas-interbroker-token", token.parse().map_err(|_| tonic::Status::internal("token"))?);
+    request.metadata_mut().insert(TOKEN_METADATA, token.parse().map_err(|_| tonic::Status::internal("token"))?);
     let inbound = client.stream(request).await?.into_inner();
     Ok((tx, inbound))
 }
