@@ -43,7 +43,15 @@ pub async fn auto_create(broker: &Arc<Broker>, new: NewTopic) -> Result<Option<A
     if !broker.auto_creates.try_acquire() {
         return Err(Error::AutoCreateThrottled(new.name));
     }
-    let Some(catalog) = catalog(broker) else { return Ok(Some(broker.topics.create(new)?)) };
+    let Some(catalog) = catalog(broker) else {
+        return match broker.topics.create(new) {
+            Ok(topic) => Ok(Some(topic)),
+            // Another broker of a cluster without a catalog created it a moment ago: this one
+            // serves it once it has followed the volume.
+            Err(Error::TopicExists(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
+    };
     match catalog.create(&new).await {
         Ok(()) | Err(Error::TopicExists(_)) => Ok(None),
         Err(e) => Err(e),

@@ -19,7 +19,7 @@ use kaas_shared::{identity, reclaim, topic_file};
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Topic metadata files under one volume root.
 #[derive(Debug, Clone)]
@@ -99,12 +99,18 @@ impl TopicStore {
     }
 
     /// Stamps a new topic directory with its identity and writes its topic.json. A directory
-    /// of the same name left by an earlier incarnation is reclaimed first.
+    /// of the same name left by a creation that never finished is reclaimed first.
     pub fn create(&self, name: &str, id: Uuid, partitions: i32, configs: &BTreeMap<String, String>) -> Result<()> {
         let dir = self.layout.topic_dir(name);
         if let Some(old) = identity::read(&*self.fs, &dir)?
             && old != id
         {
+            // NB: a directory with a topic.json is a live topic — deletion renames the whole
+            // directory aside — that another broker created and this one has not followed yet
+            // (two brokers auto-creating one name at once). Reclaiming it would delete it.
+            if topic_file::read(&*self.fs, &dir)?.is_some() {
+                return Err(Error::TopicExists(name.to_string()));
+            }
             info!(topic = name, old = %old, "reclaiming the directory of an earlier incarnation");
             self.rename_aside(name, old)?;
         }
@@ -200,6 +206,25 @@ mod tests {
         // Nothing of the first incarnation is left.
         let left = store.fs.list_dir(Path::new("/data")).map_err(crate::Error::Io)?;
         assert!(left.iter().all(|e| !reclaim::is_reclaim_dir_name(&e.name)), "{left:?}");
+        Ok(())
+    }
+
+    /// Two brokers that have not followed each other create one name: the second finds the
+    /// first's topic and says so, leaving it whole.
+    #[test]
+    fn a_live_topic_another_broker_created_is_not_reclaimed() -> Result<()> {
+        let store = store();
+        let first = Uuid::new_v4();
+        store.create("orders", first, 6, &BTreeMap::new())?;
+        let second = store.create("orders", Uuid::new_v4(), 1, &BTreeMap::new());
+        assert!(matches!(second, Err(Error::TopicExists(_))), "{second:?}");
+        let loaded = store.load_all()?.topics;
+        assert_eq!((loaded[0].topic_id, loaded[0].partitions), (first, 6));
+        // A stamp without topic.json is a creation that never finished: reclaimed.
+        identity::stamp(&*store.fs, Path::new("/data/unfinished"), Uuid::new_v4())?;
+        let third = Uuid::new_v4();
+        store.create("unfinished", third, 1, &BTreeMap::new())?;
+        assert_eq!(identity::read(&*store.fs, Path::new("/data/unfinished"))?, Some(third));
         Ok(())
     }
 
