@@ -40,12 +40,24 @@ pub struct Assignment {
     pub transactions: BTreeMap<u32, ShardAssignment>,
 }
 
-/// Where a broker's Kafka listener is.
+/// Where a broker's Kafka listener is, and its inter-broker listener.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BrokerEndpoint {
+    /// The Kafka listener clients are told about.
     pub host: String,
     pub port: u16,
+    /// `host:port` of the listener the other brokers call (markers, verification); `None`:
+    /// they call the Kafka listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interbroker: Option<String>,
+}
+
+impl BrokerEndpoint {
+    /// Whether clients are told the same address by both (the inter-broker one aside).
+    pub fn same_client_address(&self, other: &BrokerEndpoint) -> bool {
+        (&self.host, self.port) == (&other.host, other.port)
+    }
 }
 
 /// One partition's leader.

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::assignment::BrokerEndpoint;
 use crate::atomic_file::{read_json, write_json};
 use crate::fs::Fs;
 use crate::layout::Layout;
@@ -21,8 +22,20 @@ pub struct BrokerRegistration {
     pub port: u16,
     /// `host:port` of the broker's heartbeat gRPC server.
     pub heartbeat: String,
+    /// `host:port` of the broker's inter-broker Kafka listener, where the other brokers send
+    /// what only brokers send (transaction markers and verification). `None`: a broker without
+    /// one; the others call its Kafka listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interbroker: Option<String>,
     /// Changes with every process start, so a restart is told apart from a long silence.
     pub incarnation: Uuid,
+}
+
+impl BrokerRegistration {
+    /// Where the broker listens, as an assignment publishes it.
+    pub fn endpoint(&self) -> BrokerEndpoint {
+        BrokerEndpoint { host: self.host.clone(), port: self.port, interbroker: self.interbroker.clone() }
+    }
 }
 
 /// Writes this broker's registration (temp + fsync + rename; this broker is its only writer).
@@ -65,7 +78,7 @@ mod tests {
         let layout = Layout::new("/data");
         assert!(list(&fs, &layout)?.is_empty());
         for id in [2, 0] {
-            let r = BrokerRegistration { broker_id: id, host: "h".into(), port: 9092, heartbeat: "h:9094".into(), incarnation: Uuid::new_v4() };
+            let r = BrokerRegistration { broker_id: id, host: "h".into(), port: 9092, heartbeat: "h:9094".into(), interbroker: None, incarnation: Uuid::new_v4() };
             register(&fs, &layout, &r)?;
         }
         let ids: Vec<i32> = list(&fs, &layout)?.iter().map(|r| r.broker_id).collect();

@@ -31,6 +31,7 @@ use crate::frame::{FrameError, HeaderPrefix, read_frame};
 use crate::metrics::TrafficMetrics;
 use crate::router::{self, DispatchError, Pending, RequestContext, Response};
 use crate::sasl::Session;
+use crate::server::ListenerRole;
 use parking_lot::Mutex;
 
 /// Requests of one connection whose responses may be outstanding at once.
@@ -51,6 +52,8 @@ pub enum ConnectionError {
     UnsupportedVersion { key: ApiKey, version: i16, min: i16, max: i16 },
     #[error("{0:?} is not handled by this broker")]
     NotRouted(ApiKey),
+    #[error("{key:?} is not served on the {role:?} listener")]
+    NotOnThisListener { key: ApiKey, role: ListenerRole },
     #[error("malformed request header of {key:?} v{version}: {source}")]
     Header { key: ApiKey, version: i16, source: anyhow::Error },
     #[error(transparent)]
@@ -73,10 +76,23 @@ enum Stop {
 
 /// Serves one connection until the client closes it, it misbehaves or idles, or the broker
 /// shuts down. `slot` is its place in the listener's connection table, freed on return.
-pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, shutdown: broadcast::Receiver<()>, slot: Slot) {
+pub async fn serve(
+    broker: Arc<Broker>,
+    role: ListenerRole,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: broadcast::Receiver<()>,
+    slot: Slot,
+) {
     let _ = stream.set_nodelay(true);
-    let Some(tls) = broker.config.security.tls.clone() else {
-        return serve_stream(broker, stream, peer, shutdown, slot, None).await;
+    // NB: the inter-broker listener has neither TLS nor SASL: what it serves is proven by the
+    // cluster's key, request by request (`interbroker::from_a_broker`).
+    let tls = match role {
+        ListenerRole::Client => broker.config.security.tls.clone(),
+        ListenerRole::InterBroker => None,
+    };
+    let Some(tls) = tls else {
+        return serve_stream(broker, role, stream, peer, shutdown, slot, None).await;
     };
     // The handshake is part of reading the first request: bounded by the same deadline.
     let deadline = broker.config.connections.request_read_timeout;
@@ -88,7 +104,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, shu
                 None => tls.client_user(stream.get_ref().1),
             };
             match certificate_user {
-                Ok(user) => serve_stream(broker, stream, peer, shutdown, slot, user.map(Arc::from)).await,
+                Ok(user) => serve_stream(broker, role, stream, peer, shutdown, slot, user.map(Arc::from)).await,
                 // Kafka fails the authentication when no rule maps the certificate's name.
                 Err(e) => {
                     broker.listener_metrics.count_closed(Closure::TlsHandshake);
@@ -111,6 +127,7 @@ pub async fn serve(broker: Arc<Broker>, stream: TcpStream, peer: SocketAddr, shu
 /// client's TLS certificate names.
 async fn serve_stream<S>(
     broker: Arc<Broker>,
+    role: ListenerRole,
     stream: S,
     peer: SocketAddr,
     mut shutdown: broadcast::Receiver<()>,
@@ -121,7 +138,11 @@ async fn serve_stream<S>(
 {
     let limits = &broker.config.connections;
     let activity = slot.activity().clone();
-    let session = Arc::new(Mutex::new(Session::for_connection(broker.config.security.sasl.clone(), certificate_user)));
+    let sasl = match role {
+        ListenerRole::Client => broker.config.security.sasl.clone(),
+        ListenerRole::InterBroker => None,
+    };
+    let session = Arc::new(Mutex::new(Session::for_connection(sasl, certificate_user)));
     let (read_half, write_half) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(64 * 1024, Touching { inner: read_half, activity: activity.clone() });
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
@@ -146,7 +167,7 @@ async fn serve_stream<S>(
             }
         };
         activity.request_started();
-        match handle_frame(&broker, frame, peer, &closed, &session, &mute).await {
+        match handle_frame(&broker, role, frame, peer, &closed, &session, &mute).await {
             Ok(pending) => {
                 if tx.send(pending).await.is_err() {
                     break;
@@ -235,6 +256,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Touching<R> {
 /// Parses the header of one frame and dispatches it.
 pub async fn handle_frame(
     broker: &Arc<Broker>,
+    role: ListenerRole,
     mut frame: Bytes,
     peer: SocketAddr,
     closed: &CancellationToken,
@@ -245,6 +267,9 @@ pub async fn handle_frame(
     let prefix = HeaderPrefix::parse(&frame)?;
     let key = ApiKey::try_from(prefix.api_key).map_err(|_| ConnectionError::UnknownApiKey(prefix.api_key))?;
     let route = router::route(key).ok_or(ConnectionError::NotRouted(key))?;
+    if !role.serves(key) {
+        return Err(ConnectionError::NotOnThisListener { key, role });
+    }
     if prefix.api_version < route.min || prefix.api_version > route.max {
         if key == ApiKey::ApiVersions {
             // KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges, so the client can
@@ -370,6 +395,37 @@ mod tests {
         Arc::new(Mutex::new(Session::new(None)))
     }
 
+    /// A frame of `key` at `version` with a null client id and `body`.
+    fn frame_of(key: ApiKey, version: i16, body: &[u8]) -> Bytes {
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&(key as i16).to_be_bytes());
+        frame.extend_from_slice(&version.to_be_bytes());
+        frame.extend_from_slice(&7i32.to_be_bytes());
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        frame.extend_from_slice(body);
+        Bytes::from(frame)
+    }
+
+    #[tokio::test]
+    async fn the_inter_broker_listener_serves_only_what_brokers_send() {
+        let broker = broker();
+        // Metadata v1 for every topic: a null topic array.
+        let all_topics = (-1i32).to_be_bytes();
+        let on = |role, key, version| {
+            let broker = broker.clone();
+            async move {
+                handle_frame(&broker, role, frame_of(key, version, &all_topics), peer(), &CancellationToken::new(), &open_session(), &Default::default())
+                    .await
+            }
+        };
+        for (key, version) in [(ApiKey::Metadata, 1), (ApiKey::Produce, 3), (ApiKey::SaslHandshake, 1), (ApiKey::DeleteTopics, 1)] {
+            let refused = on(ListenerRole::InterBroker, key, version).await;
+            assert!(matches!(refused, Err(ConnectionError::NotOnThisListener { .. })), "{key:?} on the inter-broker listener");
+        }
+        assert!(on(ListenerRole::InterBroker, ApiKey::ApiVersions, 0).await.is_ok(), "ApiVersions is served");
+        assert!(on(ListenerRole::Client, ApiKey::Metadata, 1).await.is_ok(), "the client listener serves Metadata");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
 
@@ -396,7 +452,7 @@ mod tests {
             rt.block_on(async {
                 // Deferred answers (durability waits) must not panic either; a long poll that a
                 // random max_wait keeps open is cut short.
-                if let Ok(Pending::Later(handle)) = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session(), &Default::default()).await
+                if let Ok(Pending::Later(handle)) = handle_frame(&broker, ListenerRole::Client, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session(), &Default::default()).await
                     && let Ok(joined) = tokio::time::timeout(std::time::Duration::from_millis(50), handle).await
                 {
                     assert!(joined.is_ok(), "a deferred handler panicked");
@@ -411,7 +467,7 @@ mod tests {
             let rt = match rt { Ok(rt) => rt, Err(e) => panic!("runtime: {e}") };
             let broker = broker();
             rt.block_on(async {
-                let _ = handle_frame(&broker, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session(), &Default::default()).await;
+                let _ = handle_frame(&broker, ListenerRole::Client, Bytes::from(frame), peer(), &CancellationToken::new(), &open_session(), &Default::default()).await;
             });
         }
     }

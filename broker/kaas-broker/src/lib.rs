@@ -49,4 +49,4 @@ pub use kaas_coordinator::{groups, shard_owner};
 pub use broker::Broker;
 pub use config::BrokerConfig;
 pub use error::{Error, Result};
-pub use server::Server;
+pub use server::{ListenerRole, Server};

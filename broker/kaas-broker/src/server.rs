@@ -1,5 +1,6 @@
-//! The Kafka listener: accepts connections within the connection caps and shuts down as a
-//! protocol.
+//! The Kafka listeners: accepts connections within the connection caps and shuts down as a
+//! protocol. A broker has a client listener (the one clients are told about, with its TLS and
+//! SASL) and, in a cluster, an inter-broker one (Kafka's `inter.broker.listener.name`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,17 +22,47 @@ use crate::quota::rate::Rate;
 // would only repeat in a busy loop; closing connections free some meanwhile.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// Which of a broker's listeners a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenerRole {
+    /// The Kafka listener clients use, secured as `--security-protocol` says.
+    Client,
+    /// Where the brokers of a cluster send each other what only brokers send (WriteTxnMarkers,
+    /// AddPartitionsToTxn verification), whatever the client listener's TLS and SASL: it serves
+    /// only those (and ApiVersions), each proven a broker's by its inter-broker token, and its
+    /// connection slots are its own, so clients filling theirs do not stall the brokers.
+    InterBroker,
+}
+
+impl ListenerRole {
+    /// Whether a request of `key` is served on this listener; others close the connection.
+    pub fn serves(self, key: kafka_protocol::messages::ApiKey) -> bool {
+        use kafka_protocol::messages::ApiKey as K;
+        match self {
+            ListenerRole::Client => true,
+            ListenerRole::InterBroker => matches!(key, K::ApiVersions | K::WriteTxnMarkers | K::AddPartitionsToTxn),
+        }
+    }
+}
+
 /// A bound listener, ready to serve.
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
     broker: Arc<Broker>,
+    role: ListenerRole,
 }
 
 impl Server {
-    /// Serves `broker` on an already bound listener (bind first to learn an ephemeral port).
+    /// Serves `broker`'s clients on an already bound listener (bind first to learn an
+    /// ephemeral port).
     pub fn new(listener: TcpListener, broker: Arc<Broker>) -> Server {
-        Server { listener, broker }
+        Server { listener, broker, role: ListenerRole::Client }
+    }
+
+    /// Serves the other brokers of `broker`'s cluster on an already bound listener.
+    pub fn inter_broker(listener: TcpListener, broker: Arc<Broker>) -> Server {
+        Server { listener, broker, role: ListenerRole::InterBroker }
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -43,7 +74,10 @@ impl Server {
         let table = ConnectionTable::new(self.broker.config.connections.clone(), self.broker.listener_metrics.clone());
         let (stop_tx, _) = broadcast::channel::<()>(1);
         let mut connections = JoinSet::new();
-        let mut creation_rate = self.broker.config.connections.max_connection_creation_rate.map(CreationRate::new);
+        let mut creation_rate = match self.role {
+            ListenerRole::Client => self.broker.config.connections.max_connection_creation_rate.map(CreationRate::new),
+            ListenerRole::InterBroker => None,
+        };
         tokio::pin!(shutdown);
         loop {
             let accepted = tokio::select! {
@@ -78,7 +112,7 @@ impl Server {
             // Reap finished connections so the set does not grow without bound.
             while connections.try_join_next().is_some() {}
         }
-        info!(open = connections.len(), "listener stopped; closing connections");
+        info!(listener = ?self.role, open = connections.len(), "listener stopped; closing connections");
         let _ = stop_tx.send(());
         while connections.join_next().await.is_some() {}
     }
@@ -88,7 +122,10 @@ impl Server {
         // KIP-612: an address over its connection_creation_rate is refused. (Kafka keeps such
         // a connection open for the throttle time before closing it; kaas closes it at once,
         // so a flood holds no descriptors.)
-        let throttle = self.broker.quotas.record_connection(peer.ip(), tokio::time::Instant::now());
+        let throttle = match self.role {
+            ListenerRole::Client => self.broker.quotas.record_connection(peer.ip(), tokio::time::Instant::now()),
+            ListenerRole::InterBroker => Duration::ZERO,
+        };
         if !throttle.is_zero() {
             self.broker.listener_metrics.count_refused(Refusal::ConnectionRate);
             debug!(%peer, ?throttle, "connection refused: connection_creation_rate");
@@ -99,7 +136,7 @@ impl Server {
             Ok(slot) => {
                 let broker = self.broker.clone();
                 let stop = stop.subscribe();
-                connections.spawn(connection::serve(broker, stream, peer, stop, slot));
+                connections.spawn(connection::serve(broker, self.role, stream, peer, stop, slot));
             }
             // Debug, not warn: whoever floods the listener would flood the log too; the
             // refusals are counted in kaas_connections_refused_total.

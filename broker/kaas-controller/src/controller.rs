@@ -311,14 +311,14 @@ impl Controller {
         let readdressed = {
             let mut book = self.readdressing.lock();
             book.published(&previous.brokers);
-            let addresses = registered.iter().map(|(id, r)| (*id, BrokerEndpoint { host: r.host.clone(), port: r.port })).collect();
+            let addresses = registered.iter().map(|(id, r)| (*id, r.endpoint())).collect();
             book.readdressed(&alive, &addresses, Instant::now(), READDRESS_HANDOFF)
         };
         let placement = balancer::balance(&before, &topics, &alive, &draining, &readdressed, self.config.shards, &stored);
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
             .iter()
             .filter(|id| !draining.contains(id) || placement.partitions.values().any(|p| p.leader == **id))
-            .filter_map(|id| registered.get(id).map(|r| (*id, BrokerEndpoint { host: r.host.clone(), port: r.port })))
+            .filter_map(|id| registered.get(id).map(|r| (*id, r.endpoint())))
             .collect();
         if placement == before && endpoints == previous.brokers && previous.controller_epoch == epoch {
             return Ok(());

@@ -39,7 +39,7 @@ impl Readdressing {
     ) -> BTreeSet<i32> {
         for id in alive {
             if let (Some(was), Some(is)) = (self.published.get(id), registered.get(id))
-                && was != is
+                && !was.same_client_address(is)
             {
                 self.seen_at.insert(*id, now);
             }
@@ -56,7 +56,7 @@ mod tests {
     const HANDOFF: Duration = Duration::from_secs(20);
 
     fn at(port: u16) -> BrokerEndpoint {
-        BrokerEndpoint { host: "127.0.0.1".into(), port }
+        BrokerEndpoint { host: "127.0.0.1".into(), port, interbroker: None }
     }
 
     #[test]
@@ -87,5 +87,8 @@ mod tests {
         assert!(book.readdressed(&alive, &[(1, at(9092)), (3, at(9300))].into(), now, HANDOFF).is_empty());
         // A readdressed broker that is not alive is not reported (nor kept past the hand-off).
         assert!(book.readdressed(&[3].into(), &[(1, at(9999)), (3, at(9300))].into(), now, HANDOFF).is_empty());
+        // Back with a new inter-broker address only (a pod's new IP): clients saw no change.
+        let moved = BrokerEndpoint { interbroker: Some("10.0.0.9:9091".into()), ..at(9092) };
+        assert!(book.readdressed(&alive, &[(1, moved)].into(), now, HANDOFF).is_empty());
     }
 }

@@ -53,7 +53,14 @@ async fn a_deposed_controller_cannot_roll_the_assignment_back() -> Result<(), Bo
     let fs: FsRef = Arc::new(RealFs);
     let layout = Layout::new(tmp.path());
     for id in [0, 1] {
-        let r = BrokerRegistration { broker_id: id, host: "127.0.0.1".into(), port: 9092, heartbeat: String::new(), incarnation: Uuid::new_v4() };
+        let r = BrokerRegistration {
+            broker_id: id,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            heartbeat: String::new(),
+            interbroker: None,
+            incarnation: Uuid::new_v4(),
+        };
         brokers::register(&*fs, &layout, &r)?;
     }
     let lease = Arc::new(MemoryLease::new());

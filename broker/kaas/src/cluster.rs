@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kaas_broker::Broker;
 use kaas_broker::catalog::TopicCatalog;
 use kaas_broker::config::ClusterLink;
 use kaas_broker::control_plane::ControlPlane;
+use kaas_broker::{Broker, Server};
 use kaas_controller::balancer::ShardCounts;
 use kaas_controller::controller::{Controller, ControllerConfig, LeaseView};
 use kaas_controller::endpoints::ReadyBrokers;
@@ -43,6 +43,11 @@ pub struct ClusterSettings {
     pub heartbeat_listen: SocketAddr,
     /// `host:port` other brokers dial for this broker's heartbeat server.
     pub heartbeat_advertise: String,
+    /// Where the inter-broker Kafka listener binds (transaction markers and verification).
+    pub interbroker_listen: SocketAddr,
+    /// `host:port` other brokers dial for it; empty: the bound address, or the broker's
+    /// advertised host at the bound port when bound to every address.
+    pub interbroker_advertise: String,
     /// The `kaas-controller` Lease.
     pub lease: Arc<dyn LeaseStore>,
     pub lease_duration: Duration,
@@ -73,6 +78,8 @@ impl ClusterSettings {
             identity: identity.to_string(),
             heartbeat_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             heartbeat_advertise: String::new(),
+            interbroker_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            interbroker_advertise: String::new(),
             lease,
             lease_duration: Duration::from_secs(3),
             renew_interval: Duration::from_millis(300),
@@ -190,15 +197,31 @@ impl Runtime {
             }
         });
 
+        // Bound before registering: the others call it as soon as an assignment lists it.
+        let interbroker = tokio::net::TcpListener::bind(settings.interbroker_listen).await?;
+        let interbroker_address =
+            interbroker_advertised(&settings.interbroker_advertise, interbroker.local_addr()?, &broker.config.advertise_host);
+        let mut server_stop = stop.clone();
+        tasks.spawn(Server::inter_broker(interbroker, broker.clone()).run(async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        }));
+
         let registration = BrokerRegistration {
             broker_id: self.broker_id,
             host: broker.config.advertise_host.clone(),
             port: broker.config.advertise_port,
             heartbeat: heartbeat_address.clone(),
+            interbroker: Some(interbroker_address.clone()),
             incarnation: self.incarnation,
         };
         brokers::register(&*self.fs, &self.layout, &registration)?;
-        info!(broker = self.broker_id, identity = %settings.identity, heartbeat = %heartbeat_address, "registered on the volume");
+        info!(
+            broker = self.broker_id,
+            identity = %settings.identity,
+            heartbeat = %heartbeat_address,
+            interbroker = %interbroker_address,
+            "registered on the volume"
+        );
 
         tasks.spawn(self.controller.clone().run(stop.clone()));
         if let Some(sink) = &settings.status_sink {
@@ -219,6 +242,21 @@ impl Runtime {
         ));
         tasks.spawn(kaas_broker::cluster::follow_assignments(broker, stop));
         Ok(tasks)
+    }
+}
+
+/// The address the other brokers dial for the inter-broker listener bound at `bound`.
+fn interbroker_advertised(configured: &str, bound: SocketAddr, advertise_host: &str) -> String {
+    if !configured.is_empty() {
+        return configured.to_string();
+    }
+    if !bound.ip().is_unspecified() {
+        return bound.to_string();
+    }
+    // Bound to every address: the one clients are told to use reaches it too.
+    match advertise_host.parse::<std::net::IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, bound.port()).to_string(),
+        Err(_) => format!("{advertise_host}:{}", bound.port()),
     }
 }
 

@@ -179,6 +179,15 @@ struct Args {
     /// Cluster mode: host:port peers dial for the heartbeat [default: the bound address].
     #[arg(long, env = "KAAS_HEARTBEAT_ADVERTISE")]
     heartbeat_advertise: Option<String>,
+    /// Cluster mode: where the inter-broker listener binds — the Kafka listener the other
+    /// brokers send transaction markers and verification to, whatever the client listener's
+    /// TLS and SASL (Kafka's `inter.broker.listener.name`).
+    #[arg(long, env = "KAAS_INTERBROKER_LISTEN", default_value = "0.0.0.0:9091", value_parser = kaas_shared::listen_address::parse)]
+    interbroker_listen: SocketAddr,
+    /// Cluster mode: host:port peers dial for the inter-broker listener [default: the bound
+    /// address; bound to every address, the advertised host at the bound port].
+    #[arg(long, env = "KAAS_INTERBROKER_ADVERTISE")]
+    interbroker_advertise: Option<String>,
     /// Cluster mode: stop acknowledging writes after this long without a heartbeat ack (fence.timeout).
     #[arg(long, env = "KAAS_FENCE_TIMEOUT_MS", default_value_t = 6_000)]
     fence_timeout_ms: u64,
@@ -392,6 +401,8 @@ async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSetti
         identity: pod.to_string(),
         heartbeat_listen: args.heartbeat_listen,
         heartbeat_advertise: args.heartbeat_advertise.clone().unwrap_or_default(),
+        interbroker_listen: args.interbroker_listen,
+        interbroker_advertise: args.interbroker_advertise.clone().unwrap_or_default(),
         lease: std::sync::Arc::new(kube_lease::KubeLease::new(client.clone(), &namespace, &args.lease_name, owner)),
         lease_duration: ms(args.lease_duration_ms),
         renew_interval: ms((args.lease_duration_ms / 5).clamp(200, 2_000)),

@@ -127,14 +127,8 @@ pub(crate) struct SecurityFlags {
 impl SecurityFlags {
     /// Why these settings cannot run in cluster mode yet, if they cannot.
     pub(crate) fn unsupported_in_cluster_mode(&self) -> Option<&'static str> {
-        if self.security_protocol != SecurityProtocol::Plaintext {
-            // NB: brokers call each other on the Kafka listener (transaction markers and
-            // verification, signed with the cluster's inter-broker key), and their client
-            // speaks neither TLS nor SASL yet.
-            return Some(
-                "--security-protocol other than PLAINTEXT is not supported in cluster mode yet (brokers call each other on the Kafka listener without TLS or SASL)",
-            );
-        }
+        // NB: any --security-protocol runs in a cluster: brokers call each other on their
+        // inter-broker listener (--interbroker-listen), not on this one.
         if self.authorizer != AuthorizerFlag::None {
             // NB: ACLs have one writer (the local broker); a cluster's would be the KafkaUser
             // resources, which do not exist yet (docs/security.md).

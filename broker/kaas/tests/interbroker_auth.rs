@@ -1,5 +1,6 @@
 //! Only the brokers of a cluster may send what brokers send each other: WriteTxnMarkers and
-//! AddPartitionsToTxn v4+ on the Kafka port, and heartbeats on the heartbeat port. A client
+//! AddPartitionsToTxn v4+ on the Kafka and inter-broker ports, and heartbeats on the heartbeat
+//! port. A client
 //! without the cluster's inter-broker key is refused, whatever it claims to be.
 
 mod common;
@@ -70,11 +71,15 @@ async fn only_the_clusters_brokers_may_send_markers_verifications_and_heartbeats
     cluster.wait_led(SETTLE, &placed).await?;
     let leader = placed.partition("guarded", 0).ok_or("guarded/0 is not placed")?.leader;
     let leader_address = cluster.nodes.get(&leader).ok_or("no such node")?.bootstrap.clone();
+    let interbroker_address =
+        placed.brokers.get(&leader).and_then(|e| e.interbroker.clone()).ok_or("the leader has no inter-broker listener")?;
+    assert_ne!(interbroker_address, leader_address, "brokers call each other on a listener of their own");
     let layout = Layout::new(cluster.data());
     let key = InterBrokerKey::load_or_create(&kaas_shared::fs::RealFs, &layout)?;
 
-    // The Kafka port: a client's broker-only requests, with its own client id or a forged
-    // token, are refused; the same request signed with the cluster's key is served.
+    // The Kafka port and the inter-broker one: a client's broker-only requests, with its own
+    // client id or a forged token, are refused; the same request signed with the cluster's key
+    // is served. The inter-broker port serves nothing but what brokers send.
     let signed = key.token("kafka:27:1", leader, &{
         use kafka_protocol::protocol::Encodable;
         let mut body = bytes::BytesMut::new();
@@ -84,16 +89,21 @@ async fn only_the_clusters_brokers_may_send_markers_verifications_and_heartbeats
     tokio::task::spawn_blocking(move || -> TestResult {
         let refused = ResponseError::ClusterAuthorizationFailed.code();
         let forged = format!("kaas1.{leader}.{}.{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis(), "00".repeat(32));
-        for client_id in ["kaas-interbroker", forged.as_str(), signed.as_str()] {
-            let mut wire = Wire::connect_as(&leader_address, client_id)?;
-            let markers = wire.call(1, &hostile_marker("guarded"))?;
-            assert_eq!(marker_code(&markers), vec![refused], "WriteTxnMarkers from client id {client_id:?}");
-            let verified = wire.call(4, &verification("guarded"))?;
-            assert_eq!(verified.error_code, refused, "AddPartitionsToTxn v4 from client id {client_id:?}");
+        for address in [&leader_address, &interbroker_address] {
+            for client_id in ["kaas-interbroker", forged.as_str(), signed.as_str()] {
+                let mut wire = Wire::connect_as(address, client_id)?;
+                let markers = wire.call(1, &hostile_marker("guarded"))?;
+                assert_eq!(marker_code(&markers), vec![refused], "WriteTxnMarkers to {address} from client id {client_id:?}");
+                let verified = wire.call(4, &verification("guarded"))?;
+                assert_eq!(verified.error_code, refused, "AddPartitionsToTxn v4 to {address} from client id {client_id:?}");
+            }
         }
+        let mut wire = Wire::connect(&interbroker_address)?;
+        let metadata = wire.call(12, &kafka_protocol::messages::MetadataRequest::default());
+        assert!(metadata.is_err(), "the inter-broker listener answered Metadata: {metadata:?}");
         // Positive control: a token over this very request (an empty marker list) is a broker's.
         let empty = WriteTxnMarkersRequest::default();
-        let mut wire = Wire::connect_as(&leader_address, &signed)?;
+        let mut wire = Wire::connect_as(&interbroker_address, &signed)?;
         let answered = wire.call(1, &empty)?;
         assert!(answered.markers.is_empty(), "the signed empty request is served: {answered:?}");
         Ok(())

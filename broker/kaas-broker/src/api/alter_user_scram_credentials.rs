@@ -77,6 +77,14 @@ pub async fn handle(
     let Some(credentials) = broker.config.security.sasl.as_ref().and_then(|s| s.credentials.clone()) else {
         return refuse_all(ResponseError::SecurityDisabled, "the broker has no SCRAM credentials (--sasl-credentials)");
     };
+    if broker.cluster.is_some() {
+        // NB: each broker of a cluster reads its own copy (a mounted Secret): a change one
+        // broker wrote would reach none of the others.
+        return refuse_all(
+            ResponseError::InvalidRequest,
+            "a cluster's SCRAM credentials are changed in the Secret its brokers mount, not through the brokers",
+        );
+    }
     Reply::Later(Box::pin(async move {
         let users = order.clone();
         // File I/O: off the executor.

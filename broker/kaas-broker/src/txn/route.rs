@@ -1,7 +1,7 @@
 //! Where a piece of a transaction lives in a cluster: a partition's leader, a group shard's or
-//! transaction shard's coordinator — this broker, or another one's Kafka listener.
+//! transaction shard's coordinator — this broker, or another one's inter-broker listener.
 
-use kaas_shared::assignment::Assignment;
+use kaas_shared::assignment::{Assignment, BrokerEndpoint};
 
 use crate::broker::Broker;
 
@@ -10,7 +10,8 @@ use crate::broker::Broker;
 pub(crate) enum Route {
     /// Local mode, or the applied assignment places it on this broker.
     Here,
-    /// The listener ("host:port") of the broker the applied assignment places it on.
+    /// The inter-broker listener ("host:port") of the broker the applied assignment places it
+    /// on (its Kafka listener, if it registered none).
     Peer(String),
     /// The applied assignment places it on a broker whose listener it does not list.
     Unreachable,
@@ -25,6 +26,7 @@ pub(crate) fn route(broker: &Broker, owner: impl FnOnce(&Assignment) -> Option<i
     match owner(&assignment) {
         Some(id) if id == broker.config.node_id => Route::Here,
         Some(id) => match assignment.endpoint(id) {
+            Some(BrokerEndpoint { interbroker: Some(address), .. }) => Route::Peer(address.clone()),
             // IPv6 literals need brackets in "host:port".
             Some(e) if e.host.contains(':') => Route::Peer(format!("[{}]:{}", e.host, e.port)),
             Some(e) => Route::Peer(format!("{}:{}", e.host, e.port)),

@@ -65,11 +65,12 @@ async fn leader_after_the_win(previous: LeaseState, writer: i32) -> Result<i32, 
             host: "127.0.0.1".into(),
             port: 9092,
             heartbeat: String::new(),
+            interbroker: None,
             incarnation: Uuid::new_v4(),
         };
         brokers::register(&*fs, &layout, &r)?;
     }
-    let endpoint = BrokerEndpoint { host: "127.0.0.1".into(), port: 9092 };
+    let endpoint = BrokerEndpoint { host: "127.0.0.1".into(), port: 9092, interbroker: None };
     let before = Assignment {
         controller_epoch: 1,
         assignment_version: 1,

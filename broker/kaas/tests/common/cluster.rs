@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use kaas::cluster::{ClusterSettings, Runtime};
-use kaas_broker::config::StorageMode;
+use kaas_broker::config::{ListenerSecurity, StorageMode};
 use kaas_broker::{Broker, BrokerConfig, Server, cluster};
 use kaas_controller::lease::MemoryLease;
 use kaas_shared::assignment::{self, Assignment};
@@ -46,11 +46,18 @@ pub struct Cluster {
     pub lease_cuts: BTreeMap<i32, Arc<AtomicBool>>,
     /// The runtimes of paused nodes, for their resume.
     paused: BTreeMap<i32, Arc<Runtime>>,
+    /// What every broker's client listener is secured with.
+    security: ListenerSecurity,
     _tmp: tempfile::TempDir,
 }
 
 impl Cluster {
     pub async fn start(brokers: i32) -> TestResult<Cluster> {
+        Cluster::start_secured(brokers, ListenerSecurity::default()).await
+    }
+
+    /// A cluster whose brokers' client listeners are secured with `security` (TLS, SASL).
+    pub async fn start_secured(brokers: i32, security: ListenerSecurity) -> TestResult<Cluster> {
         // The brokers log into the test output (RUST_LOG=info shows every leadership change).
         let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
@@ -62,6 +69,7 @@ impl Cluster {
             mounts: BTreeMap::new(),
             lease_cuts: BTreeMap::new(),
             paused: BTreeMap::new(),
+            security,
             _tmp: tmp,
         };
         for id in 0..brokers {
@@ -91,6 +99,7 @@ impl Cluster {
             volume_fs: Some(volume),
             auto_create_topics: true,
             cluster: Some(runtime.link()),
+            security: self.security.clone(),
             // A first member joins at once (as local mode and Kafka's shipped config do).
             groups: kaas_broker::groups::GroupConfig { initial_rebalance_delay: Duration::ZERO, ..Default::default() },
             ..BrokerConfig::local_in_memory()

@@ -17,6 +17,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 pub mod cluster;
 pub mod faults;
+pub mod pki;
 pub mod wire;
 pub mod workload;
 
