@@ -13,7 +13,9 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kaas_shared::crd::KafkaCluster;
-use kaas_shared::crd::cluster::{Advertise, Bind, PodTemplateOverrides};
+use kaas_shared::crd::cluster::{
+    Advertise, AuthenticationType, Bind, ListenerSpec, PodTemplateOverrides,
+};
 use kube::Resource;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -25,6 +27,13 @@ use crate::{Error, Result, rbac, validate, versions};
 pub const DATA_DIR: &str = "/data";
 /// Heartbeat gRPC port (seed 003).
 pub const HEARTBEAT_PORT: i32 = 9094;
+/// The inter-broker Kafka listener: what brokers send each other (transaction markers and
+/// verification), whatever the client listener's TLS and SASL.
+pub const INTERBROKER_PORT: i32 = 9091;
+/// Where the listener's certificate Secret is mounted in brokers.
+pub const LISTENER_TLS_DIR: &str = "/etc/kaas/listener-tls";
+/// Where the SCRAM credentials Secret is mounted in brokers.
+pub const SASL_CREDENTIALS_DIR: &str = "/etc/kaas/sasl";
 /// Port of every kaas-operator process's `/healthz`, `/readyz` and `/metrics` (the manager's
 /// and each volume agent's).
 pub const OPERATOR_HTTP_PORT: u16 = 9096;
@@ -283,10 +292,14 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         json!({"name": "KAAS_ADVERTISE", "value": advertise}),
         // Only peers dial the heartbeat, at the address it is bound to: the pod IP.
         json!({"name": "KAAS_HEARTBEAT_LISTEN", "value": format!("$(MY_POD_IP):{HEARTBEAT_PORT}")}),
+        // Likewise the inter-broker listener.
+        json!({"name": "KAAS_INTERBROKER_LISTEN", "value": format!("$(MY_POD_IP):{INTERBROKER_PORT}")}),
         json!({"name": "KAAS_HTTP_LISTEN", "value": format!("{bind}:{HTTP_PORT}")}),
         json!({"name": "KAAS_FENCE_TIMEOUT_MS", "value": spec.timeouts.fence_timeout_ms.to_string()}),
         json!({"name": "KAAS_SESSION_TIMEOUT_MS", "value": spec.timeouts.session_timeout_ms.to_string()}),
     ];
+    let (security_env, security_volumes) = listener_security(&spec.listener);
+    env.extend(security_env);
     // Each key becomes its flag's variable; a key without one is refused by validation, and a
     // refused spec is not rolled out (it is never passed on to be silently ignored).
     env.extend(spec.config.iter().filter_map(|(k, v)| {
@@ -308,6 +321,14 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
     let hash = inputs_hash(kc, names)?;
     let mut annotations = overrides.annotations.clone();
     annotations.insert(INPUTS_HASH_ANNOTATION.to_owned(), hash);
+    let mut mounts = vec![json!({"name": "data", "mountPath": DATA_DIR})];
+    let mut volumes = vec![
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}),
+    ];
+    for (name, secret, dir) in security_volumes {
+        mounts.push(json!({"name": name, "mountPath": dir, "readOnly": true}));
+        volumes.push(json!({"name": name, "secret": {"secretName": secret}}));
+    }
     let probe = |path: &str, period: i32, failures: i32| json!({"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures});
     let mut container = json!({
         "name": "kaas",
@@ -316,9 +337,10 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         "ports": [
             {"name": "kafka", "containerPort": port},
             {"name": "heartbeat", "containerPort": HEARTBEAT_PORT},
+            {"name": "interbroker", "containerPort": INTERBROKER_PORT},
             {"name": "http", "containerPort": HTTP_PORT},
         ],
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        "volumeMounts": mounts,
         // Startup covers recovery of torn segment tails; readiness is the broker's own "settled"
         // answer (assignment applied, partitions led), which paces rolling restarts.
         "startupProbe": probe("/healthz", 2, 150),
@@ -338,7 +360,7 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         "terminationGracePeriodSeconds": broker_grace_seconds(kc),
         "securityContext": broker_pod_security(kc)?,
         "containers": [container],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(kc, names)}}],
+        "volumes": volumes,
     });
     if !overrides.node_selector.is_empty() {
         pod_spec["nodeSelector"] = json!(overrides.node_selector);
@@ -354,6 +376,55 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         "pod template",
         json!({"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}),
     )
+}
+
+/// The broker variables of the listener's TLS and authentication, and the Secrets they need
+/// mounted (volume name, Secret, directory).
+fn listener_security(
+    listener: &ListenerSpec,
+) -> (Vec<Value>, Vec<(&'static str, String, &'static str)>) {
+    let mut env = Vec::new();
+    let mut volumes = Vec::new();
+    if let Some(tls) = &listener.tls {
+        env.push(
+            json!({"name": "KAAS_SSL_CERTIFICATE", "value": format!("{LISTENER_TLS_DIR}/tls.crt")}),
+        );
+        env.push(json!({"name": "KAAS_SSL_KEY", "value": format!("{LISTENER_TLS_DIR}/tls.key")}));
+        volumes.push(("listener-tls", tls.secret_name.clone(), LISTENER_TLS_DIR));
+    }
+    let sasl = match listener
+        .authentication
+        .as_ref()
+        .map(|a| (a.kind, a.secret_name.as_ref()))
+    {
+        Some((AuthenticationType::Tls, _)) => {
+            env.push(json!({"name": "KAAS_SSL_TRUSTSTORE", "value": format!("{LISTENER_TLS_DIR}/ca.crt")}));
+            env.push(json!({"name": "KAAS_SSL_CLIENT_AUTH", "value": "required"}));
+            None
+        }
+        Some((AuthenticationType::ScramSha512, secret)) => Some(("SCRAM-SHA-512", secret)),
+        Some((AuthenticationType::ScramSha256, secret)) => Some(("SCRAM-SHA-256", secret)),
+        None => None,
+    };
+    if let Some((mechanism, secret)) = sasl {
+        env.push(json!({"name": "KAAS_SASL_ENABLED_MECHANISMS", "value": mechanism}));
+        env.push(json!({"name": "KAAS_SASL_CREDENTIALS", "value": format!("{SASL_CREDENTIALS_DIR}/users.json")}));
+        // NB: the CRD requires the Secret for SCRAM; an object stored without one is refused
+        // by validation before it is rendered.
+        if let Some(secret) = secret {
+            volumes.push(("sasl-credentials", secret.clone(), SASL_CREDENTIALS_DIR));
+        }
+    }
+    let protocol = match (listener.tls.is_some(), sasl.is_some()) {
+        (false, false) => "PLAINTEXT",
+        (true, false) => "SSL",
+        (false, true) => "SASL_PLAINTEXT",
+        (true, true) => "SASL_SSL",
+    };
+    if protocol != "PLAINTEXT" {
+        env.push(json!({"name": "KAAS_SECURITY_PROTOCOL", "value": protocol}));
+    }
+    (env, volumes)
 }
 
 /// The pod-level overrides that are copied as they are.
@@ -530,8 +601,9 @@ pub fn pdb(kc: &KafkaCluster, names: &Names) -> Result<PodDisruptionBudget> {
 }
 
 /// The brokers' ingress, where the network enforces NetworkPolicies: the Kafka and HTTP ports
-/// from anywhere (clients, kubelet probes, Prometheus), the heartbeat port from the cluster's
-/// own brokers only (its streams also prove their broker: docs/security.md), nothing else.
+/// from anywhere (clients, kubelet probes, Prometheus), the heartbeat and inter-broker ports
+/// from the cluster's own brokers only (what they carry also proves its broker:
+/// docs/security.md), nothing else.
 pub fn network_policy(kc: &KafkaCluster, names: &Names) -> Result<NetworkPolicy> {
     let brokers = json!({"matchLabels": selector(names, "broker")});
     parse(
@@ -549,7 +621,10 @@ pub fn network_policy(kc: &KafkaCluster, names: &Names) -> Result<NetworkPolicy>
                     ]},
                     {
                         "from": [{"podSelector": brokers}],
-                        "ports": [{"protocol": "TCP", "port": HEARTBEAT_PORT}],
+                        "ports": [
+                            {"protocol": "TCP", "port": HEARTBEAT_PORT},
+                            {"protocol": "TCP", "port": INTERBROKER_PORT},
+                        ],
                     },
                 ],
             },

@@ -76,6 +76,11 @@ pub const SETTINGS: &[BrokerSetting] = &[
         at_least(1),
     ),
     setting(
+        "ssl.principal.mapping.rules",
+        "KAAS_SSL_PRINCIPAL_MAPPING_RULES",
+        ValueKind::Text,
+    ),
+    setting(
         "connections.max.reauth.ms",
         "KAAS_CONNECTIONS_MAX_REAUTH_MS",
         at_least(0),
@@ -268,6 +273,21 @@ pub const OPERATOR_OWNED: &[(&str, &str)] = &[
     ("heartbeat.listen", "the operator"),
     ("heartbeat.advertise", "the operator"),
     ("http.listen", "the operator"),
+    ("interbroker.listen", "the operator"),
+    ("interbroker.advertise", "the operator"),
+    ("inter.broker.listener.name", "the operator"),
+    (
+        "security.protocol",
+        "spec.listener.tls and spec.listener.authentication",
+    ),
+    ("ssl.certificate", "spec.listener.tls"),
+    ("ssl.key", "spec.listener.tls"),
+    ("ssl.truststore", "spec.listener.tls"),
+    ("ssl.keystore.location", "spec.listener.tls"),
+    ("ssl.truststore.location", "spec.listener.tls"),
+    ("ssl.client.auth", "spec.listener.authentication"),
+    ("sasl.enabled.mechanisms", "spec.listener.authentication"),
+    ("sasl.credentials", "spec.listener.authentication"),
     ("fence.timeout.ms", "spec.timeouts.fenceTimeoutMs"),
     ("session.timeout.ms", "spec.timeouts.sessionTimeoutMs"),
     (
@@ -299,22 +319,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     (
         "transaction.state.log.replication.factor",
         "the shared volume replaces replication; kaas keeps one copy per partition",
-    ),
-    (
-        "security.protocol",
-        "TLS and SASL need mounted Secrets, which KafkaCluster does not configure yet",
-    ),
-    (
-        "ssl.client.auth",
-        "TLS and SASL need mounted Secrets, which KafkaCluster does not configure yet",
-    ),
-    (
-        "ssl.principal.mapping.rules",
-        "TLS and SASL need mounted Secrets, which KafkaCluster does not configure yet",
-    ),
-    (
-        "sasl.enabled.mechanisms",
-        "TLS and SASL need mounted Secrets, which KafkaCluster does not configure yet",
     ),
 ];
 

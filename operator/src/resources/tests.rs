@@ -40,6 +40,82 @@ fn env(t: &PodTemplateSpec) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The listener's TLS and authentication become the broker's flags over mounted Secrets.
+#[test]
+fn listener_security_mounts_its_secrets() {
+    let mounted = |listener: serde_json::Value| {
+        let mut spec = base();
+        spec["listener"] = listener;
+        let kc = cluster(spec);
+        let t = template_of(&kc);
+        let pod = t.spec.as_ref().unwrap();
+        let secrets: Vec<(String, String)> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .filter_map(|v| {
+                let secret = v.secret.as_ref()?.secret_name.clone()?;
+                let mount = pod.containers[0]
+                    .volume_mounts
+                    .iter()
+                    .flatten()
+                    .find(|m| m.name == v.name)?;
+                assert_eq!(mount.read_only, Some(true));
+                Some((secret, mount.mount_path.clone()))
+            })
+            .collect();
+        (env(&t), secrets)
+    };
+
+    let (e, secrets) = mounted(
+        json!({"tls": {"secretName": "prod-tls"}, "authentication": {"type": "scram-sha-512", "secretName": "prod-users"}}),
+    );
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SASL_SSL");
+    assert_eq!(e["KAAS_SSL_CERTIFICATE"], "/etc/kaas/listener-tls/tls.crt");
+    assert_eq!(e["KAAS_SSL_KEY"], "/etc/kaas/listener-tls/tls.key");
+    assert_eq!(e["KAAS_SASL_ENABLED_MECHANISMS"], "SCRAM-SHA-512");
+    assert_eq!(e["KAAS_SASL_CREDENTIALS"], "/etc/kaas/sasl/users.json");
+    assert_eq!(
+        secrets,
+        [
+            ("prod-tls".to_string(), LISTENER_TLS_DIR.to_string()),
+            ("prod-users".to_string(), SASL_CREDENTIALS_DIR.to_string())
+        ]
+    );
+
+    let (e, secrets) =
+        mounted(json!({"authentication": {"type": "scram-sha-256", "secretName": "prod-users"}}));
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SASL_PLAINTEXT");
+    assert_eq!(e["KAAS_SASL_ENABLED_MECHANISMS"], "SCRAM-SHA-256");
+    assert!(!e.contains_key("KAAS_SSL_CERTIFICATE"));
+    assert_eq!(secrets.len(), 1);
+
+    let (e, secrets) =
+        mounted(json!({"tls": {"secretName": "prod-tls"}, "authentication": {"type": "tls"}}));
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SSL");
+    assert_eq!(e["KAAS_SSL_CLIENT_AUTH"], "required");
+    assert_eq!(e["KAAS_SSL_TRUSTSTORE"], "/etc/kaas/listener-tls/ca.crt");
+    assert!(!e.contains_key("KAAS_SASL_ENABLED_MECHANISMS"));
+    assert_eq!(
+        secrets,
+        [("prod-tls".to_string(), LISTENER_TLS_DIR.to_string())]
+    );
+
+    let (e, secrets) = mounted(json!({"tls": {"secretName": "prod-tls"}}));
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SSL");
+    assert!(!e.contains_key("KAAS_SSL_CLIENT_AUTH"));
+    assert_eq!(secrets.len(), 1);
+}
+
+/// Clusters made before the listener had TLS and authentication keep their pod inputs hash: an
+/// operator upgrade alone restarts no broker.
+#[test]
+fn a_listener_without_security_hashes_as_before() {
+    let kc = cluster(base());
+    let listener = serde_json::to_value(&kc.spec.listener).unwrap();
+    assert_eq!(listener, json!({"port": 9092, "advertise": "PodDns"}));
+}
+
 #[test]
 fn statefulset_has_what_brokers_need() {
     let kc = cluster(base());
@@ -63,6 +139,11 @@ fn statefulset_has_what_brokers_need() {
     );
     assert_eq!(e["KAAS_HTTP_LISTEN"], "[::]:9095");
     assert_eq!(e["KAAS_HEARTBEAT_LISTEN"], "$(MY_POD_IP):9094");
+    assert_eq!(e["KAAS_INTERBROKER_LISTEN"], "$(MY_POD_IP):9091");
+    assert!(
+        !e.contains_key("KAAS_SECURITY_PROTOCOL"),
+        "plaintext unless the listener says"
+    );
     assert_eq!(
         e["KAAS_ADVERTISE"],
         "$(MY_POD_NAME).prod-brokers.ns.svc:9092"
@@ -443,6 +524,6 @@ fn the_network_policy_keeps_the_heartbeat_port_to_brokers() {
         &brokers
     );
     let guarded: Vec<i32> = rules[1].ports.iter().flatten().map(port).collect();
-    assert_eq!(guarded, [HEARTBEAT_PORT]);
+    assert_eq!(guarded, [HEARTBEAT_PORT, INTERBROKER_PORT]);
     assert_eq!(rules.len(), 2, "no other ingress");
 }

@@ -120,6 +120,7 @@ pub struct StorageSpec {
 /// How brokers listen and what address they advertise to clients.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || has(self.tls)").message("listener.authentication type tls needs listener.tls: client certificates are presented in the TLS handshake"))]
 pub struct ListenerSpec {
     /// Kafka protocol port.
     #[serde(default = "default_kafka_port")]
@@ -135,6 +136,14 @@ pub struct ListenerSpec {
     // field existed is unchanged (an operator upgrade alone restarts no broker).
     #[serde(default, skip_serializing_if = "Bind::is_default")]
     pub bind: Bind,
+    /// TLS on the Kafka listener (`SSL`, or `SASL_SSL` with `authentication`); without it
+    /// clients connect in plain text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ListenerTls>,
+    /// How clients authenticate: SASL/SCRAM, or TLS client certificates; without it clients
+    /// are anonymous.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authentication: Option<ListenerAuthentication>,
 }
 
 impl Default for ListenerSpec {
@@ -143,8 +152,54 @@ impl Default for ListenerSpec {
             port: default_kafka_port(),
             advertise: Advertise::default(),
             bind: Bind::default(),
+            tls: None,
+            authentication: None,
         }
     }
+}
+
+/// The listener's certificate. Brokers read the mounted files again when the Secret changes
+/// (a renewal needs no restart).
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerTls {
+    /// A Secret in the cluster's namespace with `tls.crt` (the chain, valid for the names
+    /// clients connect to: the advertised pod addresses and the bootstrap Service) and
+    /// `tls.key` — a `kubernetes.io/tls` Secret such as cert-manager writes — and, for
+    /// `authentication.type: tls`, `ca.crt`: the CA client certificates must chain to.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// How clients of the listener prove who they are.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type == 'tls' || has(self.secretName)").message("listener.authentication: SCRAM needs secretName, the Secret holding users.json"))]
+pub struct ListenerAuthentication {
+    /// `scram-sha-512` or `scram-sha-256` (SASL; `SASL_SSL` with `tls`, else `SASL_PLAINTEXT`),
+    /// or `tls` (client certificates, required; the certificate's subject names the user).
+    #[serde(rename = "type")]
+    pub kind: AuthenticationType,
+    /// SCRAM: a Secret in the cluster's namespace whose `users.json` holds the users' salted
+    /// credentials, as `kaas scram-credential` writes them. Brokers read it again when the
+    /// Secret changes, so users are added and removed without a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: Option<String>,
+}
+
+/// A listener's client authentication.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthenticationType {
+    /// SASL/SCRAM-SHA-512.
+    #[serde(rename = "scram-sha-512")]
+    ScramSha512,
+    /// SASL/SCRAM-SHA-256.
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+    /// TLS client certificates (mutual TLS).
+    #[serde(rename = "tls")]
+    Tls,
 }
 
 fn default_kafka_port() -> i32 {
