@@ -115,10 +115,11 @@ func TestOperator(t *testing.T) {
 			{"statefulset", pod + `.containers[0].env[?(@.name=="KAAS_LISTEN")].value`, "[::]:9092"},
 			{"statefulset", pod + ".priorityClassName", "kaas-e2e-brokers"},
 			{"statefulset", pod + ".imagePullSecrets[0].name", "regcred"},
-			// The brokers' NetworkPolicy: the Kafka and HTTP ports open, the heartbeat port
-			// from brokers only.
+			// The brokers' NetworkPolicy: the Kafka and HTTP ports open, the heartbeat
+			// and inter-broker ports from brokers only.
 			{"networkpolicy", ".spec.ingress[0].ports[0].port", "9092"},
 			{"networkpolicy", ".spec.ingress[1].ports[0].port", "9094"},
+			{"networkpolicy", ".spec.ingress[1].ports[1].port", "9091"},
 			{"networkpolicy", ".spec.ingress[1].from[0].podSelector.matchLabels.app\\.kubernetes\\.io/component", "broker"},
 			{"networkpolicy", ".metadata.ownerReferences[0].kind", "KafkaCluster"},
 			// The volume agent writes the same volume: the brokers' user and groups.
@@ -349,6 +350,9 @@ spec:
 			{"kafkacluster", "kc", "merge", `{"spec":{"storage":{"existingClaim":null,"size":"1Gi"}}}`, "storage is immutable"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"version":"latest"}}`, "spec.version in body should match"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"config":{"log.retention.hours":"1"}}}`, "config has keys kaas does not take"},
+			{"kafkacluster", "kc", "merge", `{"spec":{"config":{"security.protocol":"SSL"}}}`, "config has keys kaas does not take"},
+			{"kafkacluster", "kc", "merge", `{"spec":{"listener":{"authentication":{"type":"tls"}}}}`, "type tls needs listener.tls"},
+			{"kafkacluster", "kc", "merge", `{"spec":{"listener":{"authentication":{"type":"scram-sha-512"}}}}`, "SCRAM needs secretName"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"podTemplate":{"env":[{"name":"KAAS_LISTEN","value":"[::]:1"}]}}}`, "names starting with KAAS_ or MY_POD_ are set by the operator"},
 			{"kafkatopic", "orders", "merge", `{"spec":{"topicName":"orders"}}`, "topicName cannot be added or removed after creation"},
 			{"kafkatopic", "renamed", "json", `[{"op":"remove","path":"/spec/topicName"}]`, "topicName cannot be added or removed after creation"},

@@ -1,0 +1,249 @@
+package scenarios
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+
+	"kaas/e2e/harness"
+	"kaas/e2e/kaastest"
+)
+
+// TestSecuredListener: a KafkaCluster whose listener takes TLS from one Secret and SCRAM-SHA-512
+// users from another, as a user would write it. franz-go logs in over TLS, is refused with a
+// wrong password and without TLS, and runs a transaction across partitions led by different
+// brokers — whose markers and verifications the brokers send each other on their inter-broker
+// listeners (pod IP, port 9091), which the client listener's TLS and SASL do not apply to.
+func TestSecuredListener(t *testing.T) {
+	root := repoRoot(t)
+	kaasBin := harness.CargoBinary(t, "KAAS_BIN", "kaas")
+	c := harness.Start(t, harness.Options{Images: map[string]string{
+		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
+		"ghcr.io/kaas/kaas:*":          kaasBin,
+	}})
+	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
+	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
+		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
+	}
+
+	ca, caPEM := newCA(t)
+	certPEM, keyPEM := ca.leaf(t, "*.kc-brokers."+ns+".svc", "kc-bootstrap."+ns+".svc")
+	users := scramUsers(t, kaasBin, map[string]string{"alice": "alice-secret"})
+	c.Apply(kaastest.Cluster(`  listener:
+    tls: {secretName: kc-tls}
+    authentication: {type: scram-sha-512, secretName: kc-users}
+`) + "---\n" + secret("kc-tls", map[string]string{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM}) +
+		"---\n" + secret("kc-users", map[string]string{"users.json": users}) +
+		"---\n" + kaastest.Topic("orders", 3, ""))
+	c.WaitJSONPath(4*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+	c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "kc", ".status.readyBrokers", "3")
+	if got := c.JSONPath(ns, "statefulset", "kc", `.spec.template.spec.containers[0].env[?(@.name=="KAAS_SECURITY_PROTOCOL")].value`); got != "SASL_SSL" {
+		t.Fatalf("KAAS_SECURITY_PROTOCOL = %q", got)
+	}
+
+	seeds := (&seedsEnv{}).seeds()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM([]byte(caPEM))
+	tlsConfig := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	login := func(password string, extra ...kgo.Opt) []kgo.Opt {
+		return append([]kgo.Opt{
+			kgo.SeedBrokers(seeds...),
+			kgo.DialTLSConfig(tlsConfig),
+			kgo.SASL(scram.Auth{User: "alice", Pass: password}.AsSha512Mechanism()),
+		}, extra...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	t.Run("refused without the password or without TLS", func(t *testing.T) {
+		for what, opts := range map[string][]kgo.Opt{
+			"a wrong password": login("guess"),
+			"no TLS":           {kgo.SeedBrokers(seeds...), kgo.SASL(scram.Auth{User: "alice", Pass: "alice-secret"}.AsSha512Mechanism())},
+			"no SASL":          {kgo.SeedBrokers(seeds...), kgo.DialTLSConfig(tlsConfig)},
+		} {
+			cl, err := kgo.NewClient(append(opts, kgo.RequestRetries(0), kgo.RequestTimeoutOverhead(5*time.Second))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			short, stop := context.WithTimeout(ctx, 20*time.Second)
+			_, err = kadm.NewClient(cl).ListBrokers(short)
+			stop()
+			cl.Close()
+			if err == nil {
+				t.Errorf("%s: the cluster was listed", what)
+			}
+		}
+	})
+
+	t.Run("a transaction across brokers over SASL_SSL", func(t *testing.T) {
+		admin, err := kgo.NewClient(login("alice-secret")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		leaders := map[int32]bool{}
+		c.Eventually(time.Minute, "orders led by three brokers", func() (bool, error) {
+			md, err := kadm.NewClient(admin).Metadata(ctx, "orders")
+			if err != nil {
+				return false, err
+			}
+			clear(leaders)
+			for _, p := range md.Topics["orders"].Partitions {
+				if p.Err == nil && p.Leader >= 0 {
+					leaders[p.Leader] = true
+				}
+			}
+			return len(md.Brokers) == 3 && len(md.Topics["orders"].Partitions) == 3 && len(leaders) >= 2,
+				fmt.Errorf("%d brokers, leaders %v", len(md.Brokers), leaders)
+		})
+
+		cl, err := kgo.NewClient(login("alice-secret", kgo.TransactionalID("secured"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+			kgo.DefaultProduceTopic("orders"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		var want []string
+		for round, commit := range []bool{true, false, true} {
+			if err := cl.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			for p := range int32(3) {
+				v := fmt.Sprintf("round-%d-%d", round, p)
+				if err := cl.ProduceSync(ctx, &kgo.Record{Partition: p, Value: []byte(v)}).FirstErr(); err != nil {
+					t.Fatalf("producing %s: %v", v, err)
+				}
+				if commit {
+					want = append(want, v)
+				}
+			}
+			if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+				t.Fatalf("ending transaction %d (commit %v): %v", round, commit, err)
+			}
+		}
+
+		rd, err := kgo.NewClient(login("alice-secret", kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeTopics("orders"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rd.Close()
+		seen := map[string]int{}
+		for len(seen) < len(want) && ctx.Err() == nil {
+			rd.PollFetches(ctx).EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
+		}
+		// Anything aborted would follow the committed records: give it the chance to arrive.
+		short, stop := context.WithTimeout(ctx, 3*time.Second)
+		rd.PollFetches(short).EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++ })
+		stop()
+		for _, v := range want {
+			if seen[v] != 1 {
+				t.Errorf("%s read %d times", v, seen[v])
+			}
+		}
+		if len(seen) != len(want) {
+			t.Errorf("read %d distinct records, committed %d: %v", len(seen), len(want), seen)
+		}
+	})
+}
+
+// secret is a Secret in the test namespace with the given string data.
+func secret(name string, data map[string]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: %s}\nstringData:\n", name, ns)
+	for k, v := range data {
+		fmt.Fprintf(&b, "  %s: |\n", k)
+		for _, line := range strings.Split(strings.TrimRight(v, "\n"), "\n") {
+			fmt.Fprintf(&b, "    %s\n", line)
+		}
+	}
+	return b.String()
+}
+
+// scramUsers writes the users' salted credentials with the broker's own CLI, each password on
+// its standard input, and returns the file.
+func scramUsers(t *testing.T, kaasBin string, users map[string]string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "users.json")
+	for user, password := range users {
+		cmd := exec.Command(kaasBin, "scram-credential", "--credentials", file, "--user", user, "--mechanism", "SCRAM-SHA-512")
+		cmd.Stdin = strings.NewReader(password + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("scram-credential: %v: %s", err, out)
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// testCA signs the listener's certificate.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newCA(t *testing.T) (*testCA, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "kaas-e2e-ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key}, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
+// leaf is a server certificate for names, and its key, in PEM.
+func (ca *testCA) leaf(t *testing.T, names ...string) (string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})),
+		string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}))
+}
