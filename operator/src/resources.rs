@@ -166,10 +166,15 @@ struct PodInputs<'a> {
 
 /// The hash of a cluster's pod inputs (hex SHA-256, 16 characters).
 pub fn inputs_hash(kc: &KafkaCluster, names: &Names) -> Result<String> {
+    // NB: who may reach the Kafka port is the NetworkPolicy's business, not the pods'.
+    let listener = kaas_shared::crd::cluster::ListenerSpec {
+        network_policy_peers: Vec::new(),
+        ..kc.spec.listener.clone()
+    };
     let inputs = PodInputs {
         image: versions::broker_image(&kc.spec.version, kc.spec.image.as_deref()),
         version: &kc.spec.version,
-        listener: &kc.spec.listener,
+        listener: &listener,
         config: &kc.spec.config,
         resources: &kc.spec.resources,
         pod_template: &kc.spec.pod_template,
@@ -600,34 +605,41 @@ pub fn pdb(kc: &KafkaCluster, names: &Names) -> Result<PodDisruptionBudget> {
     )
 }
 
-/// The brokers' ingress, where the network enforces NetworkPolicies: the Kafka and HTTP ports
-/// from anywhere (clients, kubelet probes, Prometheus), the heartbeat and inter-broker ports
-/// from the cluster's own brokers only (what they carry also proves its broker:
+/// The brokers' ingress, where the network enforces NetworkPolicies: the Kafka port from
+/// `listener.networkPolicyPeers` (anywhere when it names none), the HTTP port from anywhere
+/// (kubelet probes, Prometheus), the heartbeat and inter-broker ports from the cluster's own
+/// brokers only (what they carry also proves its broker:
 /// docs/security.md), nothing else.
 pub fn network_policy(kc: &KafkaCluster, names: &Names) -> Result<NetworkPolicy> {
     let brokers = json!({"matchLabels": selector(names, "broker")});
+    let kafka = json!({"protocol": "TCP", "port": kc.spec.listener.port});
+    let http = json!({"protocol": "TCP", "port": HTTP_PORT});
+    let peers = &kc.spec.listener.network_policy_peers;
+    let mut ingress = vec![
+        // NB: the first rule keeps its shape when no peers are named (the Kafka port open too).
+        match peers.is_empty() {
+            true => json!({"ports": [kafka, http]}),
+            false => json!({"ports": [http]}),
+        },
+        json!({
+            "from": [{"podSelector": brokers}],
+            "ports": [
+                {"protocol": "TCP", "port": HEARTBEAT_PORT},
+                {"protocol": "TCP", "port": INTERBROKER_PORT},
+            ],
+        }),
+    ];
+    if !peers.is_empty() {
+        ingress.push(
+            json!({"from": to_json("listener.networkPolicyPeers", peers)?, "ports": [kafka]}),
+        );
+    }
     parse(
         "network policy",
         json!({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": meta(kc, names, &names.cluster, "broker"),
-            "spec": {
-                "podSelector": brokers,
-                "policyTypes": ["Ingress"],
-                "ingress": [
-                    {"ports": [
-                        {"protocol": "TCP", "port": kc.spec.listener.port},
-                        {"protocol": "TCP", "port": HTTP_PORT},
-                    ]},
-                    {
-                        "from": [{"podSelector": brokers}],
-                        "ports": [
-                            {"protocol": "TCP", "port": HEARTBEAT_PORT},
-                            {"protocol": "TCP", "port": INTERBROKER_PORT},
-                        ],
-                    },
-                ],
-            },
+            "spec": {"podSelector": brokers, "policyTypes": ["Ingress"], "ingress": ingress},
         }),
     )
 }

@@ -527,3 +527,59 @@ fn the_network_policy_keeps_the_heartbeat_port_to_brokers() {
     assert_eq!(guarded, [HEARTBEAT_PORT, INTERBROKER_PORT]);
     assert_eq!(rules.len(), 2, "no other ingress");
 }
+
+/// Named peers narrow the Kafka port to them; the HTTP port stays open and the pods' inputs
+/// (so the brokers) are untouched.
+#[test]
+fn network_policy_peers_narrow_the_kafka_port_only() {
+    let open = cluster(base());
+    let mut spec = base();
+    spec["listener"] = json!({"networkPolicyPeers": [
+        {"namespaceSelector": {"matchLabels": {"team": "payments"}}},
+        {"ipBlock": {"cidr": "10.20.0.0/16"}},
+    ]});
+    let narrowed = cluster(spec);
+    let names = Names::of(&narrowed).unwrap();
+    assert_eq!(
+        inputs_hash(&open, &names).unwrap(),
+        inputs_hash(&narrowed, &names).unwrap(),
+        "peers restart no broker"
+    );
+    let rules = network_policy(&narrowed, &names)
+        .unwrap()
+        .spec
+        .unwrap()
+        .ingress
+        .unwrap();
+    let ports = |i: usize| -> Vec<String> {
+        rules[i]
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| format!("{:?}", p.port))
+            .collect()
+    };
+    assert!(rules[0].from.is_none());
+    assert_eq!(
+        ports(0),
+        [format!(
+            "{:?}",
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(HTTP_PORT))
+        )]
+    );
+    assert_eq!(rules.len(), 3);
+    assert_eq!(
+        ports(2),
+        [format!(
+            "{:?}",
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9092))
+        )]
+    );
+    let from = rules[2].from.as_ref().unwrap();
+    assert_eq!(from.len(), 2);
+    assert_eq!(
+        from[1].ip_block.as_ref().map(|b| b.cidr.as_str()),
+        Some("10.20.0.0/16")
+    );
+    assert!(from[0].namespace_selector.is_some());
+}

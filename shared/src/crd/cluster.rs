@@ -6,6 +6,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
     SecurityContext, Toleration, TopologySpreadConstraint,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
@@ -144,6 +145,12 @@ pub struct ListenerSpec {
     /// are anonymous.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authentication: Option<ListenerAuthentication>,
+    /// Who may reach the Kafka port where the network enforces NetworkPolicies (as in a
+    /// NetworkPolicy's `from`: pod and namespace selectors, IP blocks); empty: anyone. Changing
+    /// it changes the cluster's NetworkPolicy only, restarting no broker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub network_policy_peers: Vec<NetworkPolicyPeer>,
 }
 
 impl Default for ListenerSpec {
@@ -154,6 +161,7 @@ impl Default for ListenerSpec {
             bind: Bind::default(),
             tls: None,
             authentication: None,
+            network_policy_peers: Vec::new(),
         }
     }
 }
