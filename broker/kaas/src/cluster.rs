@@ -404,3 +404,21 @@ async fn resolve_controller(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::interbroker_advertised;
+
+    #[test]
+    fn the_inter_broker_address_is_one_peers_can_dial() {
+        let bound = |s: &str| s.parse().unwrap_or_else(|e| panic!("{s}: {e}"));
+        // Configured: as given.
+        assert_eq!(interbroker_advertised("kc-0.kc-brokers:9091", bound("0.0.0.0:9091"), "h"), "kc-0.kc-brokers:9091");
+        // Bound to one address (the operator binds the pod IP): that address.
+        assert_eq!(interbroker_advertised("", bound("10.0.0.5:9091"), "kc-0.kc-brokers.ns.svc"), "10.0.0.5:9091");
+        assert_eq!(interbroker_advertised("", bound("[fd00::5]:9091"), "x"), "[fd00::5]:9091");
+        // Bound to every address: the advertised host, at the bound port.
+        assert_eq!(interbroker_advertised("", bound("0.0.0.0:9091"), "kc-0.kc-brokers.ns.svc"), "kc-0.kc-brokers.ns.svc:9091");
+        assert_eq!(interbroker_advertised("", bound("[::]:9091"), "fd00::7"), "[fd00::7]:9091");
+    }
+}
