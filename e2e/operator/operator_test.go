@@ -263,6 +263,25 @@ func TestOperator(t *testing.T) {
 		managersReady(c)
 	})
 
+	t.Run("networkPolicyPeers narrow the Kafka port and restart no broker", func(t *testing.T) {
+		c := c.For(t)
+		before, generation := kaastest.BrokerPods(c)
+		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=merge", "-p",
+			`{"spec":{"listener":{"networkPolicyPeers":[{"ipBlock":{"cidr":"10.20.0.0/16"}}]}}}`)
+		c.WaitJSONPath(time.Minute, ns, "networkpolicy", "kc", ".spec.ingress[2].from[0].ipBlock.cidr", "10.20.0.0/16")
+		if got := c.JSONPath(ns, "networkpolicy", "kc", ".spec.ingress[2].ports[0].port"); got != "9092" {
+			t.Errorf("the peers' rule opens port %q", got)
+		}
+		if got := c.JSONPath(ns, "networkpolicy", "kc", ".spec.ingress[0].ports[*].port"); got != "9095" {
+			t.Errorf("the open rule has ports %q, want the HTTP port only", got)
+		}
+		c.MustKubectl("-n", ns, "patch", "kafkacluster", "kc", "--type=json", "-p", `[{"op":"remove","path":"/spec/listener/networkPolicyPeers"}]`)
+		c.WaitJSONPath(time.Minute, ns, "networkpolicy", "kc", ".spec.ingress[0].ports[0].port", "9092")
+		if after, got := kaastest.BrokerPods(c); after != before || got != generation {
+			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)
+		}
+	})
+
 	var firstUID string
 	t.Run("topic directory with identity", func(t *testing.T) {
 		c := c.For(t)

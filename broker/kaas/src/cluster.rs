@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use kaas_broker::catalog::TopicCatalog;
 use kaas_broker::config::ClusterLink;
 use kaas_broker::control_plane::ControlPlane;
@@ -172,7 +173,9 @@ impl Runtime {
         let settings = &self.settings;
         let mut tasks = JoinSet::new();
 
-        let listener = tokio::net::TcpListener::bind(settings.heartbeat_listen).await?;
+        let listener = tokio::net::TcpListener::bind(settings.heartbeat_listen)
+            .await
+            .with_context(|| format!("binding the heartbeat listener {} (--heartbeat-listen)", settings.heartbeat_listen))?;
         let bound = listener.local_addr()?;
         let heartbeat_address =
             if settings.heartbeat_advertise.is_empty() { bound.to_string() } else { settings.heartbeat_advertise.clone() };
@@ -198,7 +201,9 @@ impl Runtime {
         });
 
         // Bound before registering: the others call it as soon as an assignment lists it.
-        let interbroker = tokio::net::TcpListener::bind(settings.interbroker_listen).await?;
+        let interbroker = tokio::net::TcpListener::bind(settings.interbroker_listen)
+            .await
+            .with_context(|| format!("binding the inter-broker listener {} (--interbroker-listen)", settings.interbroker_listen))?;
         let interbroker_address =
             interbroker_advertised(&settings.interbroker_advertise, interbroker.local_addr()?, &broker.config.advertise_host);
         let mut server_stop = stop.clone();
