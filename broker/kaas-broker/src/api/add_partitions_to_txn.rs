@@ -68,7 +68,9 @@ pub async fn handle(
                 refused: None,
                 unwritable_topics: HashSet::new(),
             })
-            .map(authorize)
+            // NB: a broker sent it (checked above), which authorized its client's produce (or
+            // local mode's CLUSTER_ACTION principal): Kafka's inter-broker principal is a super
+            // user, so its transactions are not authorized again as the request's own user.
             .collect()
     } else {
         vec![Txn {
