@@ -7,9 +7,11 @@
 //!   (`kaas_shared::atomic_file::write_json`); a change is acknowledged only after that;
 //! - idempotent and re-driven: a CreateAcls of an ACL that exists, or a DeleteAcls that
 //!   matches nothing, changes nothing, so a client's retry is harmless;
-//! - single writer: ACLs exist in local mode only, where this broker is the volume's one
-//!   writer (a cluster-mode broker refuses `--authorizer`; see docs/security.md), and writes
-//!   are serialised by one mutex, each rewriting the file from the set in memory.
+//! - single writer: in local mode the broker; in a cluster the controller broker (the others
+//!   forward CreateAcls and DeleteAcls to it), which stamps the file with its Lease epoch and
+//!   writes only over a file of its epoch or an older one. Writes are serialised by one mutex,
+//!   each rewriting the file from what is on disk. Every broker of a cluster reads the file
+//!   again every second ([`Authorizer::refresh`]).
 
 pub mod index;
 pub mod model;
@@ -42,7 +44,7 @@ impl Default for AuthzSettings {
 }
 
 /// Why an ACL change was refused.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum AclError {
     #[error(transparent)]
     Invalid(#[from] InvalidAcl),
@@ -51,12 +53,22 @@ pub enum AclError {
     /// The file could not be written; nothing was changed.
     #[error("cannot write the ACLs: {0}")]
     Storage(String),
+    /// A newer controller wrote the file: this broker is no longer the ACLs' writer.
+    #[error("the ACLs were written by a newer controller (epoch {found}, this broker's {ours})")]
+    NotController { found: i64, ours: i64 },
 }
 
 /// The ACL file's content.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct AclFile {
     acls: Vec<AclBinding>,
+    /// The Lease epoch of the controller that wrote it (0: a local-mode broker).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    controller_epoch: i64,
+}
+
+fn is_zero(epoch: &i64) -> bool {
+    *epoch == 0
 }
 
 /// The broker's authorizer: the policy, the ACLs indexed, and their file.
@@ -74,9 +86,26 @@ impl Authorizer {
     /// Reads `__cluster/acls.json` (none yet: no ACLs).
     pub fn open(fs: FsRef, layout: &Layout, settings: AuthzSettings) -> Result<Authorizer, kaas_shared::Error> {
         let path = layout.cluster_dir().join("acls.json");
-        let file: AclFile = atomic_file::read_json(&*fs, &path, "ACL file")?.unwrap_or_default();
+        let file = read_file(&*fs, &path)?;
         let index = RwLock::new(Arc::new(AclIndex::new(file.acls)));
         Ok(Authorizer { settings, index, fs, path, writing: Mutex::new(()) })
+    }
+
+    /// Reads the file again and serves what it holds: in a cluster another broker (the
+    /// controller) may have changed it. Blocking (file I/O).
+    pub fn refresh(&self) -> Result<(), kaas_shared::Error> {
+        // NB: not beside a change of this broker's, which would be served for a moment and then
+        // replaced by the older file read before it.
+        let _writing = self.writing.lock();
+        let file = read_file(&*self.fs, &self.path)?;
+        self.serve(file.acls);
+        Ok(())
+    }
+
+    fn serve(&self, acls: Vec<AclBinding>) {
+        if acls.as_slice() != self.current().acls() {
+            *self.index.write() = Arc::new(AclIndex::new(acls));
+        }
     }
 
     fn current(&self) -> Arc<AclIndex> {
@@ -111,10 +140,14 @@ impl Authorizer {
     }
 
     /// Adds ACLs, answering for each; the valid ones are written in one fsynced file
-    /// replacement before any is answered as created. Blocking (file I/O).
-    pub fn create(&self, new: Vec<AclBinding>) -> Vec<Result<(), AclError>> {
+    /// replacement before any is answered as created. `epoch` is the writer's: the controller's
+    /// Lease epoch in a cluster, 0 in local mode. Blocking (file I/O).
+    pub fn create(&self, new: Vec<AclBinding>, epoch: i64) -> Vec<Result<(), AclError>> {
         let _writing = self.writing.lock();
-        let mut acls = self.current().acls().to_vec();
+        let mut acls = match self.latest(epoch) {
+            Ok(acls) => acls,
+            Err(e) => return new.iter().map(|_| Err(e.clone())).collect(),
+        };
         let mut results: Vec<Result<(), AclError>> = Vec::with_capacity(new.len());
         for acl in new {
             let result = acl.validate().map_err(AclError::from).and_then(|()| {
@@ -129,7 +162,7 @@ impl Authorizer {
             });
             results.push(result);
         }
-        if let Err(e) = self.replace(acls) {
+        if let Err(e) = self.replace(acls, epoch) {
             let message = e.to_string();
             return results.into_iter().map(|r| r.and(Err(AclError::Storage(message.clone())))).collect();
         }
@@ -138,27 +171,43 @@ impl Authorizer {
 
     /// Removes every ACL any filter matches; the ACLs each filter removed, once the file
     /// without them is fsynced. Blocking (file I/O).
-    pub fn delete(&self, filters: &[AclFilter]) -> Result<Vec<Vec<AclBinding>>, AclError> {
+    pub fn delete(&self, filters: &[AclFilter], epoch: i64) -> Result<Vec<Vec<AclBinding>>, AclError> {
         let _writing = self.writing.lock();
-        let acls = self.current().acls().to_vec();
+        let acls = self.latest(epoch)?;
         let removed: Vec<Vec<AclBinding>> = filters.iter().map(|f| acls.iter().filter(|a| f.matches(a)).cloned().collect()).collect();
         if removed.iter().all(Vec::is_empty) {
             return Ok(removed);
         }
         let kept = acls.into_iter().filter(|a| !filters.iter().any(|f| f.matches(a))).collect();
-        self.replace(kept).map_err(|e| AclError::Storage(e.to_string()))?;
+        self.replace(kept, epoch).map_err(|e| AclError::Storage(e.to_string()))?;
         Ok(removed)
     }
 
-    fn replace(&self, acls: Vec<AclBinding>) -> Result<(), kaas_shared::Error> {
+    /// The ACLs on disk, which a change starts from (a previous controller may have written
+    /// since this broker last read them), served from now on; refused when a newer
+    /// controller wrote them. Called holding `writing`.
+    fn latest(&self, epoch: i64) -> Result<Vec<AclBinding>, AclError> {
+        let file = read_file(&*self.fs, &self.path).map_err(|e| AclError::Storage(e.to_string()))?;
+        if file.controller_epoch > epoch {
+            return Err(AclError::NotController { found: file.controller_epoch, ours: epoch });
+        }
+        self.serve(file.acls.clone());
+        Ok(file.acls)
+    }
+
+    fn replace(&self, acls: Vec<AclBinding>, epoch: i64) -> Result<(), kaas_shared::Error> {
         if acls.as_slice() == self.current().acls() {
             return Ok(());
         }
-        let file = AclFile { acls };
+        let file = AclFile { acls, controller_epoch: epoch };
         atomic_file::write_json(&*self.fs, &self.path, &file)?;
         *self.index.write() = Arc::new(AclIndex::new(file.acls));
         Ok(())
     }
+}
+
+fn read_file(fs: &dyn kaas_shared::fs::Fs, path: &std::path::Path) -> Result<AclFile, kaas_shared::Error> {
+    Ok(atomic_file::read_json(fs, path, "ACL file")?.unwrap_or_default())
 }
 
 #[cfg(test)]

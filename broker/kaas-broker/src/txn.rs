@@ -6,7 +6,7 @@
 //! timed-out transactions.
 
 mod markers;
-mod route;
+pub(crate) mod route;
 mod verification;
 #[cfg(test)]
 mod tests;

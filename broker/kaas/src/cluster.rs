@@ -245,8 +245,32 @@ impl Runtime {
             self.heartbeat.clone(),
             stop.clone(),
         ));
+        if broker.authorizer.is_some() {
+            tasks.spawn(follow_acls(broker.clone(), stop.clone()));
+        }
         tasks.spawn(kaas_broker::cluster::follow_assignments(broker, stop));
         Ok(tasks)
+    }
+}
+
+/// How often a broker reads the ACL file again (the controller changes it).
+const ACL_REFRESH: Duration = Duration::from_secs(1);
+
+/// Serves the ACLs the controller writes: reads `__cluster/acls.json` every [`ACL_REFRESH`] until
+/// `stop`. A failed read keeps the ACLs served before (logged).
+async fn follow_acls(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let reader = broker.clone();
+        let read = tokio::task::spawn_blocking(move || reader.authorizer.as_ref().map(|a| a.refresh()).transpose()).await;
+        match read {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => warn!(error = %e, "reading the ACLs failed; serving the ones read before"),
+            Err(e) => warn!(error = %e, "reading the ACLs failed; serving the ones read before"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(ACL_REFRESH) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }
 

@@ -240,9 +240,6 @@ fn main() -> anyhow::Result<()> {
         if args.in_memory {
             bail!("cluster mode keeps partitions on the shared volume: --in-memory is for local mode only (unset MY_POD_NAME)");
         }
-        if let Some(why) = args.security.unsupported_in_cluster_mode() {
-            bail!("{why}");
-        }
         if args.session_timeout_ms <= args.fence_timeout_ms + 1_000 {
             bail!("session timeout ({} ms) must exceed the fence timeout ({} ms) by at least a second, or a zombie could acknowledge writes after its partitions moved", args.session_timeout_ms, args.fence_timeout_ms);
         }

@@ -109,7 +109,7 @@ pub(crate) struct SecurityFlags {
     connections_max_reauth_ms: u64,
     /// authorizer.class.name: `standard` checks every request against ACLs (kept in
     /// `__cluster/acls.json` on the data volume, managed with CreateAcls/DeleteAcls, e.g.
-    /// kafka-acls); `none` allows everything. Local mode only for now.
+    /// kafka-acls; in a cluster the controller writes them); `none` allows everything.
     #[arg(long, env = "KAAS_AUTHORIZER", value_enum, default_value = "none")]
     authorizer: AuthorizerFlag,
     /// super.users: principals allowed everything, `User:<name>` separated by `;` (as Kafka
@@ -117,7 +117,7 @@ pub(crate) struct SecurityFlags {
     #[arg(long, env = "KAAS_SUPER_USERS", default_value = "")]
     super_users: String,
     /// allow.everyone.if.no.acl.found: allow a request on a resource no ACL names.
-    #[arg(long, env = "KAAS_ALLOW_EVERYONE_IF_NO_ACL_FOUND", default_value_t = false)]
+    #[arg(long, env = "KAAS_ALLOW_EVERYONE_IF_NO_ACL_FOUND", default_value_t = false, action = clap::ArgAction::Set)]
     allow_everyone_if_no_acl_found: bool,
     /// The most ACLs the broker keeps (CreateAcls beyond it is refused).
     #[arg(long, env = "KAAS_MAX_ACLS", default_value_t = 10_000)]
@@ -125,20 +125,6 @@ pub(crate) struct SecurityFlags {
 }
 
 impl SecurityFlags {
-    /// Why these settings cannot run in cluster mode yet, if they cannot.
-    pub(crate) fn unsupported_in_cluster_mode(&self) -> Option<&'static str> {
-        // NB: any --security-protocol runs in a cluster: brokers call each other on their
-        // inter-broker listener (--interbroker-listen), not on this one.
-        if self.authorizer != AuthorizerFlag::None {
-            // NB: ACLs have one writer (the local broker); a cluster's would be the KafkaUser
-            // resources, which do not exist yet (docs/security.md).
-            return Some(
-                "--authorizer is not supported in cluster mode yet (ACLs are kept by a local-mode broker; a cluster's come with KafkaUser)",
-            );
-        }
-        None
-    }
-
     /// Loads the certificate and credentials the protocol needs; a missing or unreadable one
     /// stops the broker with a message naming the flag.
     pub(crate) fn listener_security(&self) -> anyhow::Result<ListenerSecurity> {

@@ -1,7 +1,9 @@
 //! A cluster whose client listeners speak SASL_SSL: a real client (confluent-kafka, i.e.
 //! librdkafka) authenticates with SCRAM over TLS and runs transactions across every broker,
 //! while the brokers send each other markers and verifications on their inter-broker
-//! listeners, which the client listener's TLS and SASL do not stand in the way of.
+//! listeners, which the client listener's TLS and SASL do not stand in the way of. And a
+//! cluster with ACLs: a change made through any broker is written by the controller and
+//! enforced by every broker.
 
 mod common;
 
@@ -13,11 +15,21 @@ use std::time::Duration;
 use common::TestResult;
 use common::cluster::Cluster;
 use common::pki::{Pki, add_user, path};
+use common::wire::Wire;
+use kaas_broker::authz::{AuthzSettings, Policy};
 use kaas_broker::config::ListenerSecurity;
+use kaas_broker::control_plane::ControlPlane;
 use kaas_broker::sasl::credentials::CredentialStore;
 use kaas_broker::sasl::scram::ScramHash;
 use kaas_broker::sasl::{Mechanism, SaslSettings};
 use kaas_broker::tls::{ClientAuth, TlsReloader, TlsSettings};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::create_acls_request::AclCreation;
+use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+use kafka_protocol::messages::{
+    CreateAclsRequest, DeleteAclsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
 
 const SETTLE: Duration = Duration::from_secs(30);
 const PARTITIONS: i32 = 6;
@@ -63,5 +75,131 @@ async fn transactions_span_brokers_whose_clients_use_sasl_ssl() -> TestResult {
     let assignment = cluster.assignment().ok_or("no assignment")?;
     let leaders: BTreeSet<i32> = (0..PARTITIONS).filter_map(|p| assignment.partition("spread", p).map(|a| a.leader)).collect();
     assert_eq!(leaders.len(), 3, "spread's leaders: {leaders:?}");
+    Ok(())
+}
+
+/// A SASL/PLAIN login on a raw connection.
+fn login(address: &str, user: &str, password: &str) -> TestResult<Wire> {
+    let mut wire = Wire::connect(address)?;
+    let handshake = wire.call(1, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")))?;
+    assert_eq!(handshake.error_code, 0, "handshake: {handshake:?}");
+    let token = format!("\0{user}\0{password}");
+    let answer = wire.call(2, &SaslAuthenticateRequest::default().with_auth_bytes(token.into_bytes().into()))?;
+    assert_eq!(answer.error_code, 0, "login of {user}: {answer:?}");
+    Ok(wire)
+}
+
+/// The error of a Metadata request for `topic` (0: described).
+fn describe_error(wire: &mut Wire, topic: &str) -> TestResult<i16> {
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(topic.to_owned())))),
+    ]));
+    let response = wire.call(9, &request)?;
+    Ok(response.topics.first().map_or(-1, |t| t.error_code))
+}
+
+fn alice_may_describe(topic: &str) -> AclCreation {
+    AclCreation::default()
+        .with_resource_type(2) // TOPIC
+        .with_resource_name(StrBytes::from_string(topic.to_owned()))
+        .with_resource_pattern_type(3) // LITERAL
+        .with_principal(StrBytes::from_static_str("User:alice"))
+        .with_host(StrBytes::from_static_str("*"))
+        .with_operation(8) // DESCRIBE
+        .with_permission_type(3) // ALLOW
+}
+
+/// How many `api` requests `broker` answered (its `kaas_requests_total`).
+fn answered(broker: &kaas_broker::Broker, api: &str) -> TestResult<u64> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    broker.metrics.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    let series = format!("requests_total{{api=\"{api}\"}} ");
+    Ok(text.lines().find_map(|l| l.strip_prefix(series.as_str())).map_or(Ok(0), str::parse)?)
+}
+
+/// Polls `cond` every 100 ms for up to 15 s.
+fn eventually(what: &str, mut cond: impl FnMut() -> TestResult<bool>) -> TestResult {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !cond()? {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("never: {what}").into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acls_changed_through_any_broker_are_enforced_by_every_broker() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let credentials = dir.path().join("users.json");
+    add_user(&credentials, "admin", "admin-secret", "SCRAM-SHA-512")?;
+    add_user(&credentials, "alice", "alice-secret", "SCRAM-SHA-512")?;
+    let security = ListenerSecurity {
+        tls: None,
+        sasl: Some(SaslSettings {
+            mechanisms: vec![Mechanism::Plain],
+            credentials: Some(Arc::new(CredentialStore::open(credentials)?)),
+            oauth: None,
+            reauth: None,
+        }),
+        authorizer: Some(AuthzSettings { policy: Policy { super_users: vec!["admin".into()], allow_if_no_acl: false }, max_acls: 100 }),
+    };
+    let cluster = Cluster::start_secured(3, security).await?;
+    let settled = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    let controller = settled.controller_id;
+    let mut others = cluster.nodes.values().filter(|n| n.id != controller).map(|n| n.bootstrap.clone());
+    let (via, elsewhere) = (others.next().ok_or("no second broker")?, others.next().ok_or("no third broker")?);
+    let every: Vec<String> = cluster.nodes.values().map(|n| n.bootstrap.clone()).collect();
+    assert!(cluster.nodes.get(&controller).is_some_and(|n| n.runtime.is_controller()), "broker {controller} is the controller");
+    let data = cluster.data().to_path_buf();
+    let controller_broker = cluster.nodes.get(&controller).ok_or("no controller node")?.broker.clone();
+
+    tokio::task::spawn_blocking(move || -> TestResult {
+        let mut admin = login(&via, "admin", "admin-secret")?;
+        admin.create_topic("guarded", 1)?;
+        let mut alices: Vec<Wire> = every.iter().map(|b| login(b, "alice", "alice-secret")).collect::<TestResult<_>>()?;
+        for alice in &mut alices {
+            assert_eq!(describe_error(alice, "guarded")?, ResponseError::TopicAuthorizationFailed.code(), "no ACL names alice yet");
+        }
+        // Alice may not change ACLs, on any broker.
+        let mut alice_via = login(&via, "alice", "alice-secret")?;
+        let refused = alice_via.call(3, &CreateAclsRequest::default().with_creations(vec![alice_may_describe("guarded")]))?;
+        assert_eq!(refused.results[0].error_code, ResponseError::ClusterAuthorizationFailed.code(), "{refused:?}");
+
+        // The admin's CreateAcls through a broker that is not the controller is forwarded to it.
+        let created = admin.call(3, &CreateAclsRequest::default().with_creations(vec![alice_may_describe("guarded")]))?;
+        assert_eq!(created.results[0].error_code, 0, "{created:?}");
+        assert_eq!(answered(&controller_broker, "CreateAcls")?, 1, "the controller wrote it");
+        let file = std::fs::read_to_string(data.join("__cluster/acls.json"))?;
+        assert!(file.contains("User:alice") && file.contains("\"controller_epoch\""), "written by the controller: {file}");
+        for (alice, broker) in alices.iter_mut().zip(&every) {
+            eventually(&format!("{broker} lets alice describe guarded"), || Ok(describe_error(alice, "guarded")? == 0))?;
+        }
+
+        let mut admin_elsewhere = login(&elsewhere, "admin", "admin-secret")?;
+        let filter = DeleteAclsFilter::default()
+            .with_resource_type_filter(2)
+            .with_resource_name_filter(Some(StrBytes::from_static_str("guarded")))
+            .with_pattern_type_filter(3)
+            .with_principal_filter(Some(StrBytes::from_static_str("User:alice")))
+            .with_host_filter(None)
+            .with_operation(1) // ANY
+            .with_permission_type(1); // ANY
+        let deleted = admin_elsewhere.call(2, &DeleteAclsRequest::default().with_filters(vec![filter]))?;
+        assert_eq!(deleted.filter_results[0].error_code, 0, "{deleted:?}");
+        assert_eq!(deleted.filter_results[0].matching_acls.len(), 1, "{deleted:?}");
+        assert_eq!(answered(&controller_broker, "DeleteAcls")?, 1, "the controller deleted it");
+        for (alice, broker) in alices.iter_mut().zip(&every) {
+            eventually(&format!("{broker} refuses alice again"), || {
+                Ok(describe_error(alice, "guarded")? == ResponseError::TopicAuthorizationFailed.code())
+            })?;
+        }
+        Ok(())
+    })
+    .await??;
     Ok(())
 }

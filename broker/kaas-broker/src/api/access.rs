@@ -9,7 +9,9 @@ use kafka_protocol::ResponseError;
 use crate::authz::model::{ANONYMOUS, CLUSTER_NAME, Operation, Principal, ResourceType};
 use crate::authz::{Action, Authorizer};
 use crate::broker::Broker;
-use crate::router::RequestContext;
+use kafka_protocol::protocol::{Encodable, Request};
+
+use crate::router::{Reply, RequestContext};
 
 pub(crate) use crate::authz::model::Operation as Op;
 pub(crate) use crate::authz::model::ResourceType as Resource;
@@ -54,6 +56,74 @@ pub(crate) fn acl_admin<'a>(
         return Err((ResponseError::ClusterAuthorizationFailed, format!("{api} needs {operation:?} on the cluster")));
     }
     Ok(authorizer)
+}
+
+/// Where an ACL change (CreateAcls, DeleteAcls) is made: the ACLs' one writer is the broker in
+/// local mode and the controller in a cluster, which the other brokers forward the request to.
+pub(crate) enum AclWriter {
+    /// This broker, stamping the file with this epoch (its Lease epoch; 0 in local mode).
+    Here(i64),
+    /// The controller's inter-broker listener.
+    Forward(String),
+    Refused(ResponseError, String),
+}
+
+/// The gate and the writer of an ACL change. A request another broker forwarded (its client id
+/// a token of the cluster's key over it) was authorized there; any other needs `api`'s ALTER on
+/// the cluster here.
+pub(crate) fn acl_change<R: Encodable>(broker: &Broker, ctx: &RequestContext, api: &str, request: &R) -> AclWriter {
+    let forwarded = broker.cluster.is_some() && crate::interbroker::from_a_broker(broker, ctx, request);
+    let gate = match forwarded {
+        false => acl_admin(broker, ctx, Operation::Alter, api).map(|_| ()),
+        true if broker.authorizer.is_none() => {
+            Err((ResponseError::SecurityDisabled, "no authorizer is configured on the broker (--authorizer)".to_string()))
+        }
+        true => Ok(()),
+    };
+    match gate {
+        Ok(()) => acl_writer(broker, forwarded),
+        Err((error, message)) => AclWriter::Refused(error, message),
+    }
+}
+
+/// Sends `request` on to the controller at `address` and answers with its response, or with
+/// `unreachable` of why it could not be asked.
+pub(crate) fn forward<R>(
+    broker: &Arc<Broker>,
+    address: String,
+    version: i16,
+    request: R,
+    unreachable: impl FnOnce(String) -> R::Response + Send + 'static,
+) -> Reply<R::Response>
+where
+    R: Request + Send + Sync + 'static,
+    R::Response: Send + 'static,
+{
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        match broker.interbroker.call(&address, version, &request).await {
+            Ok(response) => response,
+            Err(e) => unreachable(format!("the controller could not be asked: {e}")),
+        }
+    }))
+}
+
+/// The writer of an ACL change; `forwarded`: the request came from another broker, which
+/// authorized it and found this broker the controller.
+fn acl_writer(broker: &Broker, forwarded: bool) -> AclWriter {
+    let Some(cluster) = &broker.cluster else { return AclWriter::Here(0) };
+    if cluster.link.control.is_controller() {
+        return AclWriter::Here(cluster.link.control.lease_epoch());
+    }
+    let not_controller = |why: &str| AclWriter::Refused(ResponseError::NotController, why.to_string());
+    if forwarded {
+        return not_controller("this broker is no longer the controller; retry");
+    }
+    match crate::txn::route::controller(broker) {
+        crate::txn::route::Route::Peer(address) => AclWriter::Forward(address),
+        // The assignment still names this broker, or none: the role is changing hands.
+        _ => not_controller("the controller is changing; retry"),
+    }
 }
 
 /// Runs an ACL change (CreateAcls, DeleteAcls) off the executor, as it rewrites and fsyncs the

@@ -1,5 +1,5 @@
 //! CreateAcls: needs ALTER on the cluster; each ACL is answered once the file holding it is
-//! fsynced.
+//! fsynced — by the controller, in a cluster (another broker forwards the request to it).
 
 use std::sync::Arc;
 
@@ -7,7 +7,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
 
-use super::access::{Op, acl_admin, change_acls};
+use super::access::{AclWriter, acl_change, change_acls, forward};
 use super::acl_codes::{WireAcl, binding};
 use super::str_bytes;
 use crate::authz::AclError;
@@ -19,10 +19,17 @@ fn failed(error: ResponseError, message: String) -> AclCreationResult {
 }
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateAclsRequest) -> Reply<CreateAclsResponse> {
-    if let Err((error, message)) = acl_admin(broker, ctx, Op::Alter, "CreateAcls") {
-        let results = request.creations.iter().map(|_| failed(error, message.clone())).collect();
-        return Reply::Now(CreateAclsResponse::default().with_results(results));
-    }
+    let count = request.creations.len();
+    let every = move |error: ResponseError, message: String| {
+        CreateAclsResponse::default().with_results((0..count).map(|_| failed(error, message.clone())).collect())
+    };
+    let epoch = match acl_change(broker, ctx, "CreateAcls", &request) {
+        AclWriter::Here(epoch) => epoch,
+        AclWriter::Refused(error, message) => return Reply::Now(every(error, message)),
+        AclWriter::Forward(address) => {
+            return forward(broker, address, ctx.version, request, move |why| every(ResponseError::NotController, why));
+        }
+    };
     let parsed: Vec<_> = request
         .creations
         .iter()
@@ -38,12 +45,11 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateA
             })
         })
         .collect();
-    let count = parsed.len();
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
         let results = change_acls(broker, count, failed, move |authorizer| {
             let valid: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
-            let mut created = authorizer.create(valid).into_iter();
+            let mut created = authorizer.create(valid, epoch).into_iter();
             parsed
                 .into_iter()
                 .map(|p| match p {
@@ -53,6 +59,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateA
                         Some(Err(e @ AclError::Invalid(_))) => failed(ResponseError::InvalidRequest, e.to_string()),
                         Some(Err(e @ AclError::TooMany(_))) => failed(ResponseError::PolicyViolation, e.to_string()),
                         Some(Err(e @ AclError::Storage(_))) => failed(ResponseError::KafkaStorageError, e.to_string()),
+                        Some(Err(e @ AclError::NotController { .. })) => failed(ResponseError::NotController, e.to_string()),
                         None => failed(ResponseError::UnknownServerError, "lost the ACL's outcome".into()),
                     },
                 })

@@ -1,5 +1,6 @@
 //! DeleteAcls: needs ALTER on the cluster; every ACL any filter matches is removed, and each
-//! filter is answered with the ACLs it matched once the file without them is fsynced.
+//! filter is answered with the ACLs it matched once the file without them is fsynced — by the
+//! controller, in a cluster (another broker forwards the request to it).
 
 use std::sync::Arc;
 
@@ -7,9 +8,10 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_acls_response::{DeleteAclsFilterResult, DeleteAclsMatchingAcl};
 use kafka_protocol::messages::{DeleteAclsRequest, DeleteAclsResponse};
 
-use super::access::{Op, acl_admin, change_acls};
+use super::access::{AclWriter, acl_change, change_acls, forward};
 use super::acl_codes::{WireFilter, codes, filter};
 use super::str_bytes;
+use crate::authz::AclError;
 use crate::authz::model::AclBinding;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -31,10 +33,17 @@ fn matched(acl: AclBinding) -> DeleteAclsMatchingAcl {
 }
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteAclsRequest) -> Reply<DeleteAclsResponse> {
-    if let Err((error, message)) = acl_admin(broker, ctx, Op::Alter, "DeleteAcls") {
-        let results = request.filters.iter().map(|_| failed(error, message.clone())).collect();
-        return Reply::Now(DeleteAclsResponse::default().with_filter_results(results));
-    }
+    let count = request.filters.len();
+    let every = move |error: ResponseError, message: String| {
+        DeleteAclsResponse::default().with_filter_results((0..count).map(|_| failed(error, message.clone())).collect())
+    };
+    let epoch = match acl_change(broker, ctx, "DeleteAcls", &request) {
+        AclWriter::Here(epoch) => epoch,
+        AclWriter::Refused(error, message) => return Reply::Now(every(error, message)),
+        AclWriter::Forward(address) => {
+            return forward(broker, address, ctx.version, request, move |why| every(ResponseError::NotController, why));
+        }
+    };
     let parsed: Vec<_> = request
         .filters
         .iter()
@@ -50,13 +59,15 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteA
             })
         })
         .collect();
-    let count = parsed.len();
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
         let results = change_acls(broker, count, failed, move |authorizer| {
             let filters: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned().flatten()).collect();
-            let removed = match authorizer.delete(&filters) {
+            let removed = match authorizer.delete(&filters, epoch) {
                 Ok(removed) => removed,
+                Err(e @ AclError::NotController { .. }) => {
+                    return parsed.iter().map(|_| failed(ResponseError::NotController, e.to_string())).collect();
+                }
                 Err(e) => return parsed.iter().map(|_| failed(ResponseError::KafkaStorageError, e.to_string())).collect(),
             };
             let mut removed = removed.into_iter();

@@ -28,15 +28,15 @@ fn open(fs: &Arc<MemFs>, max_acls: usize) -> Authorizer {
 fn changes_are_durable_bounded_and_idempotent() {
     let fs = Arc::new(MemFs::new());
     let authorizer = open(&fs, 2);
-    let results = authorizer.create(vec![acl("a", "User:alice"), acl("a", "User:alice"), acl("b", "User:bob")]);
+    let results = authorizer.create(vec![acl("a", "User:alice"), acl("a", "User:alice"), acl("b", "User:bob")], 0);
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-    assert!(matches!(authorizer.create(vec![acl("c", "User:carol")]).as_slice(), [Err(AclError::TooMany(2))]));
-    assert!(matches!(authorizer.create(vec![acl("c", "alice")]).as_slice(), [Err(AclError::Invalid(_))]));
+    assert!(matches!(authorizer.create(vec![acl("c", "User:carol")], 0).as_slice(), [Err(AclError::TooMany(2))]));
+    assert!(matches!(authorizer.create(vec![acl("c", "alice")], 0).as_slice(), [Err(AclError::Invalid(_))]));
     // What a new broker reads is what was acknowledged.
     assert_eq!(open(&fs, 2).describe(&AclFilter::any()).len(), 2);
 
     let bob = AclFilter { principal: Some("User:bob".into()), ..AclFilter::any() };
-    let removed = authorizer.delete(std::slice::from_ref(&bob)).map_err(|e| e.to_string());
+    let removed = authorizer.delete(std::slice::from_ref(&bob), 0).map_err(|e| e.to_string());
     assert_eq!(removed, Ok(vec![vec![acl("b", "User:bob")]]));
     assert_eq!(open(&fs, 2).describe(&AclFilter::any()), vec![acl("a", "User:alice")]);
 }
@@ -46,11 +46,39 @@ fn a_change_that_cannot_be_fsynced_is_refused_and_not_applied() {
     let fs = Arc::new(MemFs::new());
     let authorizer = open(&fs, 10);
     fs.fail_syncs(true);
-    assert!(matches!(authorizer.create(vec![acl("a", "User:alice")]).as_slice(), [Err(AclError::Storage(_))]));
+    assert!(matches!(authorizer.create(vec![acl("a", "User:alice")], 0).as_slice(), [Err(AclError::Storage(_))]));
     assert!(authorizer.describe(&AclFilter::any()).is_empty());
     fs.fail_syncs(false);
-    assert!(authorizer.create(vec![acl("a", "User:alice")]).iter().all(Result::is_ok));
+    assert!(authorizer.create(vec![acl("a", "User:alice")], 0).iter().all(Result::is_ok));
     fs.fail_syncs(true);
-    assert!(authorizer.delete(&[AclFilter::any()]).is_err());
+    assert!(authorizer.delete(&[AclFilter::any()], 0).is_err());
     assert_eq!(authorizer.describe(&AclFilter::any()).len(), 1);
+}
+
+/// A cluster's brokers over one volume: the controller's change reaches the others at their
+/// next refresh; a new controller starts from the file, not from what it last read; a deposed
+/// one writes nothing.
+#[test]
+fn the_controller_writes_and_every_broker_follows() {
+    let fs = Arc::new(MemFs::new());
+    let (old_controller, follower) = (open(&fs, 10), open(&fs, 10));
+    assert!(old_controller.create(vec![acl("a", "User:alice")], 3).iter().all(Result::is_ok));
+    assert!(follower.describe(&AclFilter::any()).is_empty(), "not read yet");
+    follower.refresh().unwrap_or_else(|e| panic!("refresh: {e}"));
+    assert_eq!(follower.describe(&AclFilter::any()), vec![acl("a", "User:alice")]);
+
+    // The follower becomes controller (epoch 4) before its next refresh saw the latest change.
+    assert!(old_controller.create(vec![acl("b", "User:bob")], 3).iter().all(Result::is_ok));
+    assert!(follower.create(vec![acl("c", "User:carol")], 4).iter().all(Result::is_ok));
+    let mut names: Vec<String> = open(&fs, 10).describe(&AclFilter::any()).into_iter().map(|a| a.pattern.name).collect();
+    names.sort();
+    assert_eq!(names, ["a", "b", "c"], "the new controller kept the old one's last change");
+
+    // The deposed controller changes nothing.
+    assert!(matches!(
+        old_controller.create(vec![acl("d", "User:dan")], 3).as_slice(),
+        [Err(AclError::NotController { found: 4, ours: 3 })]
+    ));
+    assert!(matches!(old_controller.delete(&[AclFilter::any()], 3), Err(AclError::NotController { .. })));
+    assert_eq!(open(&fs, 10).describe(&AclFilter::any()).len(), 3);
 }

@@ -36,6 +36,11 @@ pub(crate) fn route(broker: &Broker, owner: impl FnOnce(&Assignment) -> Option<i
     }
 }
 
+/// The route to the controller broker, as the applied assignment names it.
+pub(crate) fn controller(broker: &Broker) -> Route {
+    route(broker, |a| Some(a.controller_id))
+}
+
 /// The route to the coordinator of transaction shard `shard`.
 pub(crate) fn txn_coordinator(broker: &Broker, shard: u32) -> Route {
     route(broker, |a| a.transactions.get(&shard).map(|s| s.coordinator))
