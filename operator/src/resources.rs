@@ -14,7 +14,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kaas_shared::crd::KafkaCluster;
 use kaas_shared::crd::cluster::{
-    Advertise, AuthenticationType, Bind, ListenerSpec, PodTemplateOverrides,
+    Advertise, AuthenticationType, AuthorizationSpec, AuthorizationType, Bind, ListenerSpec,
+    PodTemplateOverrides,
 };
 use kube::Resource;
 use serde::Serialize;
@@ -162,6 +163,9 @@ struct PodInputs<'a> {
     pod_template: &'a Option<kaas_shared::crd::cluster::PodTemplateOverrides>,
     timeouts: &'a kaas_shared::crd::cluster::TimeoutsSpec,
     claim: String,
+    // NB: left out when unset, so that the hash of clusters made before the field is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    authorization: &'a Option<kaas_shared::crd::cluster::AuthorizationSpec>,
 }
 
 /// The hash of a cluster's pod inputs (hex SHA-256, 16 characters).
@@ -180,6 +184,7 @@ pub fn inputs_hash(kc: &KafkaCluster, names: &Names) -> Result<String> {
         pod_template: &kc.spec.pod_template,
         timeouts: &kc.spec.timeouts,
         claim: claim_name(kc, names),
+        authorization: &kc.spec.authorization,
     };
     let bytes = serde_json::to_vec(&inputs).map_err(|source| Error::Serialize {
         what: "pod inputs",
@@ -305,6 +310,9 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
     ];
     let (security_env, security_volumes) = listener_security(&spec.listener);
     env.extend(security_env);
+    if let Some(authorization) = &spec.authorization {
+        env.extend(authorization_env(authorization));
+    }
     // Each key becomes its flag's variable; a key without one is refused by validation, and a
     // refused spec is not rolled out (it is never passed on to be silently ignored).
     env.extend(spec.config.iter().filter_map(|(k, v)| {
@@ -430,6 +438,24 @@ fn listener_security(
         env.push(json!({"name": "KAAS_SECURITY_PROTOCOL", "value": protocol}));
     }
     (env, volumes)
+}
+
+/// The broker variables of `spec.authorization`.
+fn authorization_env(authorization: &AuthorizationSpec) -> Vec<Value> {
+    let AuthorizationType::Simple = authorization.kind;
+    // Kafka's `super.users` names principals; Strimzi's superUsers names users.
+    let super_users: Vec<String> = authorization
+        .super_users
+        .iter()
+        .map(|u| match u.starts_with("User:") {
+            true => u.clone(),
+            false => format!("User:{u}"),
+        })
+        .collect();
+    vec![
+        json!({"name": "KAAS_AUTHORIZER", "value": "standard"}),
+        json!({"name": "KAAS_SUPER_USERS", "value": super_users.join(";")}),
+    ]
 }
 
 /// The pod-level overrides that are copied as they are.

@@ -76,6 +76,12 @@ pub const SETTINGS: &[BrokerSetting] = &[
         at_least(1),
     ),
     setting(
+        "allow.everyone.if.no.acl.found",
+        "KAAS_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
+        ValueKind::Bool,
+    ),
+    setting("max.acls", "KAAS_MAX_ACLS", at_least(1)),
+    setting(
         "ssl.principal.mapping.rules",
         "KAAS_SSL_PRINCIPAL_MAPPING_RULES",
         ValueKind::Text,
@@ -288,6 +294,9 @@ pub const OPERATOR_OWNED: &[(&str, &str)] = &[
     ("ssl.client.auth", "spec.listener.authentication"),
     ("sasl.enabled.mechanisms", "spec.listener.authentication"),
     ("sasl.credentials", "spec.listener.authentication"),
+    ("authorizer.class.name", "spec.authorization"),
+    ("authorizer", "spec.authorization"),
+    ("super.users", "spec.authorization.superUsers"),
     ("fence.timeout.ms", "spec.timeouts.fenceTimeoutMs"),
     ("session.timeout.ms", "spec.timeouts.sessionTimeoutMs"),
     (

@@ -583,3 +583,23 @@ fn network_policy_peers_narrow_the_kafka_port_only() {
     );
     assert!(from[0].namespace_selector.is_some());
 }
+
+/// `spec.authorization` turns the brokers' ACLs on; super users become Kafka principals.
+#[test]
+fn authorization_reaches_the_brokers() {
+    let plain = cluster(base());
+    let mut spec = base();
+    spec["authorization"] =
+        json!({"type": "simple", "superUsers": ["admin", "User:CN=ops,O=Example"]});
+    let kc = cluster(spec);
+    let e = env(&template_of(&kc));
+    assert_eq!(e["KAAS_AUTHORIZER"], "standard");
+    assert_eq!(e["KAAS_SUPER_USERS"], "User:admin;User:CN=ops,O=Example");
+    assert!(!env(&template_of(&plain)).contains_key("KAAS_AUTHORIZER"));
+    let names = Names::of(&kc).unwrap();
+    assert_ne!(
+        inputs_hash(&plain, &names).unwrap(),
+        inputs_hash(&kc, &names).unwrap(),
+        "turning ACLs on rolls the brokers"
+    );
+}

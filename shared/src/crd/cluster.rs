@@ -98,6 +98,32 @@ pub struct KafkaClusterSpec {
     /// Broker fencing and session timeouts (DESIGN "Broker fencing").
     #[serde(default)]
     pub timeouts: TimeoutsSpec,
+    /// Kafka ACLs: every request is checked against them (managed with `kafka-acls` or any
+    /// admin client, kept on the volume); without it every client may do everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<AuthorizationSpec>,
+}
+
+/// How requests are authorized.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthorizationSpec {
+    /// `simple`: Kafka's ACLs, as its StandardAuthorizer applies them.
+    #[serde(rename = "type")]
+    pub kind: AuthorizationType,
+    /// Users allowed everything (`super.users`): names as clients authenticate (`alice`, or a
+    /// certificate's `CN=...`), or `User:<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub super_users: Vec<String>,
+}
+
+/// An authorizer.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthorizationType {
+    /// Kafka's ACLs.
+    #[serde(rename = "simple")]
+    Simple,
 }
 
 /// The shared volume: an existing RWX claim, or a size (and class) for which the operator
