@@ -20,6 +20,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"kaas/e2e/harness"
@@ -27,8 +28,9 @@ import (
 )
 
 // TestSecuredListener: a KafkaCluster whose listener takes TLS from one Secret and SCRAM-SHA-512
-// users from another, as a user would write it. franz-go logs in over TLS, is refused with a
-// wrong password and without TLS, and runs a transaction across partitions led by different
+// users from another, with ACLs on, as a user would write it. franz-go logs in over TLS, is
+// refused with a wrong password and without TLS; alice may describe nothing until the admin
+// (a super user) allows her, then every broker lets her; she runs a transaction across partitions led by different
 // brokers — whose markers and verifications the brokers send each other on their inter-broker
 // listeners (pod IP, port 9091), which the client listener's TLS and SASL do not apply to.
 func TestSecuredListener(t *testing.T) {
@@ -45,10 +47,11 @@ func TestSecuredListener(t *testing.T) {
 
 	ca, caPEM := newCA(t)
 	certPEM, keyPEM := ca.leaf(t, "*.kc-brokers."+ns+".svc", "kc-bootstrap."+ns+".svc")
-	users := scramUsers(t, kaasBin, map[string]string{"alice": "alice-secret"})
+	users := scramUsers(t, kaasBin, map[string]string{"alice": "alice-secret", "admin": "admin-secret"})
 	c.Apply(kaastest.Cluster(`  listener:
     tls: {secretName: kc-tls}
     authentication: {type: scram-sha-512, secretName: kc-users}
+  authorization: {type: simple, superUsers: [admin]}
 `) + "---\n" + secret("kc-tls", map[string]string{"tls.crt": certPEM, "tls.key": keyPEM, "ca.crt": caPEM}) +
 		"---\n" + secret("kc-users", map[string]string{"users.json": users}) +
 		"---\n" + kaastest.Topic("orders", 3, ""))
@@ -62,13 +65,14 @@ func TestSecuredListener(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM([]byte(caPEM))
 	tlsConfig := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	login := func(password string, extra ...kgo.Opt) []kgo.Opt {
+	loginAs := func(user, password string, extra ...kgo.Opt) []kgo.Opt {
 		return append([]kgo.Opt{
 			kgo.SeedBrokers(seeds...),
 			kgo.DialTLSConfig(tlsConfig),
-			kgo.SASL(scram.Auth{User: "alice", Pass: password}.AsSha512Mechanism()),
+			kgo.SASL(scram.Auth{User: user, Pass: password}.AsSha512Mechanism()),
 		}, extra...)
 	}
+	login := func(password string, extra ...kgo.Opt) []kgo.Opt { return loginAs("alice", password, extra...) }
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
@@ -89,6 +93,53 @@ func TestSecuredListener(t *testing.T) {
 			if err == nil {
 				t.Errorf("%s: the cluster was listed", what)
 			}
+		}
+	})
+
+	t.Run("ACLs: alice may do what the admin allows her, on every broker", func(t *testing.T) {
+		alice, err := kgo.NewClient(login("alice-secret")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer alice.Close()
+		// kadm reports TOPIC_AUTHORIZATION_FAILED as the call's error.
+		if md, err := kadm.NewClient(alice).Metadata(ctx, "orders"); err == nil && md.Topics["orders"].Err == nil {
+			t.Fatalf("alice described orders before any ACL named her")
+		}
+		admin, err := kgo.NewClient(loginAs("admin", "admin-secret")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		acls := kadm.NewACLs().Allow("User:alice").AllowHosts("*").Topics("orders").TransactionalIDs("secured").
+			Operations(kadm.OpAll).ResourcePatternType(kadm.ACLPatternLiteral)
+		created, err := kadm.NewClient(admin).CreateACLs(ctx, acls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range created {
+			if r.Err != nil {
+				t.Fatalf("creating %s %s: %v (%s)", r.Type, r.Name, r.Err, r.ErrMessage)
+			}
+		}
+		// Every broker enforces it once it has read the controller's file (a second or so).
+		for i, seed := range seeds {
+			one, err := kgo.NewClient(append(login("alice-secret"), kgo.SeedBrokers(seed))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Eventually(30*time.Second, fmt.Sprintf("broker %d lets alice describe orders", i), func() (bool, error) {
+				req := kmsg.NewPtrMetadataRequest()
+				topic := kmsg.NewMetadataRequestTopic()
+				topic.Topic = kmsg.StringPtr("orders")
+				req.Topics = append(req.Topics, topic)
+				resp, err := req.RequestWith(ctx, one)
+				if err != nil {
+					return false, err
+				}
+				return len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == 0, fmt.Errorf("%v", resp.Topics)
+			})
+			one.Close()
 		}
 	})
 
