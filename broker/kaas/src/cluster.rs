@@ -261,11 +261,10 @@ const ACL_REFRESH: Duration = Duration::from_secs(1);
 async fn follow_acls(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
         let reader = broker.clone();
-        let read = tokio::task::spawn_blocking(move || reader.authorizer.as_ref().map(|a| a.refresh()).transpose()).await;
-        match read {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => warn!(error = %e, "reading the ACLs failed; serving the ones read before"),
-            Err(e) => warn!(error = %e, "reading the ACLs failed; serving the ones read before"),
+        let read =
+            tokio::task::spawn_blocking(move || reader.authorizer.as_ref().map_or(Ok(()), |a| a.refresh()).map_err(|e| e.to_string()));
+        if let Err(e) = read.await.map_err(|e| e.to_string()).and_then(|r| r) {
+            warn!(error = %e, "reading the ACLs failed; serving the ones read before");
         }
         tokio::select! {
             _ = tokio::time::sleep(ACL_REFRESH) => {}
