@@ -92,7 +92,7 @@ impl Broker {
             None => None,
         };
         // Local mode: this broker is the volume's one writer of the quota file.
-        let quotas = crate::quota::ClientQuotas::open(engine.fs().clone(), engine.layout(), config.cluster.is_none())?;
+        let quotas = crate::quota::ClientQuotas::open(engine.fs().clone(), engine.layout())?;
         Ok(Arc::new(Broker {
             config,
             engine,
@@ -157,6 +157,16 @@ impl Broker {
             // Cleaning reads and rewrites segment files: off the executor.
             let _ = tokio::task::spawn_blocking(move || broker.topics.clean(now_ms, || *stopping.borrow(), settings.threads, &throttle)).await;
         }
+    }
+
+    /// Reads the files the controller writes (the ACLs, the client quotas) again and serves what
+    /// they hold; an error names the file that could not be read, and keeps it served as before.
+    /// Blocking (file I/O).
+    pub fn refresh_controller_files(&self) -> std::result::Result<(), String> {
+        if let Some(authorizer) = &self.authorizer {
+            authorizer.refresh().map_err(|e| e.to_string())?;
+        }
+        self.quotas.refresh().map_err(|e| e.to_string())
     }
 
     /// Relinquishes every partition, group and transaction shard: manifests, producer state

@@ -16,6 +16,7 @@ pub mod config;
 pub mod connection;
 pub mod connections;
 pub mod control_plane;
+pub mod controller_file;
 pub mod error;
 pub mod error_codes;
 pub mod fetch_session;

@@ -4,26 +4,19 @@
 //! wait (`throttle_time_ms`) while its connection reads nothing more for that long (KIP-219) —
 //! and new connections a second per address (KIP-612: one over the rate is closed at once).
 //!
-//! The quotas live in one file on the volume, `__cluster/quotas.json`, the only source of
-//! truth. Seed 001's questions, answered once here:
-//! - atomic primitive: the whole file is replaced by temp + fsync + rename + directory fsync
-//!   (`kaas_shared::atomic_file::write_json`); a change is acknowledged only after that;
-//! - idempotent and re-driven: an AlterClientQuotas sets or removes values, so a client's
-//!   retry leaves the same file;
-//! - single writer: quotas are changed in local mode only, where this broker is the volume's
-//!   one writer (a cluster-mode broker refuses AlterClientQuotas, see docs/security.md), and
-//!   writes are serialised by one mutex, each rewriting the file from the table in memory.
+//! The quotas live in one file on the volume, `__cluster/quotas.json`, the only source of truth,
+//! written as [`crate::controller_file`] says: in local mode by the broker, in a cluster by the
+//! controller broker (the others forward AlterClientQuotas to it); every broker of a cluster
+//! reads the file again every second ([`ClientQuotas::refresh`]).
 
 pub mod model;
 pub mod rate;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use kaas_shared::atomic_file;
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
 use parking_lot::{Mutex, RwLock};
@@ -32,6 +25,7 @@ use tokio::time::Instant;
 
 use self::model::{Entity, InvalidQuota, QuotaFilter, QuotaKey, QuotaTable, SensorKey};
 use self::rate::Rate;
+use crate::controller_file::{ControllerFile, WriteError};
 
 /// The most quota entities kept; an AlterClientQuotas adding more is refused.
 pub const MAX_ENTITIES: usize = 10_000;
@@ -40,17 +34,15 @@ pub const MAX_ENTITIES: usize = 10_000;
 pub const MAX_SENSORS: usize = 100_000;
 
 /// Why a quota change was refused.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum QuotaError {
     #[error(transparent)]
     Invalid(#[from] InvalidQuota),
     #[error("the broker keeps at most {MAX_ENTITIES} quota entities")]
     TooMany,
-    #[error("client quotas are changed on a broker in local mode only for now: a cluster has no single writer of them yet")]
-    ClusterMode,
-    /// The file could not be written; nothing was changed.
-    #[error("cannot write the quotas: {0}")]
-    Storage(String),
+    /// The file was not changed: it could not be written, or a newer controller wrote it.
+    #[error("the quotas were not changed: {0}")]
+    File(#[from] WriteError),
 }
 
 /// One entity's requested change: each key set to a value, or removed (`None`).
@@ -61,12 +53,22 @@ pub struct QuotaChange {
 }
 
 /// The quota file's content.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 struct QuotaFile {
     quotas: Vec<StoredQuota>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+impl QuotaFile {
+    fn table(&self) -> QuotaTable {
+        self.quotas.iter().map(|q| (q.entity.clone(), q.values.clone())).collect()
+    }
+
+    fn of(table: &QuotaTable) -> QuotaFile {
+        QuotaFile { quotas: table.iter().map(|(entity, values)| StoredQuota { entity: entity.clone(), values: values.clone() }).collect() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct StoredQuota {
     entity: Entity,
     values: std::collections::BTreeMap<QuotaKey, f64>,
@@ -80,29 +82,33 @@ pub struct ClientQuotas {
     /// load.
     keys_in_use: AtomicU8,
     sensors: Mutex<HashMap<SensorKey, Rate>>,
-    fs: FsRef,
-    path: PathBuf,
-    /// Whether this broker may change the file (local mode).
-    writable: bool,
-    /// Serialises read-modify-write of the file.
-    writing: Mutex<()>,
+    file: ControllerFile,
 }
 
 impl ClientQuotas {
     /// Reads `__cluster/quotas.json` (none yet: no quotas).
-    pub fn open(fs: FsRef, layout: &Layout, writable: bool) -> Result<ClientQuotas, kaas_shared::Error> {
-        let path = layout.cluster_dir().join("quotas.json");
-        let file: QuotaFile = atomic_file::read_json(&*fs, &path, "quota file")?.unwrap_or_default();
-        let table: QuotaTable = file.quotas.into_iter().map(|q| (q.entity, q.values)).collect();
+    pub fn open(fs: FsRef, layout: &Layout) -> Result<ClientQuotas, kaas_shared::Error> {
+        let file = ControllerFile::new(fs, layout.cluster_dir().join("quotas.json"), "quota file");
+        let table = file.read::<QuotaFile>()?.table();
         Ok(ClientQuotas {
             keys_in_use: AtomicU8::new(keys_in_use(&table)),
             table: RwLock::new(Arc::new(table)),
             sensors: Mutex::new(HashMap::new()),
-            fs,
-            path,
-            writable,
-            writing: Mutex::new(()),
+            file,
         })
+    }
+
+    /// Reads the file again and serves what it holds: in a cluster another broker (the
+    /// controller) may have changed it. Blocking (file I/O).
+    pub fn refresh(&self) -> Result<(), kaas_shared::Error> {
+        self.file.refresh(|file: QuotaFile| self.serve(file.table()))
+    }
+
+    fn serve(&self, table: QuotaTable) {
+        if table != *self.current() {
+            self.keys_in_use.store(keys_in_use(&table), Ordering::Relaxed);
+            *self.table.write() = Arc::new(table);
+        }
     }
 
     fn current(&self) -> Arc<QuotaTable> {
@@ -179,43 +185,31 @@ impl ClientQuotas {
     }
 
     /// Applies the valid changes, answering for each; they are written in one fsynced file
-    /// replacement before any is answered. With `validate_only` nothing is written. Blocking
-    /// (file I/O).
-    pub fn alter(&self, changes: Vec<Result<QuotaChange, InvalidQuota>>, validate_only: bool) -> Vec<Result<(), QuotaError>> {
-        if !self.writable {
-            return changes.into_iter().map(|c| c.map_err(QuotaError::from).and(Err(QuotaError::ClusterMode))).collect();
+    /// replacement before any is answered. With `validate_only` nothing is written. `epoch` is
+    /// the writer's: the controller's Lease epoch in a cluster, 0 in local mode. Blocking (file
+    /// I/O).
+    pub fn alter(&self, changes: Vec<Result<QuotaChange, InvalidQuota>>, validate_only: bool, epoch: i64) -> Vec<Result<(), QuotaError>> {
+        let checked: Vec<Result<QuotaChange, QuotaError>> = changes.into_iter().map(|c| c.map_err(QuotaError::from)).collect();
+        let altered = self.file.update(
+            epoch,
+            |file: &QuotaFile| self.serve(file.table()),
+            |file| {
+                let mut table = file.table();
+                let results: Vec<Result<(), QuotaError>> =
+                    checked.iter().map(|c| c.as_ref().map_err(Clone::clone).and_then(|c| apply(&mut table, c.clone()))).collect();
+                if !validate_only {
+                    *file = QuotaFile::of(&table);
+                }
+                results
+            },
+        );
+        match altered {
+            Ok(results) => results,
+            Err(e) => {
+                let e = QuotaError::from(e);
+                checked.into_iter().map(|c| c.and(Err(e.clone()))).collect()
+            }
         }
-        let _writing = self.writing.lock();
-        let mut table = (*self.current()).clone();
-        let mut results: Vec<Result<(), QuotaError>> = Vec::with_capacity(changes.len());
-        for change in changes {
-            let result = change.map_err(QuotaError::from).and_then(|change| apply(&mut table, change));
-            results.push(result);
-        }
-        if validate_only {
-            return results;
-        }
-        if let Err(e) = self.replace(table) {
-            let message = e.to_string();
-            return results.into_iter().map(|r| r.and(Err(QuotaError::Storage(message.clone())))).collect();
-        }
-        results
-    }
-
-    fn replace(&self, table: QuotaTable) -> Result<(), kaas_shared::Error> {
-        if table == *self.current() {
-            return Ok(());
-        }
-        let file = QuotaFile {
-            quotas: table.iter().map(|(entity, values)| StoredQuota { entity: entity.clone(), values: values.clone() }).collect(),
-        };
-        if let Some(dir) = self.path.parent() {
-            self.fs.create_dir_all(dir).map_err(|e| kaas_shared::Error::io("mkdir", dir, e))?;
-        }
-        atomic_file::write_json(&*self.fs, &self.path, &file)?;
-        self.keys_in_use.store(keys_in_use(&table), Ordering::Relaxed);
-        *self.table.write() = Arc::new(table);
-        Ok(())
     }
 }
 

@@ -28,7 +28,7 @@ pub enum ListenerRole {
     /// The Kafka listener clients use, secured as `--security-protocol` says.
     Client,
     /// Where the brokers of a cluster send each other what only brokers send (WriteTxnMarkers,
-    /// AddPartitionsToTxn verification, ACL changes forwarded to the controller), whatever the
+    /// AddPartitionsToTxn verification, ACL and quota changes forwarded to the controller), whatever the
     /// client listener's TLS and SASL: it serves only those (and ApiVersions), each proven a broker's by its inter-broker token, and its
     /// connection slots are its own, so clients filling theirs do not stall the brokers.
     InterBroker,
@@ -41,7 +41,10 @@ impl ListenerRole {
         match self {
             ListenerRole::Client => true,
             ListenerRole::InterBroker => {
-                matches!(key, K::ApiVersions | K::WriteTxnMarkers | K::AddPartitionsToTxn | K::CreateAcls | K::DeleteAcls)
+                matches!(
+                    key,
+                    K::ApiVersions | K::WriteTxnMarkers | K::AddPartitionsToTxn | K::CreateAcls | K::DeleteAcls | K::AlterClientQuotas
+                )
             }
         }
     }

@@ -310,7 +310,7 @@ async fn an_address_over_its_connection_rate_is_refused_and_others_are_served() 
         let entity = Entity::from_components([("ip", ip)])?;
         Ok(QuotaChange { entity, ops: vec![(QuotaKey::ConnectionCreationRate, Some(per_second))] })
     };
-    let results = listener.broker.quotas.alter(vec![rate(None, 1.0), rate(Some("127.0.0.2"), 1000.0)], false);
+    let results = listener.broker.quotas.alter(vec![rate(None, 1.0), rate(Some("127.0.0.2"), 1000.0)], false, 0);
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let mut opened = Vec::new();
     for _ in 0..25 {

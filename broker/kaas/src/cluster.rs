@@ -245,29 +245,27 @@ impl Runtime {
             self.heartbeat.clone(),
             stop.clone(),
         ));
-        if broker.authorizer.is_some() {
-            tasks.spawn(follow_acls(broker.clone(), stop.clone()));
-        }
+        tasks.spawn(follow_controller_files(broker.clone(), stop.clone()));
         tasks.spawn(kaas_broker::cluster::follow_assignments(broker, stop));
         Ok(tasks)
     }
 }
 
-/// How often a broker reads the ACL file again (the controller changes it).
-const ACL_REFRESH: Duration = Duration::from_secs(1);
+/// How often a broker reads the files the controller writes again.
+const CONTROLLER_FILES_REFRESH: Duration = Duration::from_secs(1);
 
-/// Serves the ACLs the controller writes: reads `__cluster/acls.json` every [`ACL_REFRESH`] until
-/// `stop`. A failed read keeps the ACLs served before (logged).
-async fn follow_acls(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+/// Serves the ACLs and client quotas the controller writes: reads `__cluster/acls.json` and
+/// `__cluster/quotas.json` every [`CONTROLLER_FILES_REFRESH`] until `stop`. A failed read keeps
+/// what was served before (logged).
+async fn follow_controller_files(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
     loop {
         let reader = broker.clone();
-        let read =
-            tokio::task::spawn_blocking(move || reader.authorizer.as_ref().map_or(Ok(()), |a| a.refresh()).map_err(|e| e.to_string()));
+        let read = tokio::task::spawn_blocking(move || reader.refresh_controller_files());
         if let Err(e) = read.await.map_err(|e| e.to_string()).and_then(|r| r) {
-            warn!(error = %e, "reading the ACLs failed; serving the ones read before");
+            warn!(error = %e, "reading the ACLs or quotas failed; serving the ones read before");
         }
         tokio::select! {
-            _ = tokio::time::sleep(ACL_REFRESH) => {}
+            _ = tokio::time::sleep(CONTROLLER_FILES_REFRESH) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }

@@ -3,7 +3,7 @@
 //! while the brokers send each other markers and verifications on their inter-broker
 //! listeners, which the client listener's TLS and SASL do not stand in the way of. And a
 //! cluster with ACLs: a change made through any broker is written by the controller and
-//! enforced by every broker.
+//! enforced by every broker; the same for client quotas.
 
 mod common;
 
@@ -27,7 +27,8 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::{
-    CreateAclsRequest, DeleteAclsRequest, MetadataRequest, SaslAuthenticateRequest, SaslHandshakeRequest, TopicName,
+    AlterClientQuotasRequest, CreateAclsRequest, DeleteAclsRequest, DescribeClientQuotasRequest, MetadataRequest, SaslAuthenticateRequest,
+    SaslHandshakeRequest, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -197,6 +198,89 @@ async fn acls_changed_through_any_broker_are_enforced_by_every_broker() -> TestR
             eventually(&format!("{broker} refuses alice again"), || {
                 Ok(describe_error(alice, "guarded")? == ResponseError::TopicAuthorizationFailed.code())
             })?;
+        }
+        Ok(())
+    })
+    .await??;
+    Ok(())
+}
+
+/// An AlterClientQuotas entry for client id `client`: `request_percentage` set, or removed.
+fn request_percentage(client: &str, value: Option<f64>) -> kafka_protocol::messages::alter_client_quotas_request::EntryData {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    let entity = EntityData::default()
+        .with_entity_type(StrBytes::from_static_str("client-id"))
+        .with_entity_name(Some(StrBytes::from_string(client.to_owned())));
+    let op = OpData::default().with_key(StrBytes::from_static_str("request_percentage"));
+    let op = match value {
+        Some(v) => op.with_value(v),
+        None => op.with_remove(true),
+    };
+    EntryData::default().with_entity(vec![entity]).with_ops(vec![op])
+}
+
+/// The quota values a broker describes for every entity ("key=value").
+fn described_quotas(broker: &str) -> TestResult<Vec<String>> {
+    let response = Wire::connect_as(broker, "describer")?.call(1, &DescribeClientQuotasRequest::default())?;
+    assert_eq!(response.error_code, 0, "{response:?}");
+    Ok(response
+        .entries
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|e| e.values.iter().map(|v| format!("{}={}", v.key.as_str(), v.value)))
+        .collect())
+}
+
+/// Whether one of 20 Metadata answers to `client` from `broker` carried a throttle time.
+fn throttles(broker: &str, client: &str) -> TestResult<bool> {
+    let mut wire = Wire::connect_as(broker, client)?;
+    for _ in 0..20 {
+        if wire.call(12, &MetadataRequest::default())?.throttle_time_ms > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn client_quotas_set_through_any_broker_apply_on_every_broker() -> TestResult {
+    let cluster = Cluster::start(3).await?;
+    let settled = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    let controller = settled.controller_id;
+    let mut others = cluster.nodes.values().filter(|n| n.id != controller).map(|n| n.bootstrap.clone());
+    let (via, elsewhere) = (others.next().ok_or("no second broker")?, others.next().ok_or("no third broker")?);
+    let every: Vec<String> = cluster.nodes.values().map(|n| n.bootstrap.clone()).collect();
+    let data = cluster.data().to_path_buf();
+    let controller_broker = cluster.nodes.get(&controller).ok_or("no controller node")?.broker.clone();
+
+    tokio::task::spawn_blocking(move || -> TestResult {
+        for broker in &every {
+            assert!(!throttles(broker, "metered")?, "{broker} throttled before any quota");
+        }
+        // 0.0001 % of a thread: ten microseconds of request time over the ten-second window.
+        let set = AlterClientQuotasRequest::default().with_entries(vec![request_percentage("metered", Some(0.0001))]);
+        let answer = Wire::connect(&via)?.call(1, &set)?;
+        assert_eq!(answer.entries[0].error_code, 0, "{answer:?}");
+        assert_eq!(answered(&controller_broker, "AlterClientQuotas")?, 1, "the controller wrote it");
+        let file = std::fs::read_to_string(data.join("__cluster/quotas.json"))?;
+        assert!(file.contains("metered") && file.contains("\"controller_epoch\""), "written by the controller: {file}");
+        // The broker that forwarded the change serves it at once; the others within a refresh.
+        assert_eq!(described_quotas(&via)?, ["request_percentage=0.0001"]);
+        for broker in &every {
+            eventually(&format!("{broker} describes the quota"), || Ok(described_quotas(broker)? == ["request_percentage=0.0001"]))?;
+            assert!(throttles(broker, "metered")?, "{broker} does not throttle the metered client");
+            assert!(!throttles(broker, "unmetered")?, "{broker} throttles a client without a quota");
+        }
+
+        // validate_only writes nothing; removing through a third broker removes it everywhere.
+        let dry = AlterClientQuotasRequest::default().with_entries(vec![request_percentage("dry-run", Some(1.0))]).with_validate_only(true);
+        assert_eq!(Wire::connect(&elsewhere)?.call(1, &dry)?.entries[0].error_code, 0);
+        let remove = AlterClientQuotasRequest::default().with_entries(vec![request_percentage("metered", None)]);
+        let answer = Wire::connect(&elsewhere)?.call(1, &remove)?;
+        assert_eq!(answer.entries[0].error_code, 0, "{answer:?}");
+        assert_eq!(answered(&controller_broker, "AlterClientQuotas")?, 3, "the controller answered all three");
+        for broker in &every {
+            eventually(&format!("{broker} drops the quota"), || Ok(described_quotas(broker)?.is_empty()))?;
         }
         Ok(())
     })

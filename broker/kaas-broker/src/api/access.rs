@@ -9,6 +9,7 @@ use kafka_protocol::ResponseError;
 use crate::authz::model::{ANONYMOUS, CLUSTER_NAME, Operation, Principal, ResourceType};
 use crate::authz::{Action, Authorizer};
 use crate::broker::Broker;
+use crate::controller_file::WriteError;
 use kafka_protocol::protocol::{Encodable, Request};
 
 use crate::router::{Reply, RequestContext};
@@ -58,9 +59,10 @@ pub(crate) fn acl_admin<'a>(
     Ok(authorizer)
 }
 
-/// Where an ACL change (CreateAcls, DeleteAcls) is made: the ACLs' one writer is the broker in
-/// local mode and the controller in a cluster, which the other brokers forward the request to.
-pub(crate) enum AclWriter {
+/// Where a change of a controller-written file (ACLs, client quotas; see
+/// [`crate::controller_file`]) is made: the broker in local mode; in a cluster the controller,
+/// which the other brokers forward the request to.
+pub(crate) enum ClusterWriter {
     /// This broker, stamping the file with this epoch (its Lease epoch; 0 in local mode).
     Here(i64),
     /// The controller's inter-broker listener.
@@ -68,26 +70,34 @@ pub(crate) enum AclWriter {
     Refused(ResponseError, String),
 }
 
-/// The gate and the writer of an ACL change. A request another broker forwarded (its client id
-/// a token of the cluster's key over it) was authorized there; any other needs `api`'s ALTER on
-/// the cluster here.
-pub(crate) fn acl_change<R: Encodable>(broker: &Broker, ctx: &RequestContext, api: &str, request: &R) -> AclWriter {
+/// The gate and the writer of an ACL change (CreateAcls, DeleteAcls): an authorizer must be
+/// configured, and the principal may ALTER the cluster.
+pub(crate) fn acl_change<R: Encodable>(broker: &Broker, ctx: &RequestContext, api: &str, request: &R) -> ClusterWriter {
+    if broker.authorizer.is_none() {
+        return ClusterWriter::Refused(ResponseError::SecurityDisabled, "no authorizer is configured on the broker (--authorizer)".into());
+    }
+    cluster_change(broker, ctx, request, || acl_admin(broker, ctx, Operation::Alter, api).map(|_| ()))
+}
+
+/// The gate and the writer of a change of a controller-written file. A request another broker
+/// forwarded (its client id a token of the cluster's key over it) passed `gate` there; any
+/// other must pass it here.
+pub(crate) fn cluster_change<R: Encodable>(
+    broker: &Broker,
+    ctx: &RequestContext,
+    request: &R,
+    gate: impl FnOnce() -> Result<(), (ResponseError, String)>,
+) -> ClusterWriter {
     let forwarded = broker.cluster.is_some() && crate::interbroker::from_a_broker(broker, ctx, request);
-    let gate = match forwarded {
-        false => acl_admin(broker, ctx, Operation::Alter, api).map(|_| ()),
-        true if broker.authorizer.is_none() => {
-            Err((ResponseError::SecurityDisabled, "no authorizer is configured on the broker (--authorizer)".to_string()))
-        }
-        true => Ok(()),
-    };
-    match gate {
-        Ok(()) => acl_writer(broker, forwarded),
-        Err((error, message)) => AclWriter::Refused(error, message),
+    match if forwarded { Ok(()) } else { gate() } {
+        Ok(()) => writer(broker, forwarded),
+        Err((error, message)) => ClusterWriter::Refused(error, message),
     }
 }
 
 /// Sends `request` on to the controller at `address` and answers with its response, or with
-/// `unreachable` of why it could not be asked.
+/// `unreachable` of why it could not be asked. The files the controller writes are read again
+/// before the answer, so the client's next request here sees its change.
 pub(crate) fn forward<R>(
     broker: &Arc<Broker>,
     address: String,
@@ -101,28 +111,41 @@ where
 {
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
-        match broker.interbroker.call(&address, version, &request).await {
+        let response = match broker.interbroker.call(&address, version, &request).await {
             Ok(response) => response,
-            Err(e) => unreachable(format!("the controller could not be asked: {e}")),
+            Err(e) => return unreachable(format!("the controller could not be asked: {e}")),
+        };
+        let reader = broker.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || reader.refresh_controller_files()).await {
+            tracing::warn!(error = %e, "reading the controller's files after a forwarded change failed");
         }
+        response
     }))
 }
 
-/// The writer of an ACL change; `forwarded`: the request came from another broker, which
-/// authorized it and found this broker the controller.
-fn acl_writer(broker: &Broker, forwarded: bool) -> AclWriter {
-    let Some(cluster) = &broker.cluster else { return AclWriter::Here(0) };
+/// The writer of a change; `forwarded`: the request came from another broker, which authorized
+/// it and found this broker the controller.
+fn writer(broker: &Broker, forwarded: bool) -> ClusterWriter {
+    let Some(cluster) = &broker.cluster else { return ClusterWriter::Here(0) };
     if cluster.link.control.is_controller() {
-        return AclWriter::Here(cluster.link.control.lease_epoch());
+        return ClusterWriter::Here(cluster.link.control.lease_epoch());
     }
-    let not_controller = |why: &str| AclWriter::Refused(ResponseError::NotController, why.to_string());
+    let not_controller = |why: &str| ClusterWriter::Refused(ResponseError::NotController, why.to_string());
     if forwarded {
         return not_controller("this broker is no longer the controller; retry");
     }
     match crate::txn::route::controller(broker) {
-        crate::txn::route::Route::Peer(address) => AclWriter::Forward(address),
+        crate::txn::route::Route::Peer(address) => ClusterWriter::Forward(address),
         // The assignment still names this broker, or none: the role is changing hands.
         _ => not_controller("the controller is changing; retry"),
+    }
+}
+
+/// Kafka's error for a change of a controller-written file that was not made.
+pub(crate) fn file_error(e: &WriteError) -> ResponseError {
+    match e {
+        WriteError::NotController { .. } => ResponseError::NotController,
+        WriteError::Storage(_) => ResponseError::KafkaStorageError,
     }
 }
 

@@ -1,5 +1,6 @@
 //! AlterClientQuotas: needs ALTER_CONFIGS on the cluster; each entity's change is answered once
-//! the quota file holding it is fsynced (or, with `validate_only`, once it is checked).
+//! the quota file holding it is fsynced (or, with `validate_only`, once it is checked) — by the
+//! controller, in a cluster (another broker forwards the request to it).
 
 use std::sync::Arc;
 
@@ -8,9 +9,10 @@ use kafka_protocol::messages::alter_client_quotas_request::EntryData as RequestE
 use kafka_protocol::messages::alter_client_quotas_response::{EntityData, EntryData};
 use kafka_protocol::messages::{AlterClientQuotasRequest, AlterClientQuotasResponse};
 
-use super::access::{Op, cluster_allowed};
+use super::access::{ClusterWriter, Op, cluster_allowed, cluster_change, file_error, forward};
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::controller_file::WriteError;
 use crate::quota::model::{Entity, InvalidQuota, QuotaKey};
 use crate::quota::{QuotaChange, QuotaError};
 use crate::router::{Reply, RequestContext};
@@ -31,20 +33,28 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: AlterCl
             .collect();
         AlterClientQuotasResponse::default().with_entries(entries)
     };
-    if !cluster_allowed(broker, ctx, Op::AlterConfigs) {
-        let refused = request
-            .entries
-            .iter()
-            .map(|_| Err((ResponseError::ClusterAuthorizationFailed, "AlterClientQuotas needs ALTER_CONFIGS on the cluster".to_string())));
-        return Reply::Now(answer(refused.collect()));
-    }
+    let gate = || match cluster_allowed(broker, ctx, Op::AlterConfigs) {
+        true => Ok(()),
+        false => Err((ResponseError::ClusterAuthorizationFailed, "AlterClientQuotas needs ALTER_CONFIGS on the cluster".to_string())),
+    };
+    let epoch = match cluster_change(broker, ctx, &request, gate) {
+        ClusterWriter::Here(epoch) => epoch,
+        ClusterWriter::Refused(error, message) => {
+            return Reply::Now(answer(request.entries.iter().map(|_| Err((error, message.clone()))).collect()));
+        }
+        ClusterWriter::Forward(address) => {
+            let count = request.entries.len();
+            let unreachable = move |why: String| answer((0..count).map(|_| Err((ResponseError::NotController, why.clone()))).collect());
+            return forward(broker, address, ctx.version, request, unreachable);
+        }
+    };
     let changes: Vec<Result<QuotaChange, InvalidQuota>> = request.entries.iter().map(change).collect();
     let (broker, validate_only) = (broker.clone(), request.validate_only);
     Reply::Later(Box::pin(async move {
         let count = changes.len();
-        let results = tokio::task::spawn_blocking(move || broker.quotas.alter(changes, validate_only))
+        let results = tokio::task::spawn_blocking(move || broker.quotas.alter(changes, validate_only, epoch))
             .await
-            .unwrap_or_else(|_| (0..count).map(|_| Err(QuotaError::Storage("the quota write failed".into()))).collect());
+            .unwrap_or_else(|_| (0..count).map(|_| Err(QuotaError::File(WriteError::Storage("the quota write failed".into())))).collect());
         answer(results.into_iter().map(|r| r.map_err(|e| (code(&e), e.to_string()))).collect())
     }))
 }
@@ -69,8 +79,8 @@ fn change(entry: &RequestEntry) -> Result<QuotaChange, InvalidQuota> {
 
 fn code(e: &QuotaError) -> ResponseError {
     match e {
-        QuotaError::Invalid(_) | QuotaError::ClusterMode => ResponseError::InvalidRequest,
+        QuotaError::Invalid(_) => ResponseError::InvalidRequest,
+        QuotaError::File(e) => file_error(e),
         QuotaError::TooMany => ResponseError::PolicyViolation,
-        QuotaError::Storage(_) => ResponseError::KafkaStorageError,
     }
 }

@@ -7,7 +7,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::{CreateAclsRequest, CreateAclsResponse};
 
-use super::access::{AclWriter, acl_change, change_acls, forward};
+use super::access::{ClusterWriter, acl_change, change_acls, file_error, forward};
 use super::acl_codes::{WireAcl, binding};
 use super::str_bytes;
 use crate::authz::AclError;
@@ -24,9 +24,9 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateA
         CreateAclsResponse::default().with_results((0..count).map(|_| failed(error, message.clone())).collect())
     };
     let epoch = match acl_change(broker, ctx, "CreateAcls", &request) {
-        AclWriter::Here(epoch) => epoch,
-        AclWriter::Refused(error, message) => return Reply::Now(every(error, message)),
-        AclWriter::Forward(address) => {
+        ClusterWriter::Here(epoch) => epoch,
+        ClusterWriter::Refused(error, message) => return Reply::Now(every(error, message)),
+        ClusterWriter::Forward(address) => {
             return forward(broker, address, ctx.version, request, move |why| every(ResponseError::NotController, why));
         }
     };
@@ -58,8 +58,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateA
                         Some(Ok(())) => AclCreationResult::default(),
                         Some(Err(e @ AclError::Invalid(_))) => failed(ResponseError::InvalidRequest, e.to_string()),
                         Some(Err(e @ AclError::TooMany(_))) => failed(ResponseError::PolicyViolation, e.to_string()),
-                        Some(Err(e @ AclError::Storage(_))) => failed(ResponseError::KafkaStorageError, e.to_string()),
-                        Some(Err(e @ AclError::NotController { .. })) => failed(ResponseError::NotController, e.to_string()),
+                        Some(Err(AclError::File(e))) => failed(file_error(&e), e.to_string()),
                         None => failed(ResponseError::UnknownServerError, "lost the ACL's outcome".into()),
                     },
                 })

@@ -8,7 +8,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_acls_response::{DeleteAclsFilterResult, DeleteAclsMatchingAcl};
 use kafka_protocol::messages::{DeleteAclsRequest, DeleteAclsResponse};
 
-use super::access::{AclWriter, acl_change, change_acls, forward};
+use super::access::{ClusterWriter, acl_change, change_acls, file_error, forward};
 use super::acl_codes::{WireFilter, codes, filter};
 use super::str_bytes;
 use crate::authz::AclError;
@@ -38,9 +38,9 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteA
         DeleteAclsResponse::default().with_filter_results((0..count).map(|_| failed(error, message.clone())).collect())
     };
     let epoch = match acl_change(broker, ctx, "DeleteAcls", &request) {
-        AclWriter::Here(epoch) => epoch,
-        AclWriter::Refused(error, message) => return Reply::Now(every(error, message)),
-        AclWriter::Forward(address) => {
+        ClusterWriter::Here(epoch) => epoch,
+        ClusterWriter::Refused(error, message) => return Reply::Now(every(error, message)),
+        ClusterWriter::Forward(address) => {
             return forward(broker, address, ctx.version, request, move |why| every(ResponseError::NotController, why));
         }
     };
@@ -65,10 +65,8 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteA
             let filters: Vec<_> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned().flatten()).collect();
             let removed = match authorizer.delete(&filters, epoch) {
                 Ok(removed) => removed,
-                Err(e @ AclError::NotController { .. }) => {
-                    return parsed.iter().map(|_| failed(ResponseError::NotController, e.to_string())).collect();
-                }
-                Err(e) => return parsed.iter().map(|_| failed(ResponseError::KafkaStorageError, e.to_string())).collect(),
+                Err(AclError::File(e)) => return parsed.iter().map(|_| failed(file_error(&e), e.to_string())).collect(),
+                Err(e) => return parsed.iter().map(|_| failed(ResponseError::InvalidRequest, e.to_string())).collect(),
             };
             let mut removed = removed.into_iter();
             parsed

@@ -46,7 +46,7 @@ fn a_change_that_cannot_be_fsynced_is_refused_and_not_applied() {
     let fs = Arc::new(MemFs::new());
     let authorizer = open(&fs, 10);
     fs.fail_syncs(true);
-    assert!(matches!(authorizer.create(vec![acl("a", "User:alice")], 0).as_slice(), [Err(AclError::Storage(_))]));
+    assert!(matches!(authorizer.create(vec![acl("a", "User:alice")], 0).as_slice(), [Err(AclError::File(WriteError::Storage(_)))]));
     assert!(authorizer.describe(&AclFilter::any()).is_empty());
     fs.fail_syncs(false);
     assert!(authorizer.create(vec![acl("a", "User:alice")], 0).iter().all(Result::is_ok));
@@ -77,8 +77,8 @@ fn the_controller_writes_and_every_broker_follows() {
     // The deposed controller changes nothing.
     assert!(matches!(
         old_controller.create(vec![acl("d", "User:dan")], 3).as_slice(),
-        [Err(AclError::NotController { found: 4, ours: 3 })]
+        [Err(AclError::File(WriteError::NotController { found: 4, ours: 3 }))]
     ));
-    assert!(matches!(old_controller.delete(&[AclFilter::any()], 3), Err(AclError::NotController { .. })));
+    assert!(matches!(old_controller.delete(&[AclFilter::any()], 3), Err(AclError::File(WriteError::NotController { .. }))));
     assert_eq!(open(&fs, 10).describe(&AclFilter::any()).len(), 3);
 }

@@ -7,10 +7,11 @@ use tokio::time::Instant;
 
 use super::model::{Entity, EntityName, InvalidQuota, QuotaFilter, QuotaKey};
 use super::{ClientQuotas, QuotaChange, QuotaError};
+use crate::controller_file::WriteError;
 
-fn open(dir: &std::path::Path, writable: bool) -> ClientQuotas {
+fn open(dir: &std::path::Path) -> ClientQuotas {
     let fs: FsRef = Arc::new(RealFs);
-    match ClientQuotas::open(fs, &Layout::new(dir), writable) {
+    match ClientQuotas::open(fs, &Layout::new(dir)) {
         Ok(q) => q,
         Err(e) => panic!("open: {e}"),
     }
@@ -31,7 +32,7 @@ fn everything() -> QuotaFilter {
 #[test]
 fn changes_are_durable_validated_one_by_one_and_removable() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let quotas = open(tmp.path(), true);
+    let quotas = open(tmp.path());
     let results = quotas.alter(
         vec![
             set(client("app"), QuotaKey::ProducerByteRate, 1024.0),
@@ -40,6 +41,7 @@ fn changes_are_durable_validated_one_by_one_and_removable() {
             set(client("bytes"), QuotaKey::ConnectionCreationRate, 5.0),
         ],
         false,
+        0,
     );
     assert!(results[0].is_ok(), "{:?}", results[0]);
     assert!(matches!(results[1], Err(QuotaError::Invalid(InvalidQuota::BadValue { .. }))), "{:?}", results[1]);
@@ -47,34 +49,48 @@ fn changes_are_durable_validated_one_by_one_and_removable() {
     assert!(matches!(results[3], Err(QuotaError::Invalid(InvalidQuota::KeyNotForEntity(_)))), "{:?}", results[3]);
 
     // validate_only changes nothing.
-    assert!(quotas.alter(vec![set(client("dry"), QuotaKey::ConsumerByteRate, 10.0)], true)[0].is_ok());
+    assert!(quotas.alter(vec![set(client("dry"), QuotaKey::ConsumerByteRate, 10.0)], true, 0)[0].is_ok());
 
     // What was acknowledged is on disk: a broker opening the volume again has it.
-    let reopened = open(tmp.path(), true);
+    let reopened = open(tmp.path());
     assert_eq!(reopened.describe(&everything()), vec![(client("app"), vec![(QuotaKey::ProducerByteRate, 1024.0)])]);
 
     // Removing the last value removes the entity.
-    let removed = reopened.alter(vec![Ok(QuotaChange { entity: client("app"), ops: vec![(QuotaKey::ProducerByteRate, None)] })], false);
+    let removed = reopened.alter(vec![Ok(QuotaChange { entity: client("app"), ops: vec![(QuotaKey::ProducerByteRate, None)] })], false, 0);
     assert!(removed[0].is_ok());
-    assert!(open(tmp.path(), true).describe(&everything()).is_empty());
+    assert!(open(tmp.path()).describe(&everything()).is_empty());
 }
 
+/// A cluster's brokers over one volume: the controller's change reaches the others at their
+/// next refresh (and is applied there); a deposed controller writes nothing.
 #[test]
-fn a_cluster_mode_broker_changes_nothing() {
+fn the_controller_writes_and_every_broker_follows() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let quotas = open(tmp.path(), false);
-    let results = quotas.alter(vec![set(client("app"), QuotaKey::ProducerByteRate, 1024.0)], false);
-    assert!(matches!(results[0], Err(QuotaError::ClusterMode)));
-    assert!(quotas.describe(&everything()).is_empty());
+    let (old_controller, follower) = (open(tmp.path()), open(tmp.path()));
+    assert!(old_controller.alter(vec![set(client("app"), QuotaKey::ProducerByteRate, 1000.0)], false, 3)[0].is_ok());
+    let t0 = Instant::now();
+    assert_eq!(follower.record(QuotaKey::ProducerByteRate, "ANONYMOUS", "app", 20_000.0, t0), Duration::ZERO, "not read yet");
+    follower.refresh().unwrap_or_else(|e| panic!("refresh: {e}"));
+    assert_eq!(follower.record(QuotaKey::ProducerByteRate, "ANONYMOUS", "app", 20_000.0, t0), Duration::from_secs(10), "applied");
+
+    // The follower becomes controller (epoch 4); its change keeps the old controller's.
+    assert!(follower.alter(vec![set(client("db"), QuotaKey::ConsumerByteRate, 10.0)], false, 4)[0].is_ok());
+    assert_eq!(open(tmp.path()).describe(&everything()).len(), 2);
+    let refused = old_controller.alter(vec![set(client("x"), QuotaKey::ProducerByteRate, 1.0)], false, 3);
+    assert!(matches!(refused[0], Err(QuotaError::File(WriteError::NotController { found: 4, ours: 3 }))), "{refused:?}");
+    // A change that is invalid says so, whoever writes.
+    let invalid = old_controller.alter(vec![Err(InvalidQuota::IpWithOthers)], false, 3);
+    assert!(matches!(invalid[0], Err(QuotaError::Invalid(_))), "{invalid:?}");
+    assert_eq!(open(tmp.path()).describe(&everything()).len(), 2);
 }
 
 #[test]
 fn clients_over_their_bound_are_throttled_and_others_are_not() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let quotas = open(tmp.path(), true);
+    let quotas = open(tmp.path());
     let t0 = Instant::now();
     assert_eq!(quotas.record(QuotaKey::ProducerByteRate, "ANONYMOUS", "app", 1e9, t0), Duration::ZERO, "no quotas");
-    assert!(quotas.alter(vec![set(client("app"), QuotaKey::ProducerByteRate, 1000.0)], false)[0].is_ok());
+    assert!(quotas.alter(vec![set(client("app"), QuotaKey::ProducerByteRate, 1000.0)], false, 0)[0].is_ok());
     // 10 s of quota at once (the span is at least 10 windows): at the bound, no wait.
     assert_eq!(quotas.record(QuotaKey::ProducerByteRate, "ANONYMOUS", "app", 10_000.0, t0), Duration::ZERO);
     // 5,000 bytes more: half again the bound over 10 s, 5 s to wait.
