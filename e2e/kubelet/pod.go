@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -197,7 +198,9 @@ func (w *podWorker) setup(ctx context.Context) bool {
 	w.ip, w.startTime = ip, time.Now()
 	w.mu.Unlock()
 	w.markDirty()
-	// Volumes may wait for a claim to bind or a configMap to appear: retry like the kubelet.
+	// Volumes may wait for a claim to bind or a configMap to appear: retry like the kubelet,
+	// which reports each new reason as a FailedMount event on the pod.
+	reported := ""
 	for {
 		vols, err := w.prepareVolumes(ctx)
 		w.mu.Lock()
@@ -211,6 +214,10 @@ func (w *podWorker) setup(ctx context.Context) bool {
 			return true
 		}
 		w.logf("volumes: %v", err)
+		if err.Error() != reported {
+			reported = err.Error()
+			w.warn(ctx, "FailedMount", reported)
+		}
 		w.markDirty()
 		select {
 		case <-w.terminate:
@@ -247,4 +254,25 @@ func (w *podWorker) runContainers(ctx context.Context) {
 		go func() { defer wg.Done(); c.supervise(ctx) }()
 	}
 	wg.Wait()
+}
+
+// warn records a Warning event on the pod, as the kubelet's event recorder does.
+func (w *podWorker) warn(ctx context.Context, reason, message string) {
+	now := metav1.Now()
+	event := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: w.pod.Name + ".", Namespace: w.pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Pod", Namespace: w.pod.Namespace, Name: w.pod.Name, UID: w.uid,
+		},
+		Reason:         reason,
+		Message:        message,
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "kubelet", Host: w.k.cfg.NodeName},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	if _, err := w.k.client.CoreV1().Events(w.pod.Namespace).Create(ctx, event, metav1.CreateOptions{}); err != nil && ctx.Err() == nil {
+		w.logf("event %s: %v", reason, err)
+	}
 }

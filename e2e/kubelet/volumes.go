@@ -52,7 +52,8 @@ func (w *podWorker) prepareVolumes(ctx context.Context) (map[string]string, erro
 			err = fmt.Errorf("volume type not supported by the process kubelet")
 		}
 		if err != nil {
-			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			// The kubelet's words, which users and the operator's diagnosis know.
+			return nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", v.Name, err)
 		}
 		out[v.Name] = dir
 	}
@@ -170,6 +171,9 @@ func (w *podWorker) writeSecret(ctx context.Context, dir, name string, items []c
 	if err != nil {
 		if apierrors.IsNotFound(err) && optional != nil && *optional {
 			return os.MkdirAll(dir, 0o755)
+		}
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("secret %q not found", name)
 		}
 		return fmt.Errorf("secret %s: %w", name, err)
 	}

@@ -42,8 +42,9 @@ func TestOperator(t *testing.T) {
 			"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
 			"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
 		},
-		// "spare" backs the claim of a cluster whose broker pods cannot be created.
-		Volumes: []string{"shared", "spare"},
+		// "spare" backs the claim of a cluster whose broker pods cannot be created, "unmounted"
+		// one whose pods cannot mount their listener Secret.
+		Volumes: []string{"shared", "spare", "unmounted"},
 	})
 	volume := c.VolumeDir("shared")
 
@@ -662,6 +663,28 @@ spec:
 		msg := c.JSONPath(ns, "kafkacluster", "nopods", `.status.conditions[?(@.type=="Degraded")].message`)
 		if !strings.Contains(msg, "0 of 1 broker pods exist") || !strings.Contains(msg, "no-such-priority") {
 			t.Fatalf("Degraded message %q does not say which pod is missing and why", msg)
+		}
+	})
+
+	t.Run("status names a Secret a broker pod cannot mount", func(t *testing.T) {
+		c := c.For(t)
+		// The listener's TLS Secret does not exist: the pod stays ContainerCreating and only
+		// the kubelet's FailedMount event on the pod says why.
+		c.Apply(kaastest.Claim("unmounted") + `---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: nosecret, namespace: ` + ns + `}
+spec:
+  replicas: 1
+  version: 0.1.0
+  storage: {existingClaim: unmounted}
+  listener: {advertise: PodIp, tls: {secretName: no-such-tls}}
+`)
+		defer c.Kubectl("-n", ns, "delete", "kafkacluster", "nosecret", "--wait=false")
+		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "nosecret", `.status.conditions[?(@.type=="Degraded")].reason`, "BrokerVolumeNotMounted")
+		msg := c.JSONPath(ns, "kafkacluster", "nosecret", `.status.conditions[?(@.type=="Degraded")].message`)
+		if !strings.Contains(msg, "nosecret-0") || !strings.Contains(msg, `secret "no-such-tls" not found`) {
+			t.Fatalf("Degraded message %q does not name the pod and the missing Secret", msg)
 		}
 	})
 

@@ -211,8 +211,8 @@ pub fn with_refusal(conditions: Vec<Cond>, refused: Cond, running: bool) -> Vec<
 }
 
 /// Reads what explains brokers that are not ready: the shared claim (and its StorageClass while
-/// it is not bound), the StatefulSet's events and the broker pods. A read that fails leaves that
-/// part unexplained.
+/// it is not bound), the StatefulSet's events, the broker pods and the events of those that have
+/// not started. A read that fails leaves that part unexplained.
 async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<Cond> {
     let claim_name = resources::claim_name(kc, names);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &names.namespace);
@@ -243,6 +243,18 @@ async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<C
         .await
         .map(|l| l.items)
         .unwrap_or_default();
+    // The kubelet's FailedMount events say why a pod that has not started cannot.
+    let mut pod_events = Vec::new();
+    for pod in pods.iter().filter(|p| diagnosis::not_started(p)) {
+        let Some(name) = pod.metadata.name.as_deref() else {
+            continue;
+        };
+        let fields = format!("involvedObject.kind=Pod,involvedObject.name={name}");
+        let events = Api::<Event>::namespaced(client.clone(), &names.namespace)
+            .list(&ListParams::default().fields(&fields))
+            .await;
+        pod_events.extend(events.map(|l| l.items).unwrap_or_default());
+    }
     diagnosis::diagnose(&diagnosis::Observed {
         claim_name: &claim_name,
         claim: claim.as_ref(),
@@ -250,6 +262,7 @@ async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<C
         pods: &pods,
         replicas: kc.spec.replicas,
         statefulset_events: &statefulset_events,
+        pod_events: &pod_events,
     })
 }
 

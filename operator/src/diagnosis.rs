@@ -1,7 +1,9 @@
 //! Why a cluster's brokers are not ready, in the words a user can act on: the shared claim is
 //! missing or not bound (and whether its StorageClass exists), the StatefulSet cannot create a
 //! broker pod (a missing ServiceAccount or PriorityClass, a quota, an admission webhook), a
-//! broker image cannot be pulled, a broker crash-loops, or a broker pod cannot be scheduled. The
+//! broker pod cannot mount a volume (a Secret the listener names does not exist, an NFS export
+//! refuses the node), a broker image cannot be pulled, a broker crash-loops, or a broker pod
+//! cannot be scheduled. The
 //! reconciler reports the first that applies as the `Degraded` condition's reason and message,
 //! and as a Warning event.
 
@@ -25,12 +27,55 @@ pub struct Observed<'a> {
     pub replicas: i32,
     /// The StatefulSet's events (its controller reports a pod it cannot create as `FailedCreate`).
     pub statefulset_events: &'a [Event],
+    /// The events of broker pods that have not started (the kubelet reports a volume it cannot
+    /// mount as `FailedMount`).
+    pub pod_events: &'a [Event],
 }
 
 /// The first problem found, as a `Degraded=True` condition; `None` when nothing is wrong that
 /// a user must fix (brokers may still be starting).
 pub fn diagnose(o: &Observed<'_>) -> Option<Cond> {
-    claim_problem(o).or_else(|| creation_problem(o)).or_else(|| pod_problem(o.pods))
+    claim_problem(o)
+        .or_else(|| creation_problem(o))
+        .or_else(|| mount_problem(o))
+        .or_else(|| pod_problem(o.pods))
+}
+
+/// Whether the pod has not started: pending, its containers waiting to be created.
+pub fn not_started(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    phase.is_none_or(|phase| phase == "Pending")
+}
+
+/// The newest of `events` with `reason`.
+fn newest<'e>(events: impl Iterator<Item = &'e Event>, reason: &str) -> Option<&'e Event> {
+    let at = |e: &Event| e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0));
+    events.filter(|e| e.reason.as_deref() == Some(reason)).max_by_key(|e| at(e))
+}
+
+/// A broker pod that has not started because the kubelet cannot mount one of its volumes: the
+/// newest `FailedMount` event of that very pod (not of an earlier pod of the same name) says
+/// which and why, e.g. `secret "kafka-tls" not found`.
+fn mount_problem(o: &Observed<'_>) -> Option<Cond> {
+    let mut pods: Vec<&Pod> = o.pods.iter().filter(|p| not_started(p)).collect();
+    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    pods.into_iter().find_map(|pod| {
+        let (name, uid) = (pod.metadata.name.as_deref()?, pod.metadata.uid.as_deref());
+        let its = o.pod_events.iter().filter(|e| {
+            let involved = &e.involved_object;
+            involved.kind.as_deref() == Some("Pod")
+                && involved.name.as_deref() == Some(name)
+                && (uid.is_none() || involved.uid.is_none() || involved.uid.as_deref() == uid)
+        });
+        let event = newest(its, "FailedMount")?;
+        let why = event.message.as_deref().unwrap_or("a volume cannot be mounted");
+        Some(Cond::new(
+            DEGRADED,
+            true,
+            "BrokerVolumeNotMounted",
+            format!("broker pod {name} cannot start: {why}"),
+        ))
+    })
 }
 
 /// A broker pod that does not exist because the StatefulSet controller's create failed: the
@@ -39,11 +84,7 @@ fn creation_problem(o: &Observed<'_>) -> Option<Cond> {
     if i32::try_from(o.pods.len()).unwrap_or(i32::MAX) >= o.replicas {
         return None;
     }
-    let newest = o
-        .statefulset_events
-        .iter()
-        .filter(|e| e.reason.as_deref() == Some("FailedCreate"))
-        .max_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0).or(e.event_time.as_ref().map(|t| t.0)))?;
+    let newest = newest(o.statefulset_events.iter(), "FailedCreate")?;
     Some(Cond::new(
         DEGRADED,
         true,
@@ -167,7 +208,15 @@ mod tests {
     }
 
     fn observed<'a>(claim: Option<&'a PersistentVolumeClaim>, exists: Option<bool>, pods: &'a [Pod]) -> Observed<'a> {
-        Observed { claim_name: "data", claim, storage_class_exists: exists, pods, replicas: pods.len() as i32, statefulset_events: &[] }
+        Observed {
+            claim_name: "data",
+            claim,
+            storage_class_exists: exists,
+            pods,
+            replicas: pods.len() as i32,
+            statefulset_events: &[],
+            pod_events: &[],
+        }
     }
 
     fn event(reason: &str, at: &str, message: &str) -> Event {
@@ -176,6 +225,43 @@ mod tests {
             "reason": reason, "lastTimestamp": at, "message": message,
         }))
         .unwrap()
+    }
+
+    fn pod_event(pod: &str, uid: &str, reason: &str, at: &str, message: &str) -> Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": format!("{pod}.{at}")},
+            "involvedObject": {"kind": "Pod", "name": pod, "uid": uid},
+            "reason": reason, "lastTimestamp": at, "message": message,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_volume_the_kubelet_cannot_mount_is_named_for_a_pod_that_has_not_started() {
+        let bound = claim("Bound", None);
+        let mut pending = pod(
+            "c-1",
+            json!({"phase": "Pending", "containerStatuses": [{
+                "name": "kafka", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ContainerCreating"}},
+            }]}),
+        );
+        pending.metadata.uid = Some("new".into());
+        let pods = [pod("c-0", json!({"phase": "Running"})), pending];
+        let missing = r#"MountVolume.SetUp failed for volume "listener-tls" : secret "kafka-tls" not found"#;
+        let events = [
+            pod_event("c-1", "old", "FailedMount", "2026-12-01T10:09:00Z", "an earlier pod's problem"),
+            pod_event("c-1", "new", "FailedMount", "2026-12-01T10:05:00Z", missing),
+            pod_event("c-1", "new", "Scheduled", "2026-12-01T10:04:00Z", "assigned to a node"),
+        ];
+        let o = Observed { pod_events: &events, ..observed(Some(&bound), None, &pods) };
+        let problem = diagnose(&o).unwrap();
+        assert_eq!(problem.reason, "BrokerVolumeNotMounted");
+        assert_eq!(problem.message, format!("broker pod c-1 cannot start: {missing}"));
+        // Once the pod runs, the old event explains nothing.
+        let running = [pod("c-1", json!({"phase": "Running"}))];
+        let o = Observed { pod_events: &events, ..observed(Some(&bound), None, &running) };
+        assert!(diagnose(&o).is_none());
     }
 
     #[test]
