@@ -14,8 +14,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kaas_shared::crd::KafkaCluster;
 use kaas_shared::crd::cluster::{
-    Advertise, AuthenticationType, AuthorizationSpec, AuthorizationType, Bind, ListenerSpec,
-    PodTemplateOverrides,
+    Advertise, AuthenticationType, AuthorizationSpec, AuthorizationType, Bind,
+    ListenerAuthentication, ListenerSpec, PodTemplateOverrides,
 };
 use kube::Resource;
 use serde::Serialize;
@@ -35,6 +35,10 @@ pub const INTERBROKER_PORT: i32 = 9091;
 pub const LISTENER_TLS_DIR: &str = "/etc/kaas/listener-tls";
 /// Where the SCRAM credentials Secret is mounted in brokers.
 pub const SASL_CREDENTIALS_DIR: &str = "/etc/kaas/sasl";
+/// Where the OAuth key set Secret is mounted in brokers.
+pub const OAUTH_JWKS_DIR: &str = "/etc/kaas/oauth-jwks";
+/// Where the Secret with the CA of the OAuth key set endpoint is mounted in brokers.
+pub const OAUTH_CA_DIR: &str = "/etc/kaas/oauth-ca";
 /// Port of every kaas-operator process's `/healthz`, `/readyz` and `/metrics` (the manager's
 /// and each volume agent's).
 pub const OPERATOR_HTTP_PORT: u16 = 9096;
@@ -417,8 +421,17 @@ fn listener_security(
         }
         Some((AuthenticationType::ScramSha512, secret)) => Some(("SCRAM-SHA-512", secret)),
         Some((AuthenticationType::ScramSha256, secret)) => Some(("SCRAM-SHA-256", secret)),
+        Some((AuthenticationType::OAuth, _)) => None,
         None => None,
     };
+    let oauth = listener
+        .authentication
+        .as_ref()
+        .filter(|a| a.kind == AuthenticationType::OAuth);
+    if let Some(oauth) = oauth {
+        oauth_env(oauth, &mut env, &mut volumes);
+    }
+    let sasl_on = sasl.is_some() || oauth.is_some();
     if let Some((mechanism, secret)) = sasl {
         env.push(json!({"name": "KAAS_SASL_ENABLED_MECHANISMS", "value": mechanism}));
         env.push(json!({"name": "KAAS_SASL_CREDENTIALS", "value": format!("{SASL_CREDENTIALS_DIR}/users.json")}));
@@ -428,7 +441,7 @@ fn listener_security(
             volumes.push(("sasl-credentials", secret.clone(), SASL_CREDENTIALS_DIR));
         }
     }
-    let protocol = match (listener.tls.is_some(), sasl.is_some()) {
+    let protocol = match (listener.tls.is_some(), sasl_on) {
         (false, false) => "PLAINTEXT",
         (true, false) => "SSL",
         (false, true) => "SASL_PLAINTEXT",
@@ -438,6 +451,42 @@ fn listener_security(
         env.push(json!({"name": "KAAS_SECURITY_PROTOCOL", "value": protocol}));
     }
     (env, volumes)
+}
+
+/// The broker variables of `authentication.type: oauth` (Kafka's `sasl.oauthbearer.*`), and the
+/// Secrets they need mounted.
+fn oauth_env(
+    oauth: &ListenerAuthentication,
+    env: &mut Vec<Value>,
+    volumes: &mut Vec<(&'static str, String, &'static str)>,
+) {
+    let mut set = |name: &str, value: String| env.push(json!({"name": name, "value": value}));
+    set("KAAS_SASL_ENABLED_MECHANISMS", "OAUTHBEARER".into());
+    // NB: the CRD requires one of the two key sets; an object stored without is refused by
+    // validation before it is rendered.
+    if let Some(uri) = &oauth.jwks_endpoint_uri {
+        set("KAAS_SASL_OAUTHBEARER_JWKS", uri.clone());
+    }
+    if let Some(secret) = &oauth.jwks_secret {
+        set("KAAS_SASL_OAUTHBEARER_JWKS", format!("{OAUTH_JWKS_DIR}/{}", secret.key));
+        volumes.push(("oauth-jwks", secret.secret_name.clone(), OAUTH_JWKS_DIR));
+    }
+    if let Some(seconds) = oauth.jwks_refresh_seconds {
+        set("KAAS_SASL_OAUTHBEARER_JWKS_ENDPOINT_REFRESH_MS", (i64::from(seconds) * 1000).to_string());
+    }
+    if let Some(ca) = oauth.tls_trusted_certificates.first() {
+        set("KAAS_SASL_OAUTHBEARER_JWKS_ENDPOINT_CA", format!("{OAUTH_CA_DIR}/{}", ca.certificate));
+        volumes.push(("oauth-ca", ca.secret_name.clone(), OAUTH_CA_DIR));
+    }
+    if let Some(issuer) = &oauth.valid_issuer_uri {
+        set("KAAS_SASL_OAUTHBEARER_EXPECTED_ISSUER", issuer.clone());
+    }
+    if let (Some(true), Some(client_id)) = (oauth.check_audience, &oauth.client_id) {
+        set("KAAS_SASL_OAUTHBEARER_EXPECTED_AUDIENCE", client_id.clone());
+    }
+    if let Some(claim) = &oauth.user_name_claim {
+        set("KAAS_SASL_OAUTHBEARER_SUB_CLAIM_NAME", claim.clone());
+    }
 }
 
 /// The broker variables of `spec.authorization`.

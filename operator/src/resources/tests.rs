@@ -105,6 +105,39 @@ fn listener_security_mounts_its_secrets() {
     assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SSL");
     assert!(!e.contains_key("KAAS_SSL_CLIENT_AUTH"));
     assert_eq!(secrets.len(), 1);
+
+    // OAuth, as Strimzi users write it: an identity provider's endpoint behind a private CA.
+    let (e, secrets) = mounted(json!({"tls": {"secretName": "prod-tls"}, "authentication": {
+        "type": "oauth", "jwksEndpointUri": "https://idp.example/certs", "jwksRefreshSeconds": 300,
+        "validIssuerUri": "https://idp.example", "checkAudience": true, "clientId": "kafka",
+        "userNameClaim": "preferred_username",
+        "tlsTrustedCertificates": [{"secretName": "idp-ca", "certificate": "ca.pem"}],
+    }}));
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SASL_SSL");
+    assert_eq!(e["KAAS_SASL_ENABLED_MECHANISMS"], "OAUTHBEARER");
+    assert_eq!(e["KAAS_SASL_OAUTHBEARER_JWKS"], "https://idp.example/certs");
+    assert_eq!(e["KAAS_SASL_OAUTHBEARER_JWKS_ENDPOINT_REFRESH_MS"], "300000");
+    assert_eq!(e["KAAS_SASL_OAUTHBEARER_JWKS_ENDPOINT_CA"], "/etc/kaas/oauth-ca/ca.pem");
+    assert_eq!(e["KAAS_SASL_OAUTHBEARER_EXPECTED_ISSUER"], "https://idp.example");
+    assert_eq!(e["KAAS_SASL_OAUTHBEARER_EXPECTED_AUDIENCE"], "kafka");
+    assert_eq!(e["KAAS_SASL_OAUTHBEARER_SUB_CLAIM_NAME"], "preferred_username");
+    assert!(!e.contains_key("KAAS_SASL_CREDENTIALS"));
+    assert_eq!(
+        secrets,
+        [
+            ("prod-tls".to_string(), LISTENER_TLS_DIR.to_string()),
+            ("idp-ca".to_string(), OAUTH_CA_DIR.to_string())
+        ]
+    );
+
+    // A key set from a Secret; the audience is not checked unless asked.
+    let (e, secrets) = mounted(json!({"authentication": {
+        "type": "oauth", "jwksSecret": {"secretName": "keys", "key": "jwks.json"}, "clientId": "kafka",
+    }}));
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SASL_PLAINTEXT");
+    assert_eq!(e["KAAS_SASL_OAUTHBEARER_JWKS"], "/etc/kaas/oauth-jwks/jwks.json");
+    assert!(!e.contains_key("KAAS_SASL_OAUTHBEARER_EXPECTED_AUDIENCE"));
+    assert_eq!(secrets, [("keys".to_string(), OAUTH_JWKS_DIR.to_string())]);
 }
 
 /// Clusters made before the listener had TLS and authentication keep their pod inputs hash: an

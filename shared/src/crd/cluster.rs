@@ -208,10 +208,14 @@ pub struct ListenerTls {
 /// How clients of the listener prove who they are.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.type == 'tls' || has(self.secretName)").message("listener.authentication: SCRAM needs secretName, the Secret holding users.json"))]
+#[x_kube(validation = Rule::new("(self.type != 'scram-sha-512' && self.type != 'scram-sha-256') || has(self.secretName)").message("listener.authentication: SCRAM needs secretName, the Secret holding users.json"))]
+#[x_kube(validation = Rule::new("self.type != 'oauth' || has(self.jwksEndpointUri) != has(self.jwksSecret)").message("listener.authentication type oauth needs either jwksEndpointUri (the identity provider's key set) or jwksSecret, not both"))]
+#[x_kube(validation = Rule::new("self.type == 'oauth' || !(has(self.jwksEndpointUri) || has(self.jwksSecret) || has(self.validIssuerUri) || has(self.userNameClaim) || has(self.checkAudience) || has(self.clientId) || has(self.jwksRefreshSeconds) || has(self.tlsTrustedCertificates))").message("listener.authentication: the OAuth fields are for type oauth"))]
+#[x_kube(validation = Rule::new("!has(self.checkAudience) || !self.checkAudience || has(self.clientId)").message("listener.authentication: checkAudience needs clientId, the audience tokens must name"))]
 pub struct ListenerAuthentication {
     /// `scram-sha-512` or `scram-sha-256` (SASL; `SASL_SSL` with `tls`, else `SASL_PLAINTEXT`),
-    /// or `tls` (client certificates, required; the certificate's subject names the user).
+    /// `tls` (client certificates, required; the certificate's subject names the user), or
+    /// `oauth` (SASL/OAUTHBEARER: JWTs signed by an identity provider's keys).
     #[serde(rename = "type")]
     pub kind: AuthenticationType,
     /// SCRAM: a Secret in the cluster's namespace whose `users.json` holds the users' salted
@@ -220,6 +224,61 @@ pub struct ListenerAuthentication {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
+    /// OAuth: the identity provider's JSON Web Key Set endpoint (`https://`), fetched again
+    /// every `jwksRefreshSeconds` and early when a token names a key it does not have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048), regex(pattern = r"^https?://"))]
+    pub jwks_endpoint_uri: Option<String>,
+    /// OAuth: the key set in a Secret instead (clusters that cannot reach the identity
+    /// provider); read again when the Secret changes, so keys rotate without a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_secret: Option<SecretKey>,
+    /// OAuth: how often the key set endpoint is fetched again (default 3600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub jwks_refresh_seconds: Option<i32>,
+    /// OAuth: tokens must have this issuer (`iss`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub valid_issuer_uri: Option<String>,
+    /// OAuth: the claim that names the user ACLs and quotas see (default `sub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub user_name_claim: Option<String>,
+    /// OAuth: tokens must name `clientId` in their audience (`aud`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_audience: Option<bool>,
+    /// OAuth: the broker's client id at the identity provider, the audience `checkAudience`
+    /// requires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub client_id: Option<String>,
+    /// OAuth: the CA certificates (PEM) the key set endpoint's certificate must chain to, for
+    /// a private CA; one Secret key, which may hold several certificates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1))]
+    pub tls_trusted_certificates: Vec<TrustedCertificate>,
+}
+
+/// One key of a Secret in the cluster's namespace.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKey {
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+}
+
+/// A certificate file in a Secret of the cluster's namespace (Strimzi's shape).
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustedCertificate {
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// The Secret's key holding the PEM certificates.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub certificate: String,
 }
 
 /// A listener's client authentication.
@@ -234,6 +293,9 @@ pub enum AuthenticationType {
     /// TLS client certificates (mutual TLS).
     #[serde(rename = "tls")]
     Tls,
+    /// SASL/OAUTHBEARER with JWTs.
+    #[serde(rename = "oauth")]
+    OAuth,
 }
 
 fn default_kafka_port() -> i32 {
