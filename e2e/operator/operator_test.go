@@ -647,49 +647,43 @@ spec:
 		}
 	})
 
-	t.Run("status names a broker pod the StatefulSet cannot create", func(t *testing.T) {
-		c := c.For(t)
-		// The API server refuses the pod (no such PriorityClass): the StatefulSet controller only
-		// records a FailedCreate event on the StatefulSet, so no pod status says why.
-		c.Apply(kaastest.Claim("spare") + `---
+	// Broker pods that never start: the status names the pod and the reason in the words of the
+	// component that knows it (each cluster has a claim of its own, on a spare volume).
+	for _, tc := range []struct {
+		what, cluster, claim, spec, reason string
+		says                               []string
+	}{
+		// The API server refuses the pod (no such PriorityClass): the StatefulSet controller
+		// only records a FailedCreate event on the StatefulSet, so no pod status says why.
+		{"a broker pod the StatefulSet cannot create", "nopods", "spare", "podTemplate: {priorityClassName: no-such-priority}",
+			"BrokerPodsNotCreated", []string{"0 of 1 broker pods exist", "no-such-priority"}},
+		// The listener's TLS Secret does not exist: the pod stays ContainerCreating and only the
+		// kubelet's FailedMount event on the pod says why.
+		{"a Secret a broker pod cannot mount", "nosecret", "unmounted", "listener: {advertise: PodIp, tls: {secretName: no-such-tls}}",
+			"BrokerVolumeNotMounted", []string{"nosecret-0", `secret "no-such-tls" not found`}},
+	} {
+		t.Run("status names "+tc.what, func(t *testing.T) {
+			c := c.For(t)
+			c.Apply(kaastest.Claim(tc.claim) + `---
 apiVersion: kaas.dev/v1alpha1
 kind: KafkaCluster
-metadata: {name: nopods, namespace: ` + ns + `}
+metadata: {name: ` + tc.cluster + `, namespace: ` + ns + `}
 spec:
   replicas: 1
   version: 0.1.0
-  storage: {existingClaim: spare}
-  podTemplate: {priorityClassName: no-such-priority}
+  storage: {existingClaim: ` + tc.claim + `}
+  ` + tc.spec + `
 `)
-		defer c.Kubectl("-n", ns, "delete", "kafkacluster", "nopods", "--wait=false")
-		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "nopods", `.status.conditions[?(@.type=="Degraded")].reason`, "BrokerPodsNotCreated")
-		msg := c.JSONPath(ns, "kafkacluster", "nopods", `.status.conditions[?(@.type=="Degraded")].message`)
-		if !strings.Contains(msg, "0 of 1 broker pods exist") || !strings.Contains(msg, "no-such-priority") {
-			t.Fatalf("Degraded message %q does not say which pod is missing and why", msg)
-		}
-	})
-
-	t.Run("status names a Secret a broker pod cannot mount", func(t *testing.T) {
-		c := c.For(t)
-		// The listener's TLS Secret does not exist: the pod stays ContainerCreating and only
-		// the kubelet's FailedMount event on the pod says why.
-		c.Apply(kaastest.Claim("unmounted") + `---
-apiVersion: kaas.dev/v1alpha1
-kind: KafkaCluster
-metadata: {name: nosecret, namespace: ` + ns + `}
-spec:
-  replicas: 1
-  version: 0.1.0
-  storage: {existingClaim: unmounted}
-  listener: {advertise: PodIp, tls: {secretName: no-such-tls}}
-`)
-		defer c.Kubectl("-n", ns, "delete", "kafkacluster", "nosecret", "--wait=false")
-		c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", "nosecret", `.status.conditions[?(@.type=="Degraded")].reason`, "BrokerVolumeNotMounted")
-		msg := c.JSONPath(ns, "kafkacluster", "nosecret", `.status.conditions[?(@.type=="Degraded")].message`)
-		if !strings.Contains(msg, "nosecret-0") || !strings.Contains(msg, `secret "no-such-tls" not found`) {
-			t.Fatalf("Degraded message %q does not name the pod and the missing Secret", msg)
-		}
-	})
+			defer c.Kubectl("-n", ns, "delete", "kafkacluster", tc.cluster, "--wait=false")
+			c.WaitJSONPath(2*time.Minute, ns, "kafkacluster", tc.cluster, `.status.conditions[?(@.type=="Degraded")].reason`, tc.reason)
+			msg := c.JSONPath(ns, "kafkacluster", tc.cluster, `.status.conditions[?(@.type=="Degraded")].message`)
+			for _, part := range tc.says {
+				if !strings.Contains(msg, part) {
+					t.Fatalf("Degraded message %q does not say %q", msg, part)
+				}
+			}
+		})
+	}
 
 	t.Run("a PodMonitor per cluster once the Prometheus Operator's CRD exists", func(t *testing.T) {
 		c := c.For(t)

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/oauth"
 
@@ -89,15 +88,7 @@ func TestOAuthListener(t *testing.T) {
 			"for another audience":  provider.token(t, map[string]any{"sub": "alice", "iss": issuer, "aud": "billing"}),
 			"from another issuer":   provider.token(t, map[string]any{"sub": "alice", "iss": "https://elsewhere.example", "aud": "kafka"}),
 		} {
-			cl, err := kgo.NewClient(withToken(token, kgo.RequestRetries(0), kgo.RequestTimeoutOverhead(5*time.Second))...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			short, stop := context.WithTimeout(ctx, 20*time.Second)
-			_, err = kadm.NewClient(cl).ListBrokers(short)
-			stop()
-			cl.Close()
-			if err == nil {
+			if listsBrokers(ctx, t, withToken(token)) {
 				t.Errorf("a token %s listed the cluster", what)
 			}
 		}
