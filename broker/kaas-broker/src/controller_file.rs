@@ -53,13 +53,15 @@ pub struct ControllerFile {
     path: PathBuf,
     /// What the file holds, for error messages ("ACL file").
     what: &'static str,
-    /// Serialises read-modify-write, and refreshes beside it.
-    writing: Mutex<()>,
+    /// Serialises read-modify-write, and refreshes beside it; holds what the last refresh
+    /// served (its bytes' length and hash; `None`: nothing yet, or a change made here since), so
+    /// an unchanged file is not parsed again every second.
+    writing: Mutex<Option<(usize, u64)>>,
 }
 
 impl ControllerFile {
     pub fn new(fs: FsRef, path: PathBuf, what: &'static str) -> ControllerFile {
-        ControllerFile { fs, path, what, writing: Mutex::new(()) }
+        ControllerFile { fs, path, what, writing: Mutex::new(None) }
     }
 
     /// What the file holds (none yet: the default). Blocking (file I/O).
@@ -76,8 +78,31 @@ impl ControllerFile {
     pub fn refresh<T: DeserializeOwned + Default>(&self, serve: impl FnOnce(T)) -> Result<(), kaas_shared::Error> {
         // NB: not beside a change of this broker's, which would be served for a moment and then
         // replaced by the older file read before it.
-        let _writing = self.writing.lock();
-        serve(self.read()?);
+        let mut served = self.writing.lock();
+        let bytes = kaas_shared::fs::read_optional(&*self.fs, &self.path).map_err(|e| kaas_shared::Error::io("read", &self.path, e))?;
+        let bytes = bytes.unwrap_or_default();
+        let stamp = (bytes.len(), {
+            use std::hash::{Hash, Hasher};
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            bytes.hash(&mut hasher);
+            hasher.finish()
+        });
+        if *served == Some(stamp) {
+            return Ok(());
+        }
+        let content = match bytes.is_empty() {
+            true => T::default(),
+            false => {
+                let stamped: Stamped<T> = serde_json::from_slice(&bytes).map_err(|source| kaas_shared::Error::Json {
+                    what: self.what,
+                    path: self.path.clone(),
+                    source,
+                })?;
+                stamped.content
+            }
+        };
+        serve(content);
+        *served = Some(stamp);
         Ok(())
     }
 
@@ -88,7 +113,10 @@ impl ControllerFile {
     where
         T: Serialize + DeserializeOwned + Default + Clone + PartialEq,
     {
-        let _writing = self.writing.lock();
+        let mut served = self.writing.lock();
+        // What is served from now on is what this change reads and writes, not what a refresh
+        // last parsed.
+        *served = None;
         let Stamped { mut content, controller_epoch: found } = self.read_stamped::<T>().map_err(|e| WriteError::Storage(e.to_string()))?;
         if found > epoch {
             return Err(WriteError::NotController { found, ours: epoch });
@@ -147,6 +175,28 @@ mod tests {
             kaas_shared::fs::read_optional(&*fs, &PathBuf::from("/v/__cluster/names.json")).ok().flatten().unwrap_or_default(),
         );
         assert!(text.is_ok_and(|t| t.contains("\"controller_epoch\": 4")), "stamped on disk");
+    }
+
+    #[test]
+    fn a_refresh_serves_a_file_only_when_its_bytes_changed() {
+        let fs = Arc::new(MemFs::new());
+        let (writer, reader) = (file(&fs), file(&fs));
+        let served = std::cell::RefCell::new(Vec::new());
+        let refresh = || reader.refresh(|n: Names| served.borrow_mut().push(n.names)).unwrap_or_else(|e| panic!("refresh: {e}"));
+        refresh();
+        refresh();
+        assert_eq!(*served.borrow(), [Vec::<String>::new()], "no file: served empty, once");
+        assert!(add(&writer, "a", 1).is_ok());
+        refresh();
+        refresh();
+        assert!(add(&writer, "b", 1).is_ok());
+        refresh();
+        assert_eq!(served.borrow().len(), 3, "{:?}", served.borrow());
+        assert_eq!(served.borrow()[2], ["a", "b"]);
+        // A change made through this file handle is followed by a full read.
+        assert!(add(&reader, "c", 1).is_ok());
+        refresh();
+        assert_eq!(served.borrow().len(), 4);
     }
 
     #[test]
