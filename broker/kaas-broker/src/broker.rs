@@ -37,6 +37,8 @@ pub struct Broker {
     pub interbroker: crate::interbroker::InterBroker,
     /// The Kafka listener's counters (refused and closed connections), shown on `/metrics`.
     pub listener_metrics: crate::connections::ListenerMetrics,
+    /// The inter-broker listener's (cluster mode), counted apart from the clients'.
+    pub interbroker_listener_metrics: crate::connections::ListenerMetrics,
     /// `auto.create.topics.per.minute`: the budget of topics auto-creation may make.
     pub auto_creates: crate::rate_limit::RateLimiter,
     /// Requests and bytes in and out, for `/metrics`.
@@ -106,6 +108,7 @@ impl Broker {
             interbroker,
             auto_creates,
             listener_metrics: Default::default(),
+            interbroker_listener_metrics: Default::default(),
             metrics,
             authorizer,
             quotas,

@@ -1,14 +1,14 @@
-//! The Kafka listener's table of open connections: who may connect, when a connection is idle,
-//! and which connection gives way when the listener is full.
+//! A listener's table of open connections: who may connect, when a connection is idle, and
+//! which connection gives way when the listener is full. The client listener and the
+//! inter-broker one each have their own table and counters.
 //!
 //! Policy at the caps (issue #15):
 //! - `max.connections.per.ip`: a new connection from an address at its cap is closed at once,
 //!   as Kafka does.
-//! - `max.connections`: Kafka blocks `accept` until a slot frees. kaas does not, because its
-//!   brokers call each other on this same port: a blocked accept would leave a peer broker's
-//!   inter-broker call (and every returning client) in the kernel backlog behind connections
-//!   that may never send another byte. Reserving slots for peers would need to tell peers from
-//!   clients, which one unauthenticated listener cannot. Instead the newcomer takes the slot of
+//! - `max.connections`: Kafka blocks `accept` until a slot frees. kaas does not: a blocked
+//!   accept would leave every returning client in the kernel backlog behind connections that
+//!   may never send another byte (the brokers' own calls have a listener of their own since the
+//!   inter-broker listener, so they no longer queue there either). Instead the newcomer takes the slot of
 //!   the least recently active connection that has no request outstanding (what Kafka does to
 //!   protect its inter-broker listener, KIP-402): idle and half-sent connections go first, and
 //!   the evicted client loses nothing but a reconnect. Connections with requests outstanding

@@ -67,6 +67,7 @@ impl Metrics {
         registry.register("fetch_buffer_pool_bytes", "Idle capacity the fetch buffer pool keeps mapped for the next reads and responses", gauges.buffer_pool_bytes.clone());
         registry.register("fetch_buffer_pool_buffers", "Idle buffers in the fetch buffer pool", gauges.buffer_pool_buffers.clone());
         broker.listener_metrics.register(&mut registry);
+        broker.interbroker_listener_metrics.register(registry.sub_registry_with_prefix("interbroker"));
         broker.metrics.register(&mut registry);
         let outcomes = &broker.txns.outcomes;
         registry.register("transactions_committed", "Transactions this broker's coordinator committed (the decision durable)", outcomes.committed.clone());

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use crate::broker::Broker;
 use crate::connection;
-use crate::connections::{ConnectionTable, Refusal};
+use crate::connections::{ConnectionTable, ListenerMetrics, Refusal};
 use crate::quota::rate::Rate;
 
 /// How long the listener pauses after a failed accept.
@@ -70,13 +70,21 @@ impl Server {
         Server { listener, broker, role: ListenerRole::InterBroker }
     }
 
+    /// This listener's connection counters.
+    fn metrics(&self) -> &ListenerMetrics {
+        match self.role {
+            ListenerRole::Client => &self.broker.listener_metrics,
+            ListenerRole::InterBroker => &self.broker.interbroker_listener_metrics,
+        }
+    }
+
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
     /// Serves until `shutdown` resolves, then closes every connection and waits for them.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
-        let table = ConnectionTable::new(self.broker.config.connections.clone(), self.broker.listener_metrics.clone());
+        let table = ConnectionTable::new(self.broker.config.connections.clone(), self.metrics().clone());
         let (stop_tx, _) = broadcast::channel::<()>(1);
         let mut connections = JoinSet::new();
         let mut creation_rate = match self.role {
@@ -97,7 +105,7 @@ impl Server {
                     // KIP-612's listener-wide rate: over it, this connection and the ones behind
                     // it in the backlog wait (Kafka's acceptor waits the same way).
                     if let Some(wait) = creation_rate.as_mut().map(CreationRate::record).filter(|w| !w.is_zero()) {
-                        self.broker.listener_metrics.count_accept_throttle(wait);
+                        self.metrics().count_accept_throttle(wait);
                         debug!(%peer, ?wait, "accept throttled: max.connection.creation.rate");
                         tokio::select! {
                             _ = tokio::time::sleep(wait) => {}
@@ -132,7 +140,7 @@ impl Server {
             ListenerRole::InterBroker => Duration::ZERO,
         };
         if !throttle.is_zero() {
-            self.broker.listener_metrics.count_refused(Refusal::ConnectionRate);
+            self.metrics().count_refused(Refusal::ConnectionRate);
             debug!(%peer, ?throttle, "connection refused: connection_creation_rate");
             drop(stream);
             return;

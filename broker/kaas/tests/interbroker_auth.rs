@@ -86,6 +86,7 @@ async fn only_the_clusters_brokers_may_send_markers_verifications_and_heartbeats
         hostile_marker("guarded").with_markers(vec![]).encode(&mut body, 1)?;
         body
     });
+    let leader_broker = cluster.nodes.get(&leader).ok_or("no such node")?.broker.clone();
     tokio::task::spawn_blocking(move || -> TestResult {
         let refused = ResponseError::ClusterAuthorizationFailed.code();
         let forged = format!("kaas1.{leader}.{}.{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis(), "00".repeat(32));
@@ -103,9 +104,18 @@ async fn only_the_clusters_brokers_may_send_markers_verifications_and_heartbeats
         assert!(metadata.is_err(), "the inter-broker listener answered Metadata: {metadata:?}");
         // Positive control: a token over this very request (an empty marker list) is a broker's.
         let empty = WriteTxnMarkersRequest::default();
-        let mut wire = Wire::connect_as(&interbroker_address, &signed)?;
-        let answered = wire.call(1, &empty)?;
-        assert!(answered.markers.is_empty(), "the signed empty request is served: {answered:?}");
+        let clients_open = leader_broker.listener_metrics.open();
+        let mut wires = Vec::new();
+        for _ in 0..5 {
+            let mut wire = Wire::connect_as(&interbroker_address, &signed)?;
+            let answered = wire.call(1, &empty)?;
+            assert!(answered.markers.is_empty(), "the signed empty request is served: {answered:?}");
+            wires.push(wire);
+        }
+        // Their connections are counted on the inter-broker listener, not among the clients'
+        // (whose count earlier connections closing may still lower).
+        assert!(leader_broker.interbroker_listener_metrics.open() >= 5, "{}", leader_broker.interbroker_listener_metrics.open());
+        assert!(leader_broker.listener_metrics.open() <= clients_open, "{} > {clients_open}", leader_broker.listener_metrics.open());
         Ok(())
     })
     .await??;
