@@ -6,8 +6,11 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -23,9 +26,11 @@ import (
 
 // TestOAuthListener: a KafkaCluster whose listener authenticates clients with SASL/OAUTHBEARER
 // as Strimzi users write it (`type: oauth`, the issuer and audience checked), with the
-// identity provider's key set in a Secret. franz-go logs in with a token the provider's key
-// signed and produces and consumes; a token signed by another key, one for another audience and
-// one from another issuer are refused.
+// identity provider's key set in a Secret, over TLS with a certificate the operator issues
+// (`tls: {}`). franz-go trusts the operator's cluster CA, logs in with a token the provider's
+// key signed and produces and consumes; a token signed by another key, one for another audience
+// and one from another issuer are refused. A listener Secret deleted by mistake is issued again
+// by the same CA.
 func TestOAuthListener(t *testing.T) {
 	root := repoRoot(t)
 	c := harness.Start(t, harness.Options{Images: map[string]string{
@@ -40,6 +45,7 @@ func TestOAuthListener(t *testing.T) {
 	const issuer = "https://idp.kaas-e2e.example"
 	provider := newSigner(t, "provider-key")
 	cluster := strings.Replace(kaastest.Cluster(`  listener:
+    tls: {}
     authentication:
       type: oauth
       jwksSecret: {secretName: kc-jwks, key: jwks.json}
@@ -54,9 +60,21 @@ func TestOAuthListener(t *testing.T) {
 		t.Fatalf("KAAS_SASL_ENABLED_MECHANISMS = %q", got)
 	}
 
+	if got := c.JSONPath(ns, "statefulset", "kc", `.spec.template.spec.volumes[?(@.name=="listener-tls")].secret.secretName`); got != "kc-listener-tls" {
+		t.Fatalf("the brokers mount %q, not the operator's certificate", got)
+	}
+	caPEM := secretData(t, c, "kc-cluster-ca-cert", "ca.crt")
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM([]byte(caPEM)) {
+		t.Fatalf("kc-cluster-ca-cert holds no certificate: %q", caPEM)
+	}
 	seed := fmt.Sprintf("kc-0.kc-brokers.%s.svc:9092", ns)
 	withToken := func(token string, extra ...kgo.Opt) []kgo.Opt {
-		return append([]kgo.Opt{kgo.SeedBrokers(seed), kgo.SASL(oauth.Auth{Token: token}.AsMechanism())}, extra...)
+		return append([]kgo.Opt{
+			kgo.SeedBrokers(seed),
+			kgo.DialTLSConfig(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}),
+			kgo.SASL(oauth.Auth{Token: token}.AsMechanism()),
+		}, extra...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -81,6 +99,30 @@ func TestOAuthListener(t *testing.T) {
 		}
 	})
 
+	t.Run("a deleted listener Secret is issued again by the same CA", func(t *testing.T) {
+		before := secretData(t, c, "kc-listener-tls", "tls.crt")
+		c.MustKubectl("-n", ns, "delete", "secret", "kc-listener-tls")
+		c.Eventually(time.Minute, "the listener Secret issued again", func() (bool, error) {
+			out, err := c.Kubectl("-n", ns, "get", "secret", "kc-listener-tls", "-o", `jsonpath={.data.tls\.crt}`)
+			return err == nil && out != "", fmt.Errorf("%v: %s", err, out)
+		})
+		leaf := secretData(t, c, "kc-listener-tls", "tls.crt")
+		if leaf == before {
+			t.Fatalf("the same certificate came back")
+		}
+		block, _ := pem.Decode([]byte(leaf))
+		if block == nil {
+			t.Fatalf("tls.crt is no PEM: %q", leaf)
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: "kc-bootstrap." + ns + ".svc"}); err != nil {
+			t.Fatalf("the new certificate does not chain to the cluster CA clients trust: %v", err)
+		}
+	})
+
 	t.Run("tokens the listener must not accept are refused", func(t *testing.T) {
 		impostor := newSigner(t, "provider-key") // the same key id, another key
 		for what, token := range map[string]string{
@@ -93,6 +135,20 @@ func TestOAuthListener(t *testing.T) {
 			}
 		}
 	})
+}
+
+// secretData is one key of a Secret in the test namespace, decoded.
+func secretData(t *testing.T, c *harness.Cluster, name, key string) string {
+	t.Helper()
+	out, err := c.Kubectl("-n", ns, "get", "secret", name, "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
+	if err != nil {
+		t.Fatalf("secret %s: %v: %s", name, err, out)
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("secret %s key %s: %v", name, key, err)
+	}
+	return string(b)
 }
 
 // signer is an identity provider's signing key (ES256).

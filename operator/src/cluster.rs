@@ -33,7 +33,7 @@ use crate::conditions::{Cond, RECONCILED, failed, merge};
 use crate::install::{self, Claim, Install};
 use crate::metrics::ReconcileMetrics;
 use crate::resources::{self, Names};
-use crate::{Error, FIELD_MANAGER, Result, diagnosis, events, validate, versions};
+use crate::{Error, FIELD_MANAGER, Result, certificates, diagnosis, events, validate, versions};
 
 /// What the manager's reconcilers share.
 #[derive(Clone)]
@@ -558,6 +558,24 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
     )
     .await?;
     apply(client, &names.namespace, &resources::pdb(&kc, &names)?).await?;
+    // A TLS listener that names no Secret gets the operator's certificate, issued (again)
+    // before brokers mount it; a renewal keeps the Secret's name, so it restarts no broker.
+    let tls = kc.spec.listener.tls.as_ref();
+    let issues_certificate = tls.is_some_and(|t| t.secret_name.is_none());
+    if issues_certificate && let Some(reason) = certificates::ensure(client, &kc, &names).await? {
+        events::publish(
+            &ctx.recorder,
+            &kc.object_ref(&()),
+            false,
+            "CertificateIssued",
+            format!(
+                "listener certificate issued into Secret {}: {reason}",
+                certificates::listener_secret_name(&names)
+            ),
+            "Reconcile",
+        )
+        .await;
+    }
     apply(
         client,
         &names.namespace,

@@ -20,6 +20,7 @@
 //! [`KafkaTopic`]: kaas_shared::crd::KafkaTopic
 
 pub mod backoff;
+pub mod certificates;
 pub mod cluster;
 pub mod conditions;
 pub mod crdgen;
@@ -72,6 +73,9 @@ pub enum Error {
     /// A blocking task (volume I/O) panicked or was cancelled.
     #[error("volume task: {0}")]
     Join(#[from] tokio::task::JoinError),
+    /// A certificate the operator issues could not be made.
+    #[error(transparent)]
+    Certificate(#[from] certificates::CertificateError),
 }
 
 /// Result with this crate's [`Error`].
@@ -86,6 +90,7 @@ impl Error {
             Error::Serialize { .. } => "SerializeError",
             Error::MissingField(_) => "MissingField",
             Error::Join(_) => "VolumeTaskFailed",
+            Error::Certificate(_) => "CertificateError",
             Error::LeaseStore(_) => "LeaseStoreError",
             Error::NotLeader => "NotLeader",
         }

@@ -114,6 +114,9 @@ pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
             MANAGE,
         ),
         rule("", &["pods"], &["get", "list", "watch"]),
+        // The cluster CA and the listener certificates it issues (`listener.tls` without a
+        // secretName); no list or watch: it reads only the Secrets it names.
+        rule("", &["secrets"], &["get", "create", "patch"]),
         // list: the StatefulSet's FailedCreate events explain a broker pod that does not exist.
         rule("", &["events"], &["create", "patch", "list"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),

@@ -145,7 +145,7 @@ fn to_json<T: Serialize>(what: &'static str, value: &T) -> Result<Value> {
     serde_json::to_value(value).map_err(|source| Error::Serialize { what, source })
 }
 
-fn meta(kc: &KafkaCluster, names: &Names, name: &str, component: &str) -> Value {
+pub(crate) fn meta(kc: &KafkaCluster, names: &Names, name: &str, component: &str) -> Value {
     json!({
         "name": name,
         "namespace": names.namespace,
@@ -312,7 +312,7 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         json!({"name": "KAAS_FENCE_TIMEOUT_MS", "value": spec.timeouts.fence_timeout_ms.to_string()}),
         json!({"name": "KAAS_SESSION_TIMEOUT_MS", "value": spec.timeouts.session_timeout_ms.to_string()}),
     ];
-    let (security_env, security_volumes) = listener_security(&spec.listener);
+    let (security_env, security_volumes) = listener_security(&spec.listener, names);
     env.extend(security_env);
     if let Some(authorization) = &spec.authorization {
         env.extend(authorization_env(authorization));
@@ -399,6 +399,7 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
 /// mounted (volume name, Secret, directory).
 fn listener_security(
     listener: &ListenerSpec,
+    names: &Names,
 ) -> (Vec<Value>, Vec<(&'static str, String, &'static str)>) {
     let mut env = Vec::new();
     let mut volumes = Vec::new();
@@ -407,7 +408,11 @@ fn listener_security(
             json!({"name": "KAAS_SSL_CERTIFICATE", "value": format!("{LISTENER_TLS_DIR}/tls.crt")}),
         );
         env.push(json!({"name": "KAAS_SSL_KEY", "value": format!("{LISTENER_TLS_DIR}/tls.key")}));
-        volumes.push(("listener-tls", tls.secret_name.clone(), LISTENER_TLS_DIR));
+        let secret = tls
+            .secret_name
+            .clone()
+            .unwrap_or_else(|| crate::certificates::listener_secret_name(names));
+        volumes.push(("listener-tls", secret, LISTENER_TLS_DIR));
     }
     let sasl = match listener
         .authentication

@@ -147,7 +147,7 @@ pub struct StorageSpec {
 /// How brokers listen and what address they advertise to clients.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || has(self.tls)").message("listener.authentication type tls needs listener.tls: client certificates are presented in the TLS handshake"))]
+#[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || (has(self.tls) && has(self.tls.secretName))").message("listener.authentication type tls needs listener.tls with a secretName: client certificates are presented in the TLS handshake and checked against its ca.crt"))]
 pub struct ListenerSpec {
     /// Kafka protocol port.
     #[serde(default = "default_kafka_port")]
@@ -194,15 +194,19 @@ impl Default for ListenerSpec {
 
 /// The listener's certificate. Brokers read the mounted files again when the Secret changes
 /// (a renewal needs no restart).
-#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ListenerTls {
     /// A Secret in the cluster's namespace with `tls.crt` (the chain, valid for the names
     /// clients connect to: the advertised pod addresses and the bootstrap Service) and
     /// `tls.key` — a `kubernetes.io/tls` Secret such as cert-manager writes — and, for
     /// `authentication.type: tls`, `ca.crt`: the CA client certificates must chain to.
+    /// Without it the operator issues the certificate from a cluster CA of its own
+    /// (`<cluster>-cluster-ca-cert` holds the CA clients trust), for the pod DNS names and the
+    /// bootstrap Service, and issues it again before it expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub secret_name: String,
+    pub secret_name: Option<String>,
 }
 
 /// How clients of the listener prove who they are.

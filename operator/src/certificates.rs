@@ -1,0 +1,412 @@
+//! Certificates the operator issues for a cluster whose listener asks for TLS without naming a
+//! Secret (`listener.tls: {}`), as Strimzi's cluster CA does: a self-signed cluster CA, and a
+//! listener certificate it signs for the names clients connect to.
+//!
+//! Three Secrets, owned by the KafkaCluster (deleted with it):
+//! - `<cluster>-cluster-ca`: the CA's `ca.crt` and `ca.key` (only the operator reads it);
+//! - `<cluster>-cluster-ca-cert`: `ca.crt` alone, what clients trust (grant them this one);
+//! - `<cluster>-listener-tls`: `tls.crt`, `tls.key` and `ca.crt`, mounted by the brokers.
+//!
+//! The listener certificate is issued again, by the same CA and under the same Secret name,
+//! when fewer than [`RENEW_BEFORE`] of its life remain or the names it must carry change;
+//! brokers read the mounted files again when the kubelet updates them, so a renewal restarts
+//! none. The CA lives [`CA_VALIDITY`] and is not renewed by the operator yet.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kaas_shared::crd::KafkaCluster;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use time::OffsetDateTime;
+
+use crate::resources::{self, Names};
+use crate::{Error, FIELD_MANAGER, Result};
+
+/// How long the cluster CA is valid.
+pub const CA_VALIDITY: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
+/// How long a listener certificate is valid.
+pub const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// A listener certificate with less than this left is issued again.
+pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The annotation that holds a listener certificate's expiry (Unix seconds).
+pub const NOT_AFTER_ANNOTATION: &str = "kaas.dev/not-after";
+/// The annotation that holds the names a listener certificate carries.
+pub const NAMES_ANNOTATION: &str = "kaas.dev/names";
+
+/// Why a certificate could not be made (an rcgen refusal, or a stored key that does not parse).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot issue the {what}: {source}")]
+pub struct CertificateError {
+    what: &'static str,
+    #[source]
+    source: rcgen::Error,
+}
+
+fn failed(what: &'static str) -> impl FnOnce(rcgen::Error) -> CertificateError {
+    move |source| CertificateError { what, source }
+}
+
+/// The Secret the CA and its key are kept in.
+pub fn ca_secret_name(names: &Names) -> String {
+    format!("{}-cluster-ca", names.cluster)
+}
+
+/// The Secret with the CA certificate alone, for clients.
+pub fn ca_cert_secret_name(names: &Names) -> String {
+    format!("{}-cluster-ca-cert", names.cluster)
+}
+
+/// The Secret the brokers mount when the listener's TLS names none.
+pub fn listener_secret_name(names: &Names) -> String {
+    format!("{}-listener-tls", names.cluster)
+}
+
+/// The DNS names the listener certificate carries: every broker's pod DNS name (through the
+/// headless Service) and the bootstrap Service, short and fully qualified.
+pub fn listener_names(names: &Names) -> Vec<String> {
+    let (cluster, ns) = (&names.cluster, &names.namespace);
+    let mut out = Vec::new();
+    for service in [
+        format!("{cluster}-bootstrap"),
+        format!("*.{cluster}-brokers"),
+    ] {
+        out.push(format!("{service}.{ns}.svc"));
+        out.push(format!("{service}.{ns}.svc.cluster.local"));
+    }
+    out.push(format!("{cluster}-bootstrap.{ns}"));
+    out.push(format!("{cluster}-bootstrap"));
+    out
+}
+
+/// A certificate and its key, in PEM.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pem {
+    pub cert: String,
+    pub key: String,
+}
+
+/// A certificate's parameters: `sans`, the subject `O=kaas, CN=<common_name>`, valid from an
+/// hour ago (clock skew) for `validity`.
+fn params(
+    what: &'static str,
+    sans: Vec<String>,
+    common_name: String,
+    validity: Duration,
+    now: OffsetDateTime,
+) -> Result<CertificateParams, CertificateError> {
+    let mut params = CertificateParams::new(sans).map_err(failed(what))?;
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, "kaas");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + validity;
+    Ok(params)
+}
+
+/// The CA's, the same subject each time it is rebuilt to sign (so its certificates chain to
+/// the one stored).
+fn ca_params(names: &Names, now: OffsetDateTime) -> Result<CertificateParams, CertificateError> {
+    let common_name = format!("cluster-ca {}/{}", names.namespace, names.cluster);
+    let mut params = params("cluster CA", Vec::new(), common_name, CA_VALIDITY, now)?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+/// A new self-signed cluster CA.
+pub fn issue_ca(names: &Names, now: OffsetDateTime) -> Result<Pem, CertificateError> {
+    let key = KeyPair::generate().map_err(failed("cluster CA key"))?;
+    let cert = ca_params(names, now)?
+        .self_signed(&key)
+        .map_err(failed("cluster CA"))?;
+    Ok(Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
+/// A listener certificate for `dns_names`, signed by the CA whose key is `ca_key`; its expiry.
+pub fn issue_listener(
+    names: &Names,
+    ca_key: &str,
+    dns_names: &[String],
+    now: OffsetDateTime,
+) -> Result<(Pem, OffsetDateTime), CertificateError> {
+    let ca_key = KeyPair::from_pem(ca_key).map_err(failed("stored cluster CA key"))?;
+    let issuer = Issuer::new(ca_params(names, now)?, ca_key);
+    let key = KeyPair::generate().map_err(failed("listener key"))?;
+    let common_name = format!("{}-bootstrap.{}.svc", names.cluster, names.namespace);
+    let mut params = params(
+        "listener",
+        dns_names.to_vec(),
+        common_name,
+        LEAF_VALIDITY,
+        now,
+    )?;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params
+        .signed_by(&key, &issuer)
+        .map_err(failed("listener"))?;
+    let pem = Pem {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    };
+    Ok((pem, params.not_after))
+}
+
+/// Why the listener certificate whose Secret has `annotations` must be issued again, if it
+/// must: missing, naming other names, or within [`RENEW_BEFORE`] of its expiry.
+pub fn renewal_reason(
+    annotations: Option<&BTreeMap<String, String>>,
+    dns_names: &[String],
+    now: OffsetDateTime,
+) -> Option<&'static str> {
+    let Some(annotations) = annotations else {
+        return Some("no listener certificate yet");
+    };
+    if annotations.get(NAMES_ANNOTATION) != Some(&dns_names.join(",")) {
+        return Some("the names clients connect to changed");
+    }
+    let not_after = annotations
+        .get(NOT_AFTER_ANNOTATION)
+        .and_then(|s| s.parse::<i64>().ok())
+        .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok());
+    match not_after {
+        Some(not_after) if not_after - now > RENEW_BEFORE => None,
+        Some(_) => Some("the listener certificate expires within 30 days"),
+        None => Some("the listener certificate's expiry is unknown"),
+    }
+}
+
+/// The annotations a listener certificate's Secret carries.
+pub fn listener_annotations(
+    dns_names: &[String],
+    not_after: OffsetDateTime,
+) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            NOT_AFTER_ANNOTATION.to_string(),
+            not_after.unix_timestamp().to_string(),
+        ),
+        (NAMES_ANNOTATION.to_string(), dns_names.join(",")),
+    ])
+}
+
+/// Makes sure the cluster CA and a current listener certificate exist in their Secrets; says
+/// why the listener certificate was issued, if it was.
+pub async fn ensure(
+    client: &Client,
+    kc: &KafkaCluster,
+    names: &Names,
+) -> Result<Option<&'static str>> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &names.namespace);
+    let now = OffsetDateTime::now_utc();
+    let stored_ca = api.get_opt(&ca_secret_name(names)).await?;
+    let (ca, new_ca) = match stored_ca
+        .as_ref()
+        .and_then(|s| pem_in(s, "ca.crt", "ca.key"))
+    {
+        Some(ca) => (ca, false),
+        None => (issue_ca(names, now)?, true),
+    };
+    if new_ca {
+        let data = [("ca.crt", &ca.cert), ("ca.key", &ca.key)];
+        apply(
+            &api,
+            kc,
+            names,
+            &ca_secret_name(names),
+            "Opaque",
+            &data,
+            None,
+        )
+        .await?;
+    }
+    let published = api.get_opt(&ca_cert_secret_name(names)).await?;
+    if published.as_ref().and_then(|s| text_in(s, "ca.crt")) != Some(ca.cert.clone()) {
+        let data = [("ca.crt", &ca.cert)];
+        apply(
+            &api,
+            kc,
+            names,
+            &ca_cert_secret_name(names),
+            "Opaque",
+            &data,
+            None,
+        )
+        .await?;
+    }
+
+    let dns_names = listener_names(names);
+    let listener = api.get_opt(&listener_secret_name(names)).await?;
+    let reason = match &listener {
+        None => Some("no listener certificate yet"),
+        Some(s) if text_in(s, "ca.crt") != Some(ca.cert.clone()) => Some("the cluster CA changed"),
+        Some(s) if pem_in(s, "tls.crt", "tls.key").is_none() => {
+            Some("the listener Secret lost its certificate")
+        }
+        Some(s) => renewal_reason(s.metadata.annotations.as_ref(), &dns_names, now),
+    };
+    if reason.is_some() {
+        let (leaf, not_after) = issue_listener(names, &ca.key, &dns_names, now)?;
+        let data = [
+            ("tls.crt", &leaf.cert),
+            ("tls.key", &leaf.key),
+            ("ca.crt", &ca.cert),
+        ];
+        let annotations = listener_annotations(&dns_names, not_after);
+        let name = listener_secret_name(names);
+        apply(
+            &api,
+            kc,
+            names,
+            &name,
+            "kubernetes.io/tls",
+            &data,
+            Some(annotations),
+        )
+        .await?;
+    }
+    Ok(reason)
+}
+
+fn text_in(secret: &Secret, key: &str) -> Option<String> {
+    let bytes = secret.data.as_ref()?.get(key)?;
+    String::from_utf8(bytes.0.clone()).ok()
+}
+
+fn pem_in(secret: &Secret, cert: &str, key: &str) -> Option<Pem> {
+    Some(Pem {
+        cert: text_in(secret, cert)?,
+        key: text_in(secret, key)?,
+    })
+}
+
+async fn apply(
+    api: &Api<Secret>,
+    kc: &KafkaCluster,
+    names: &Names,
+    name: &str,
+    kind: &str,
+    data: &[(&str, &String)],
+    annotations: Option<BTreeMap<String, String>>,
+) -> Result<()> {
+    let mut metadata = resources::meta(kc, names, name, "certificates");
+    if let Some(annotations) = annotations {
+        metadata["annotations"] = json!(annotations);
+    }
+    let data: BTreeMap<String, ByteString> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+        .collect();
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": kind, "data": data,
+    }))
+    .map_err(|source| Error::Serialize {
+        what: "certificate Secret",
+        source,
+    })?;
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+    use super::*;
+
+    fn names() -> Names {
+        Names {
+            cluster: "kc".into(),
+            namespace: "prod".into(),
+        }
+    }
+
+    /// The listener certificate chains to the stored CA (rustls' verifier, as a client checks
+    /// it) for every name it must carry, and is valid for a year.
+    #[test]
+    fn the_listener_certificate_chains_to_the_stored_ca_for_its_names() {
+        let now = OffsetDateTime::now_utc();
+        let ca = issue_ca(&names(), now).unwrap();
+        // Signed later, by a CA rebuilt from its stored key only.
+        let (leaf, not_after) =
+            issue_listener(&names(), &ca.key, &listener_names(&names()), now).unwrap();
+        assert!(not_after - now > LEAF_VALIDITY - time::Duration::minutes(1));
+
+        use rustls::pki_types::pem::PemObject;
+        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der(&ca.cert)).unwrap();
+        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            std::sync::Arc::new(roots),
+            std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        for name in [
+            "kc-bootstrap.prod.svc",
+            "kc-2.kc-brokers.prod.svc",
+            "kc-0.kc-brokers.prod.svc.cluster.local",
+        ] {
+            let server = ServerName::try_from(name).unwrap();
+            verifier
+                .verify_server_cert(&der(&leaf.cert), &[], &server, &[], UnixTime::now())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        let other = ServerName::try_from("kc-0.other.prod.svc").unwrap();
+        assert!(
+            verifier
+                .verify_server_cert(&der(&leaf.cert), &[], &other, &[], UnixTime::now())
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn a_certificate_is_issued_again_before_expiry_or_when_its_names_change() {
+        let now = OffsetDateTime::now_utc();
+        let wanted = listener_names(&names());
+        assert!(renewal_reason(None, &wanted, now).is_some());
+        let fresh = listener_annotations(&wanted, now + LEAF_VALIDITY);
+        assert_eq!(renewal_reason(Some(&fresh), &wanted, now), None);
+        // Eleven months later: 30 days or less left.
+        let later = now + LEAF_VALIDITY - RENEW_BEFORE + time::Duration::hours(1);
+        assert_eq!(
+            renewal_reason(Some(&fresh), &wanted, later),
+            Some("the listener certificate expires within 30 days")
+        );
+        let renamed = listener_names(&Names {
+            cluster: "kc".into(),
+            namespace: "staging".into(),
+        });
+        assert_eq!(
+            renewal_reason(Some(&fresh), &renamed, now),
+            Some("the names clients connect to changed")
+        );
+    }
+}
