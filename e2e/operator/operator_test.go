@@ -352,6 +352,7 @@ spec:
 			{kaastest.Topic("internal", 1, ", topicName: __offsets"), "reserved for kaas"},
 			{kaastest.Topic("slash", 1, ", topicName: a/b"), "topicName"},
 			{"apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: both, namespace: demo}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: x, size: 1Gi}}\n", "set either existingClaim or size"},
+			{"apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: ipcert, namespace: demo}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: x}, listener: {advertise: PodIp, tls: {}}}\n", "the operator's certificate names DNS names"},
 			{"apiVersion: kaas.dev/v1alpha1\nkind: KafkaCluster\nmetadata: {name: fence, namespace: demo}\nspec: {replicas: 1, version: 0.1.0, storage: {existingClaim: x}, timeouts: {fenceTimeoutMs: 9000, sessionTimeoutMs: 10000}}\n", "sessionTimeoutMs must exceed fenceTimeoutMs"},
 		} {
 			out, err := c.KubectlStdin(tc.manifest, "apply", "-f", "-")

@@ -148,6 +148,7 @@ pub struct StorageSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || (has(self.tls) && has(self.tls.secretName))").message("listener.authentication type tls needs listener.tls with a secretName: client certificates are presented in the TLS handshake and checked against its ca.crt"))]
+#[x_kube(validation = Rule::new("!has(self.tls) || has(self.tls.secretName) || !has(self.advertise) || self.advertise != 'PodIp'").message("listener.tls without a secretName needs advertise: PodDns: the operator's certificate names DNS names, and pod IPs change with each pod; name a Secret with a certificate for the pod IPs instead"))]
 pub struct ListenerSpec {
     /// Kafka protocol port.
     #[serde(default = "default_kafka_port")]
