@@ -235,10 +235,11 @@ async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<C
         .await
         .map(|l| l.items)
         .unwrap_or_default();
+    let events_api = Api::<Event>::namespaced(client.clone(), &names.namespace);
     // The StatefulSet is named after the cluster; its controller's FailedCreate events say why
     // a pod does not exist.
     let fields = format!("involvedObject.kind=StatefulSet,involvedObject.name={}", names.cluster);
-    let statefulset_events = Api::<Event>::namespaced(client.clone(), &names.namespace)
+    let statefulset_events = events_api
         .list(&ListParams::default().fields(&fields))
         .await
         .map(|l| l.items)
@@ -250,7 +251,7 @@ async fn diagnose(client: &Client, kc: &KafkaCluster, names: &Names) -> Option<C
             continue;
         };
         let fields = format!("involvedObject.kind=Pod,involvedObject.name={name}");
-        let events = Api::<Event>::namespaced(client.clone(), &names.namespace)
+        let events = events_api
             .list(&ListParams::default().fields(&fields))
             .await;
         pod_events.extend(events.map(|l| l.items).unwrap_or_default());

@@ -414,38 +414,28 @@ fn listener_security(
             .unwrap_or_else(|| crate::certificates::listener_secret_name(names));
         volumes.push(("listener-tls", secret, LISTENER_TLS_DIR));
     }
-    let sasl = match listener
-        .authentication
-        .as_ref()
-        .map(|a| (a.kind, a.secret_name.as_ref()))
-    {
-        Some((AuthenticationType::Tls, _)) => {
-            env.push(json!({"name": "KAAS_SSL_TRUSTSTORE", "value": format!("{LISTENER_TLS_DIR}/ca.crt")}));
-            env.push(json!({"name": "KAAS_SSL_CLIENT_AUTH", "value": "required"}));
-            None
-        }
-        Some((AuthenticationType::ScramSha512, secret)) => Some(("SCRAM-SHA-512", secret)),
-        Some((AuthenticationType::ScramSha256, secret)) => Some(("SCRAM-SHA-256", secret)),
-        Some((AuthenticationType::OAuth, _)) => None,
-        None => None,
+    let sasl_on = match &listener.authentication {
+        None => false,
+        Some(authentication) => match authentication.kind {
+            AuthenticationType::Tls => {
+                env.push(json!({"name": "KAAS_SSL_TRUSTSTORE", "value": format!("{LISTENER_TLS_DIR}/ca.crt")}));
+                env.push(json!({"name": "KAAS_SSL_CLIENT_AUTH", "value": "required"}));
+                false
+            }
+            AuthenticationType::ScramSha512 => {
+                scram_env("SCRAM-SHA-512", authentication, &mut env, &mut volumes);
+                true
+            }
+            AuthenticationType::ScramSha256 => {
+                scram_env("SCRAM-SHA-256", authentication, &mut env, &mut volumes);
+                true
+            }
+            AuthenticationType::OAuth => {
+                oauth_env(authentication, &mut env, &mut volumes);
+                true
+            }
+        },
     };
-    let oauth = listener
-        .authentication
-        .as_ref()
-        .filter(|a| a.kind == AuthenticationType::OAuth);
-    if let Some(oauth) = oauth {
-        oauth_env(oauth, &mut env, &mut volumes);
-    }
-    let sasl_on = sasl.is_some() || oauth.is_some();
-    if let Some((mechanism, secret)) = sasl {
-        env.push(json!({"name": "KAAS_SASL_ENABLED_MECHANISMS", "value": mechanism}));
-        env.push(json!({"name": "KAAS_SASL_CREDENTIALS", "value": format!("{SASL_CREDENTIALS_DIR}/users.json")}));
-        // NB: the CRD requires the Secret for SCRAM; an object stored without one is refused
-        // by validation before it is rendered.
-        if let Some(secret) = secret {
-            volumes.push(("sasl-credentials", secret.clone(), SASL_CREDENTIALS_DIR));
-        }
-    }
     let protocol = match (listener.tls.is_some(), sasl_on) {
         (false, false) => "PLAINTEXT",
         (true, false) => "SSL",
@@ -456,6 +446,23 @@ fn listener_security(
         env.push(json!({"name": "KAAS_SECURITY_PROTOCOL", "value": protocol}));
     }
     (env, volumes)
+}
+
+/// The broker variables of SCRAM `mechanism` over the users of `authentication.secretName`, and
+/// the Secret they need mounted.
+fn scram_env(
+    mechanism: &str,
+    authentication: &ListenerAuthentication,
+    env: &mut Vec<Value>,
+    volumes: &mut Vec<(&'static str, String, &'static str)>,
+) {
+    env.push(json!({"name": "KAAS_SASL_ENABLED_MECHANISMS", "value": mechanism}));
+    env.push(json!({"name": "KAAS_SASL_CREDENTIALS", "value": format!("{SASL_CREDENTIALS_DIR}/users.json")}));
+    // NB: the CRD requires the Secret for SCRAM; an object stored without one is refused by
+    // validation before it is rendered.
+    if let Some(secret) = &authentication.secret_name {
+        volumes.push(("sasl-credentials", secret.clone(), SASL_CREDENTIALS_DIR));
+    }
 }
 
 /// The broker variables of `authentication.type: oauth` (Kafka's `sasl.oauthbearer.*`), and the

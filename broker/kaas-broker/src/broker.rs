@@ -93,7 +93,6 @@ impl Broker {
             Some(settings) => Some(crate::authz::Authorizer::open(engine.fs().clone(), engine.layout(), settings)?),
             None => None,
         };
-        // Local mode: this broker is the volume's one writer of the quota file.
         let quotas = crate::quota::ClientQuotas::open(engine.fs().clone(), engine.layout())?;
         Ok(Arc::new(Broker {
             config,

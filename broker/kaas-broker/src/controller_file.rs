@@ -46,6 +46,15 @@ fn is_zero(epoch: &i64) -> bool {
     *epoch == 0
 }
 
+/// The length and hash of a file's bytes (a missing file: no bytes).
+fn fingerprint(bytes: Option<&[u8]>) -> (usize, u64) {
+    use std::hash::{Hash, Hasher};
+    let bytes = bytes.unwrap_or_default();
+    let mut hasher = std::hash::DefaultHasher::new();
+    bytes.hash(&mut hasher);
+    (bytes.len(), hasher.finish())
+}
+
 /// One controller-written file.
 #[derive(Debug)]
 pub struct ControllerFile {
@@ -70,38 +79,32 @@ impl ControllerFile {
     }
 
     fn read_stamped<T: DeserializeOwned + Default>(&self) -> Result<Stamped<T>, kaas_shared::Error> {
-        Ok(atomic_file::read_json(&*self.fs, &self.path, self.what)?.unwrap_or_default())
+        self.parse(self.bytes()?.as_deref())
     }
 
-    /// Reads the file again and hands it to `serve`: in a cluster another broker (the
-    /// controller) may have changed it. Blocking (file I/O).
+    fn bytes(&self) -> Result<Option<Vec<u8>>, kaas_shared::Error> {
+        kaas_shared::fs::read_optional(&*self.fs, &self.path).map_err(|e| kaas_shared::Error::io("read", &self.path, e))
+    }
+
+    /// The file's content from its bytes (`None`: no file yet, the default).
+    fn parse<T: DeserializeOwned + Default>(&self, bytes: Option<&[u8]>) -> Result<Stamped<T>, kaas_shared::Error> {
+        let Some(bytes) = bytes else { return Ok(Stamped::default()) };
+        serde_json::from_slice(bytes).map_err(|source| kaas_shared::Error::Json { what: self.what, path: self.path.clone(), source })
+    }
+
+    /// Reads the file again and hands it to `serve`, unless its bytes are those the last refresh
+    /// served: in a cluster another broker (the controller) may have changed it. Blocking (file
+    /// I/O).
     pub fn refresh<T: DeserializeOwned + Default>(&self, serve: impl FnOnce(T)) -> Result<(), kaas_shared::Error> {
         // NB: not beside a change of this broker's, which would be served for a moment and then
         // replaced by the older file read before it.
         let mut served = self.writing.lock();
-        let bytes = kaas_shared::fs::read_optional(&*self.fs, &self.path).map_err(|e| kaas_shared::Error::io("read", &self.path, e))?;
-        let bytes = bytes.unwrap_or_default();
-        let stamp = (bytes.len(), {
-            use std::hash::{Hash, Hasher};
-            let mut hasher = std::collections::hash_map::DefaultHasher::new();
-            bytes.hash(&mut hasher);
-            hasher.finish()
-        });
+        let bytes = self.bytes()?;
+        let stamp = fingerprint(bytes.as_deref());
         if *served == Some(stamp) {
             return Ok(());
         }
-        let content = match bytes.is_empty() {
-            true => T::default(),
-            false => {
-                let stamped: Stamped<T> = serde_json::from_slice(&bytes).map_err(|source| kaas_shared::Error::Json {
-                    what: self.what,
-                    path: self.path.clone(),
-                    source,
-                })?;
-                stamped.content
-            }
-        };
-        serve(content);
+        serve(self.parse::<T>(bytes.as_deref())?.content);
         *served = Some(stamp);
         Ok(())
     }
