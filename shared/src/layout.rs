@@ -61,6 +61,11 @@ impl Layout {
         self.cluster_dir().join(names::INTERBROKER_KEY_FILE)
     }
 
+    /// `<root>/__cluster/kafka-users.json`.
+    pub fn kafka_users_file(&self) -> PathBuf {
+        self.cluster_dir().join(names::KAFKA_USERS_FILE)
+    }
+
     /// `<root>/__cluster/brokers/`.
     pub fn brokers_dir(&self) -> PathBuf {
         self.cluster_dir().join(names::BROKERS_DIR)

@@ -16,12 +16,14 @@ pub mod epochs;
 pub mod fs;
 pub mod identity;
 pub mod interbroker_key;
+pub mod kafka_users;
 pub mod layout;
 pub mod listen_address;
 pub mod live_topics;
 pub mod names;
 pub mod producer_ids;
 pub mod reclaim;
+pub mod scram;
 pub mod topic_configs;
 pub mod topic_file;
 

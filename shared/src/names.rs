@@ -25,6 +25,8 @@ pub const PRODUCER_SNAPSHOT_FILE: &str = "producer-state.snapshot";
 pub const ASSIGNMENT_FILE: &str = "assignment.json";
 /// The brokers' shared secret (`interbroker_key`), in [`CLUSTER_DIR`].
 pub const INTERBROKER_KEY_FILE: &str = "interbroker.key";
+/// The KafkaUsers' credentials, ACLs and quotas (`kafka_users`), in [`CLUSTER_DIR`].
+pub const KAFKA_USERS_FILE: &str = "kafka-users.json";
 /// Directory of broker registrations (one file per broker, written by that broker), in
 /// [`CLUSTER_DIR`].
 pub const BROKERS_DIR: &str = "brokers";
