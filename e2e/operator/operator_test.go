@@ -1,6 +1,10 @@
 package operator
 
 import (
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/sha512"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -50,7 +54,7 @@ func TestOperator(t *testing.T) {
 
 	// Install exactly as a user would: CRDs, RBAC and the operator Deployment from config/.
 	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
-	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
+	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments", "kafkausers"} {
 		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
 	}
 	c.Apply(clusterYAML)
@@ -373,7 +377,6 @@ spec:
 			{"kafkacluster", "kc", "merge", `{"spec":{"config":{"log.retention.hours":"1"}}}`, "config has keys kaas does not take"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"config":{"security.protocol":"SSL"}}}`, "config has keys kaas does not take"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"listener":{"authentication":{"type":"tls"}}}}`, "type tls needs listener.tls"},
-			{"kafkacluster", "kc", "merge", `{"spec":{"listener":{"authentication":{"type":"scram-sha-512"}}}}`, "SCRAM needs secretName"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"listener":{"authentication":{"type":"oauth"}}}}`, "type oauth needs either jwksEndpointUri"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"listener":{"authentication":{"type":"oauth","jwksEndpointUri":"https://idp/certs","checkAudience":true}}}}`, "checkAudience needs clientId"},
 			{"kafkacluster", "kc", "merge", `{"spec":{"listener":{"authentication":{"type":"scram-sha-512","secretName":"u","clientId":"kafka"}}}}`, "the OAuth fields are for type oauth"},
@@ -456,6 +459,135 @@ spec:
 				t.Errorf("recreated topic has data in %s (%d bytes)", log, info.Size())
 			}
 		}
+	})
+
+	t.Run("KafkaUsers: a password Secret, the user's entry in kafka-users.json, removed on delete", func(t *testing.T) {
+		c := c.For(t)
+		// The agent keeps users' Secrets but may not list or watch Secrets.
+		agentSA := "system:serviceaccount:" + ns + ":kc-volume-agent"
+		for _, check := range [][3]string{
+			{"create", "secrets", "yes"}, {"patch", "kafkausers --subresource=status", "yes"}, {"watch", "kafkausers", "yes"},
+			{"list", "secrets", "no"}, {"delete", "secrets", "no"}, {"patch", "kafkausers", "no"},
+		} {
+			args := append([]string{"auth", "can-i", "-n", ns, "--as", agentSA, check[0]}, strings.Fields(check[1])...)
+			if out, _ := c.Kubectl(args...); strings.TrimSpace(out) != check[2] {
+				t.Errorf("volume agent may %s %s: %s, want %s", check[0], check[1], out, check[2])
+			}
+		}
+		if out, err := c.KubectlStdin(userYAML("mallory", "{type: tls-external, password: {valueFrom: {secretKeyRef: {name: x, key: pw}}}}", ""), "apply", "-f", "-"); err == nil || !strings.Contains(out, "authentication.password is for type scram-sha-512") {
+			t.Errorf("want a refused password for tls-external, got err=%v: %s", err, out)
+		}
+		c.Apply(userYAML("alice", "{type: scram-sha-512}", `
+  authorization:
+    type: simple
+    acls:
+    - {resource: {type: topic, name: orders}, operations: [Read, Write, Describe]}
+    - {resource: {type: group, name: orders-, patternType: prefix}, operations: [Read]}
+  quotas: {producerByteRate: 1048576, requestPercentage: 50}`) + `---
+apiVersion: v1
+kind: Secret
+metadata: {name: bob-password, namespace: ` + ns + `}
+stringData: {pw: bob-first-password}
+---` + userYAML("bob", "{type: scram-sha-512, password: {valueFrom: {secretKeyRef: {name: bob-password, key: pw}}}}", ""))
+		defer c.Kubectl("-n", ns, "delete", "kafkauser", "bob", "--wait=false")
+		defer c.Kubectl("-n", ns, "delete", "secret", "bob-password", "--wait=false")
+		for _, u := range []string{"alice", "bob"} {
+			c.WaitJSONPath(time.Minute, ns, "kafkauser", u, `.status.conditions[?(@.type=="Ready")].status`, "True")
+			for _, field := range []string{".status.username", ".status.secret"} {
+				if got := c.JSONPath(ns, "kafkauser", u, field); got != u {
+					t.Errorf("%s: %s %q", u, field, got)
+				}
+			}
+		}
+		aliceUID := c.JSONPath(ns, "kafkauser", "alice", ".metadata.uid")
+		if got := c.JSONPath(ns, "secret", "alice", `.metadata.ownerReferences[?(@.kind=="KafkaUser")].uid`); got != aliceUID {
+			t.Errorf("Secret alice owned by %q, want %s", got, aliceUID)
+		}
+		password := secretValue(c, "alice", "password")
+		if !regexp.MustCompile(`^[A-Za-z0-9]{32}$`).MatchString(password) {
+			t.Errorf("generated password %q is not 32 alphanumerics", password)
+		}
+		jaas := secretValue(c, "alice", "sasl.jaas.config")
+		if want := `org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="` + password + `";`; jaas != want {
+			t.Errorf("sasl.jaas.config %q, want %q", jaas, want)
+		}
+		file := readUsersFile(t, volume)
+		alice, ok := file.Users["alice"]
+		if !ok {
+			t.Fatalf("no alice in kafka-users.json: %+v", file)
+		}
+		if alice.UID != aliceUID || len(alice.ACLs) != 2 || alice.ACLs[1].Resource.PatternType != "prefix" || alice.ACLs[1].Resource.Name != "orders-" ||
+			strings.Join(alice.ACLs[0].Operations, ",") != "Read,Write,Describe" || alice.Quotas.ProducerByteRate != 1048576 || alice.Quotas.RequestPercentage != 50 {
+			t.Errorf("alice's entry: %+v", alice)
+		}
+		checkScram(t, "alice", alice, password)
+		// A provided password is the user's, copied into its Secret; a changed one is picked up.
+		bobPassword := "bob-first-password"
+		for _, step := range []string{"first", "changed"} {
+			if step == "changed" {
+				bobPassword = "bob-changed-password"
+				c.MustKubectl("-n", ns, "patch", "secret", "bob-password", "--type=merge", "-p", `{"stringData":{"pw":"`+bobPassword+`"}}`)
+				// The agent cannot watch Secrets (it would notice within a minute): any change to the user reconciles it now.
+				c.MustKubectl("-n", ns, "annotate", "kafkauser", "bob", "--overwrite", "e2e/poke=1")
+			}
+			c.Eventually(time.Minute, "bob's Secret holds the "+step+" password", func() (bool, error) {
+				got := secretValue(c, "bob", "password")
+				return got == bobPassword, fmt.Errorf("password %q", got)
+			})
+			c.Eventually(time.Minute, "bob's entry takes the "+step+" password", func() (bool, error) {
+				bob, ok := readUsersFile(t, volume).Users["bob"]
+				return ok && scramMatches(bob.Scram["SCRAM-SHA-512"], bobPassword), fmt.Errorf("entry %+v", bob)
+			})
+		}
+
+		// What the user cannot be until fixed, each in status and an event.
+		c.Apply("apiVersion: v1\nkind: Secret\nmetadata: {name: eve, namespace: " + ns + "}\nstringData: {password: not-the-operators}\n" +
+			"---" + userYAML("carol", "{type: scram-sha-512, password: {valueFrom: {secretKeyRef: {name: carol-password, key: pw}}}}", "") +
+			"---" + userYAML("dave", "{type: scram-sha-512}", "\n  authorization: {type: simple, acls: [{resource: {type: group, name: g}, operations: [Write]}]}") +
+			"---" + userYAML("eve", "{type: scram-sha-512}", ""))
+		for _, u := range []string{"carol", "dave", "eve"} {
+			defer c.Kubectl("-n", ns, "delete", "kafkauser", u, "--wait=false")
+		}
+		defer c.Kubectl("-n", ns, "delete", "secret", "eve", "carol-password", "--wait=false")
+		for _, tc := range [][3]string{
+			{"carol", "PasswordSecretNotFound", `the password Secret "carol-password" does not exist`},
+			{"dave", "InvalidSpec", "Kafka does not support Write on a group resource"},
+			{"eve", "SecretConflict", `Secret "eve" exists and is not this KafkaUser's`},
+		} {
+			c.WaitJSONPath(time.Minute, ns, "kafkauser", tc[0], `.status.conditions[?(@.type=="Ready")].reason`, tc[1])
+			if msg := c.JSONPath(ns, "kafkauser", tc[0], `.status.conditions[?(@.type=="Ready")].message`); !strings.Contains(msg, tc[2]) {
+				t.Errorf("%s: message %q does not say %q", tc[0], msg, tc[2])
+			}
+			c.Eventually(time.Minute, "a "+tc[1]+" event on "+tc[0], func() (bool, error) {
+				out, _ := c.Kubectl("-n", ns, "get", "events", "--field-selector", "involvedObject.kind=KafkaUser,involvedObject.name="+tc[0], "-o", "jsonpath={.items[*].reason}")
+				return strings.Contains(out, tc[1]), fmt.Errorf("events %q", out)
+			})
+		}
+		if got := secretValue(c, "eve", "password"); got != "not-the-operators" {
+			t.Errorf("the operator changed a Secret it does not own: %q", got)
+		}
+		users := readUsersFile(t, volume).Users
+		for _, u := range []string{"carol", "dave", "eve"} {
+			if _, ok := users[u]; ok {
+				t.Errorf("%s, not ready, has an entry", u)
+			}
+		}
+		// The missing password Secret appears: carol becomes ready (retried every 30 s).
+		c.Apply("apiVersion: v1\nkind: Secret\nmetadata: {name: carol-password, namespace: " + ns + "}\nstringData: {pw: carol-password}\n")
+		c.WaitJSONPath(time.Minute, ns, "kafkauser", "carol", `.status.conditions[?(@.type=="Ready")].status`, "True")
+
+		// Deleting a user removes its entry (the agent's sweep) and its Secret (garbage collection).
+		c.MustKubectl("-n", ns, "delete", "kafkauser", "alice", "--wait=true", "--timeout=30s")
+		c.Eventually(30*time.Second, "alice gone from kafka-users.json", func() (bool, error) {
+			users := readUsersFile(t, volume).Users
+			_, alive := users["alice"]
+			_, bob := users["bob"]
+			return !alive && bob, fmt.Errorf("users %v", users)
+		})
+		c.Eventually(time.Minute, "Secret alice garbage-collected", func() (bool, error) {
+			out, err := c.Kubectl("-n", ns, "get", "secret", "alice", "--ignore-not-found", "-o", "name")
+			return err == nil && strings.TrimSpace(out) == "", fmt.Errorf("still there: %q (%v)", out, err)
+		})
 	})
 
 	t.Run("operator restarted mid-reconcile converges", func(t *testing.T) {
@@ -812,5 +944,100 @@ func checkTopicFile(t *testing.T, volume, topic string, partitions int, uid stri
 	f := readTopicFile(volume, topic)
 	if f.Name != topic || f.TopicID != uid || f.Partitions != partitions {
 		t.Fatalf("topic.json of %s = %+v, want %d partitions and id %s", topic, f, partitions, uid)
+	}
+}
+
+// userYAML is a KafkaUser of cluster kc with spec.authentication authn (a flow mapping) and
+// further spec lines extra (each starting "\n  ").
+func userYAML(name, authn, extra string) string {
+	return "\napiVersion: kaas.dev/v1alpha1\nkind: KafkaUser\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec:\n  clusterRef: kc\n  authentication: " + authn + extra + "\n"
+}
+
+// secretValue is one key of a Secret in ns, decoded ("" when absent).
+func secretValue(c *harness.Cluster, name, key string) string {
+	encoded := c.JSONPath(ns, "secret", name, ".data."+strings.ReplaceAll(key, ".", `\.`))
+	decoded, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		return ""
+	}
+	return string(decoded)
+}
+
+type scramCredential struct {
+	Salt       string `json:"salt"`
+	Iterations int    `json:"iterations"`
+	StoredKey  string `json:"storedKey"`
+	ServerKey  string `json:"serverKey"`
+}
+
+type kafkaUserEntry struct {
+	UID   string                     `json:"uid"`
+	Scram map[string]scramCredential `json:"scram"`
+	ACLs  []struct {
+		Resource struct {
+			Type        string `json:"type"`
+			Name        string `json:"name"`
+			PatternType string `json:"patternType"`
+		} `json:"resource"`
+		Operations []string `json:"operations"`
+		Host       string   `json:"host"`
+		Type       string   `json:"type"`
+	} `json:"acls"`
+	Quotas struct {
+		ProducerByteRate  int64 `json:"producerByteRate"`
+		RequestPercentage int   `json:"requestPercentage"`
+	} `json:"quotas"`
+}
+
+type kafkaUsersFile struct {
+	Revision uint64                    `json:"revision"`
+	Users    map[string]kafkaUserEntry `json:"users"`
+}
+
+// readUsersFile reads the volume's __cluster/kafka-users.json (empty when there is none yet).
+func readUsersFile(t *testing.T, volume string) kafkaUsersFile {
+	t.Helper()
+	var f kafkaUsersFile
+	b, err := os.ReadFile(filepath.Join(volume, "__cluster", "kafka-users.json"))
+	if os.IsNotExist(err) {
+		return f
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("kafka-users.json: %v\n%s", err, b)
+	}
+	return f
+}
+
+// scramMatches says whether a SCRAM-SHA-512 credential was derived from password (RFC 5802:
+// SaltedPassword = PBKDF2-HMAC-SHA512, ClientKey = HMAC(SaltedPassword, "Client Key"),
+// StoredKey = SHA-512(ClientKey)).
+func scramMatches(cred scramCredential, password string) bool {
+	salt, err := base64.StdEncoding.DecodeString(cred.Salt)
+	if err != nil || len(salt) == 0 || cred.Iterations < 4096 {
+		return false
+	}
+	salted, err := pbkdf2.Key(sha512.New, password, salt, cred.Iterations, sha512.Size)
+	if err != nil {
+		return false
+	}
+	mac := hmac.New(sha512.New, salted)
+	mac.Write([]byte("Client Key"))
+	stored := sha512.Sum512(mac.Sum(nil))
+	want, err := base64.StdEncoding.DecodeString(cred.StoredKey)
+	return err == nil && hmac.Equal(stored[:], want)
+}
+
+// checkScram fails the test unless the entry has both mechanisms and its SCRAM-SHA-512
+// credential verifies against password.
+func checkScram(t *testing.T, user string, entry kafkaUserEntry, password string) {
+	t.Helper()
+	if _, ok := entry.Scram["SCRAM-SHA-256"]; !ok {
+		t.Errorf("%s has no SCRAM-SHA-256 credential: %+v", user, entry.Scram)
+	}
+	if !scramMatches(entry.Scram["SCRAM-SHA-512"], password) {
+		t.Errorf("%s's SCRAM-SHA-512 credential does not verify against its password: %+v", user, entry.Scram)
 	}
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, ValidationRule,
 };
-use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
+use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic, KafkaUser};
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
@@ -18,7 +18,7 @@ pub const OPERATOR_NAMESPACE: &str = "kaas-system";
 /// The operator's ServiceAccount, ClusterRole and Deployment name.
 pub const OPERATOR_NAME: &str = "kaas-operator";
 
-/// The three CRDs with their file names.
+/// The four CRDs with their file names.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         (
@@ -30,6 +30,7 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
             "kaas.dev_kafkaclusterassignments.yaml",
             KafkaClusterAssignments::crd(),
         ),
+        ("kaas.dev_kafkausers.yaml", KafkaUser::crd()),
     ]
 }
 
@@ -206,6 +207,26 @@ pub fn samples() -> Vec<(&'static str, Value)> {
                 "apiVersion": "kaas.dev/v1alpha1", "kind": "KafkaTopic",
                 "metadata": {"name": "orders"},
                 "spec": {"clusterRef": "demo", "partitions": 6, "config": {"retention.ms": "86400000", "cleanup.policy": "delete"}}
+            }),
+        ),
+        (
+            "kafkauser.yaml",
+            json!({
+                "apiVersion": "kaas.dev/v1alpha1", "kind": "KafkaUser",
+                "metadata": {"name": "orders-app"},
+                "spec": {
+                    "clusterRef": "demo",
+                    // The operator generates the password into Secret orders-app.
+                    "authentication": {"type": "scram-sha-512"},
+                    "authorization": {
+                        "type": "simple",
+                        "acls": [
+                            {"resource": {"type": "topic", "name": "orders"}, "operations": ["Read", "Write", "Describe"]},
+                            {"resource": {"type": "group", "name": "orders-", "patternType": "prefix"}, "operations": ["Read"]},
+                        ],
+                    },
+                    "quotas": {"producerByteRate": 1048576, "consumerByteRate": 2097152, "requestPercentage": 50},
+                }
             }),
         ),
     ]
@@ -521,6 +542,50 @@ pub fn csv(image: &str) -> Value {
             &[],
             &[],
         ),
+        owned_crd(
+            &crds[3].1,
+            "Kafka User",
+            "A Kafka user: its SCRAM password (in a Secret named after it), ACLs and quotas.",
+            &[
+                (
+                    "clusterRef",
+                    "Cluster",
+                    "The KafkaCluster the user belongs to (immutable)",
+                    &["urn:alm:descriptor:com.tectonic.ui:text"],
+                ),
+                (
+                    "authentication",
+                    "Authentication",
+                    "scram-sha-512 (a generated or provided password) or tls-external",
+                    &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+                ),
+                (
+                    "authorization",
+                    "Authorization",
+                    "The user's ACL rules",
+                    &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+                ),
+                (
+                    "quotas",
+                    "Quotas",
+                    "Produce and fetch byte rates, request percentage, controller mutation rate",
+                    &["urn:alm:descriptor:com.tectonic.ui:advanced"],
+                ),
+            ],
+            &[
+                (
+                    "conditions",
+                    "Conditions",
+                    "Ready, with the reason a user is not",
+                ),
+                (
+                    "username",
+                    "User name",
+                    "The name clients authenticate as and ACLs name",
+                ),
+                ("secret", "Secret", "The Secret holding the user's password"),
+            ],
+        ),
     ];
     let mut csv = json!({
         "apiVersion": "operators.coreos.com/v1alpha1",
@@ -545,7 +610,7 @@ pub fn csv(image: &str) -> Value {
         },
         "spec": {
             "displayName": "kaas",
-            "description": "kaas runs Kafka-compatible brokers that share one ReadWriteMany volume instead of replicating. The operator manages KafkaCluster and KafkaTopic resources: the broker StatefulSet, its Services, RBAC and disruption budget, and the topic directories on the shared volume.",
+            "description": "kaas runs Kafka-compatible brokers that share one ReadWriteMany volume instead of replicating. The operator manages KafkaCluster, KafkaTopic and KafkaUser resources: the broker StatefulSet, its Services, RBAC and disruption budget, the topic directories on the shared volume, and users' credentials, ACLs and quotas.",
             "version": version,
             "maturity": "alpha",
             "minKubeVersion": "1.33.0",
@@ -763,8 +828,16 @@ mod tests {
         let owned = csv["spec"]["customresourcedefinitions"]["owned"]
             .as_array()
             .unwrap();
-        assert_eq!(owned.len(), 3);
+        assert_eq!(owned.len(), 4);
         assert_eq!(owned[1]["name"], "kafkatopics.kaas.dev");
+        assert_eq!(owned[3]["name"], "kafkausers.kaas.dev");
+        let examples: Vec<Value> = serde_json::from_str(
+            csv["metadata"]["annotations"]["alm-examples"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert!(examples.iter().any(|e| e["kind"] == "KafkaUser"));
         assert_eq!(
             csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"]["containers"]
                 [0]["image"],

@@ -5,7 +5,8 @@
 //!   its Services, RBAC, disruption budget, shared claim, and one **volume agent** per cluster;
 //! - the **volume agent** (`kaas-operator volume-agent`), a one-replica Deployment that mounts
 //!   its cluster's ReadWriteMany claim at `/data`, reconciles that cluster's [`KafkaTopic`]s into
-//!   topic directories (identity stamp, topic.json) and reclaims the directories of deleted topics.
+//!   topic directories (identity stamp, topic.json) and reclaims the directories of deleted topics,
+//!   and reconciles its [`KafkaUser`]s into `__cluster/kafka-users.json` and their Secrets.
 //!
 //! Why an agent per cluster rather than the manager mounting volumes: a Pod's volumes are fixed
 //! when it starts, so a single manager could only reach claims known at its start; an agent per
@@ -18,6 +19,7 @@
 //!
 //! [`KafkaCluster`]: kaas_shared::crd::KafkaCluster
 //! [`KafkaTopic`]: kaas_shared::crd::KafkaTopic
+//! [`KafkaUser`]: kaas_shared::crd::KafkaUser
 
 pub mod backoff;
 pub mod certificates;
@@ -36,6 +38,7 @@ pub mod self_monitoring;
 pub mod sweep;
 pub mod topic;
 pub mod triggers;
+pub mod user;
 pub mod validate;
 pub mod versions;
 pub mod volume;
@@ -76,6 +79,9 @@ pub enum Error {
     /// A certificate the operator issues could not be made.
     #[error(transparent)]
     Certificate(#[from] certificates::CertificateError),
+    /// The OS random source failed (a generated password).
+    #[error("random source: {0}")]
+    Random(String),
 }
 
 /// Result with this crate's [`Error`].
@@ -93,6 +99,7 @@ impl Error {
             Error::Certificate(_) => "CertificateError",
             Error::LeaseStore(_) => "LeaseStoreError",
             Error::NotLeader => "NotLeader",
+            Error::Random(_) => "RandomSourceFailed",
         }
     }
 }

@@ -14,8 +14,8 @@ use kaas_operator::install::Install;
 use kaas_operator::leader::{self, Elector, KubeLease, Leadership};
 use kaas_operator::metrics::ReconcileMetrics;
 use kaas_operator::topic::{self, AgentContext};
-use kaas_operator::{self_monitoring, sweep, triggers, versions};
-use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic};
+use kaas_operator::{self_monitoring, sweep, triggers, user, versions};
+use kaas_shared::crd::{KafkaCluster, KafkaClusterAssignments, KafkaTopic, KafkaUser};
 use kaas_shared::fs::RealFs;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ObjectRef};
@@ -65,8 +65,8 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
-    /// Reconcile one cluster's KafkaTopics on its shared volume, and reclaim deleted topics'
-    /// directories.
+    /// Reconcile one cluster's KafkaTopics and KafkaUsers on its shared volume, reclaim deleted
+    /// topics' directories and remove deleted users.
     VolumeAgent {
         /// The cluster's namespace.
         #[arg(long, env = "KAAS_NAMESPACE")]
@@ -77,7 +77,8 @@ enum Command {
         /// Where the cluster's claim is mounted.
         #[arg(long, env = "KAAS_DATA_DIR", default_value = "/data")]
         data_dir: PathBuf,
-        /// Seconds between reclamation rounds.
+        /// Seconds between reclamation rounds (deleted topics' directories, deleted users'
+        /// entries).
         #[arg(long, env = "KAAS_SWEEP_INTERVAL_SECS", default_value_t = 5)]
         sweep_interval_secs: u64,
         #[command(flatten)]
@@ -439,19 +440,50 @@ async fn volume_agent(
                     .metrics
                     .readiness
                     .count("KafkaTopic", controller.store());
+                // A deleted KafkaUser nudges the sweeper, which removes its entry from
+                // kafka-users.json (there is no finalizer to hold the deletion until then).
+                let nudge = Arc::new(tokio::sync::Notify::new());
+                let (user_reader, user_writer) = reflector::store();
+                let users = triggers::own_and_deleted(
+                    Api::<KafkaUser>::namespaced(template.client.clone(), &template.namespace),
+                    watcher::Config::default(),
+                    user_writer,
+                    queue.clone(),
+                    user::CONTROLLER,
+                    {
+                        let nudge = nudge.clone();
+                        move |_: &KafkaUser| nudge.notify_one()
+                    },
+                );
+                let user_controller = Controller::for_stream(users, user_reader);
+                let _counted_users = template
+                    .metrics
+                    .readiness
+                    .count("KafkaUser", user_controller.store());
                 let ctx = Arc::new(AgentContext {
                     topics: controller.store(),
                     ..template
                 });
                 let (sweep_stop, sweep_stopped) = watch::channel(false);
-                let sweeper =
-                    tokio::spawn(sweep::run(ctx.clone(), interval, metrics, sweep_stopped));
-                controller
+                let sweeper = tokio::spawn(sweep::run(
+                    ctx.clone(),
+                    interval,
+                    metrics,
+                    nudge,
+                    sweep_stopped,
+                ));
+                let stop = stop.shared();
+                let topics = controller
+                    .graceful_shutdown_on(stop.clone())
+                    .run(topic::reconcile, topic::error_policy, ctx.clone())
+                    .for_each(|_| async {});
+                let users = user_controller
                     .graceful_shutdown_on(stop)
-                    .run(topic::reconcile, topic::error_policy, ctx)
-                    .for_each(|_| async {})
-                    .await;
+                    .run(user::reconcile, user::error_policy, ctx)
+                    .for_each(|_| async {});
+                futures::future::join(topics, users).await;
                 queue.stopped(topic::CONTROLLER);
+                queue.stopped(user::CONTROLLER);
                 // The sweeper hears the stop and is awaited before the Lease may be released.
                 let _ = sweep_stop.send(true);
                 if let Err(e) = sweeper.await {

@@ -48,9 +48,9 @@ pub fn broker_rules() -> Vec<PolicyRule> {
     ]
 }
 
-/// What a cluster's volume agent uses: read its topics, write their status, read its cluster
-/// (for its `assignment.json` path nothing else is needed), record events, and hold its Lease
-/// (conditional `update`s; never `delete`).
+/// What a cluster's volume agent uses: read its topics and users, write their status, read its
+/// cluster (for its `assignment.json` path nothing else is needed), keep its SCRAM users'
+/// Secrets, record events, and hold its Lease (conditional `update`s; never `delete`).
 pub fn volume_agent_rules() -> Vec<PolicyRule> {
     vec![
         rule(
@@ -58,8 +58,19 @@ pub fn volume_agent_rules() -> Vec<PolicyRule> {
             &["leases"],
             &["get", "create", "update"],
         ),
-        rule("kaas.dev", &["kafkatopics"], &["get", "list", "watch"]),
-        rule("kaas.dev", &["kafkatopics/status"], &["get", "patch"]),
+        rule(
+            "kaas.dev",
+            &["kafkatopics", "kafkausers"],
+            &["get", "list", "watch"],
+        ),
+        rule(
+            "kaas.dev",
+            &["kafkatopics/status", "kafkausers/status"],
+            &["get", "patch"],
+        ),
+        // Users' Secrets (created, and patched when a provided password changes) and the
+        // password Secrets users name; no list or watch: it reads only the Secrets it is named.
+        rule("", &["secrets"], &["get", "create", "patch"]),
         rule("kaas.dev", &["kafkaclusters"], &["get"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]
@@ -102,6 +113,9 @@ pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
             &["kafkatopics"],
             &["get", "list", "watch", "create", "patch", "delete"],
         ),
+        // Not used by the manager: granted to the volume agents, so held.
+        rule("kaas.dev", &["kafkausers"], &["get", "list", "watch"]),
+        rule("kaas.dev", &["kafkausers/status"], &["get", "patch"]),
         rule(
             "kaas.dev",
             &["kafkaclusterassignments"],
@@ -201,5 +215,22 @@ mod tests {
         assert!(!allows(&b, "kaas.dev", "kafkaclusters", "patch"));
         assert!(!allows(&b, "", "secrets", "get"));
         assert!(!allows(&b, "discovery.k8s.io", "endpointslices", "get"));
+        assert!(!allows(&b, "kaas.dev", "kafkausers", "get"));
+    }
+
+    #[test]
+    fn the_volume_agent_keeps_users_and_their_secrets_but_lists_no_secret() {
+        let a = volume_agent_rules();
+        for verb in ["get", "list", "watch"] {
+            assert!(allows(&a, "kaas.dev", "kafkausers", verb), "{verb}");
+        }
+        assert!(allows(&a, "kaas.dev", "kafkausers/status", "patch"));
+        assert!(!allows(&a, "kaas.dev", "kafkausers", "patch"));
+        for verb in ["get", "create", "patch"] {
+            assert!(allows(&a, "", "secrets", verb), "{verb}");
+        }
+        for verb in ["list", "watch", "delete", "update"] {
+            assert!(!allows(&a, "", "secrets", verb), "{verb}");
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! KafkaCluster and KafkaTopic readiness as gauges, `kaas_operator_resources{kind, ready}`,
+//! KafkaCluster, KafkaTopic and KafkaUser readiness as gauges, `kaas_operator_resources{kind, ready}`,
 //! counted at scrape time from the caches the controllers already keep: no extra watch, and
 //! nothing to forget when an object is deleted. A standby replica runs no controller and so
 //! reports nothing; each running controller (one per watched namespace) adds its cache.
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kaas_shared::crd::{KafkaCluster, KafkaTopic};
+use kaas_shared::crd::{KafkaCluster, KafkaTopic, KafkaUser};
 use kube::runtime::reflector::Store;
 use std::sync::Mutex;
 use prometheus_client::collector::Collector;
@@ -27,6 +27,12 @@ impl Readable for KafkaCluster {
 }
 
 impl Readable for KafkaTopic {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| &s.conditions)
+    }
+}
+
+impl Readable for KafkaUser {
     fn conditions(&self) -> &[Condition] {
         self.status.as_ref().map_or(&[], |s| &s.conditions)
     }

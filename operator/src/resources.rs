@@ -448,8 +448,9 @@ fn listener_security(
     (env, volumes)
 }
 
-/// The broker variables of SCRAM `mechanism` over the users of `authentication.secretName`, and
-/// the Secret they need mounted.
+/// The broker variables of SCRAM `mechanism`, and the Secret they need mounted: the users of
+/// the cluster's KafkaUsers (which brokers read from the volume, `kafka-users.json`), and those
+/// of `authentication.secretName`'s `users.json` when it is set.
 fn scram_env(
     mechanism: &str,
     authentication: &ListenerAuthentication,
@@ -457,10 +458,8 @@ fn scram_env(
     volumes: &mut Vec<(&'static str, String, &'static str)>,
 ) {
     env.push(json!({"name": "KAAS_SASL_ENABLED_MECHANISMS", "value": mechanism}));
-    env.push(json!({"name": "KAAS_SASL_CREDENTIALS", "value": format!("{SASL_CREDENTIALS_DIR}/users.json")}));
-    // NB: the CRD requires the Secret for SCRAM; an object stored without one is refused by
-    // validation before it is rendered.
     if let Some(secret) = &authentication.secret_name {
+        env.push(json!({"name": "KAAS_SASL_CREDENTIALS", "value": format!("{SASL_CREDENTIALS_DIR}/users.json")}));
         volumes.push(("sasl-credentials", secret.clone(), SASL_CREDENTIALS_DIR));
     }
 }

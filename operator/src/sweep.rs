@@ -3,12 +3,17 @@
 //! leads its partitions, and re-drives removal of everything renamed aside until it is gone.
 //! This is how deletion converges without a finalizer: from the volume and `assignment.json`,
 //! whether or not the operator was running when the KafkaTopic was deleted.
+//!
+//! Each round also removes the `kafka-users.json` entries of deleted KafkaUsers ([`users_round`]);
+//! a KafkaUser's deletion seen by the agent's watch starts a round at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kaas_shared::crd::{KafkaCluster, KafkaTopic};
+use kaas_shared::crd::{KafkaCluster, KafkaTopic, KafkaUser};
+use kaas_shared::kafka_users;
+use kaas_shared::layout::Layout;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
@@ -37,12 +42,48 @@ pub async fn round(ctx: &AgentContext) -> Result<RoundReport> {
         .await
 }
 
-/// Runs rounds every `interval` until `shutdown` fires. A failed round is retried on the next
-/// tick; pending removals are reported as events on the KafkaCluster and in the log.
+/// Removes the entries of deleted KafkaUsers from `kafka-users.json`; the user names removed.
+/// The file's revision is read before the live users are listed, so an entry written after the
+/// listing (a user the listing may not include yet) is never removed
+/// ([`kafka_users::KafkaUsersFile::remove_dead`]).
+pub async fn users_round(ctx: &AgentContext) -> Result<Vec<String>> {
+    let (listed_at, empty) = ctx
+        .with_volume(|fs, root| {
+            let file = kafka_users::read(fs, &Layout::new(root.to_owned()))?;
+            Ok((file.revision, file.users.is_empty()))
+        })
+        .await?;
+    if empty {
+        return Ok(Vec::new());
+    }
+    let live: BTreeSet<String> = Api::<KafkaUser>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|u| u.spec.cluster_ref == ctx.cluster)
+        .filter_map(|u| u.uid())
+        .collect();
+    ctx.with_volume(move |fs, root| {
+        let layout = Layout::new(root.to_owned());
+        let mut file = kafka_users::read(fs, &layout)?;
+        let removed = file.remove_dead(&live, listed_at);
+        if !removed.is_empty() {
+            kafka_users::write(fs, &layout, &file)?;
+        }
+        Ok(removed)
+    })
+    .await
+}
+
+/// Runs rounds every `interval`, and at once when `nudge` is notified (a KafkaUser was
+/// deleted), until `shutdown` fires. A failed round is retried on the next tick; pending
+/// removals are reported as events on the KafkaCluster and in the log.
 pub async fn run(
     ctx: Arc<AgentContext>,
     interval: Duration,
     metrics: crate::metrics::ReclaimMetrics,
+    nudge: Arc<tokio::sync::Notify>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut ticker = tokio::time::interval(interval);
@@ -50,7 +91,18 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
+            () = nudge.notified() => {}
             _ = shutdown.changed() => return,
+        }
+        match users_round(&ctx).await {
+            Ok(removed) => {
+                for name in &removed {
+                    info!(user = %name, "removed a deleted KafkaUser from kafka-users.json");
+                }
+            }
+            // A standby agent does not sweep; it is not a failure.
+            Err(crate::Error::NotLeader) => {}
+            Err(e) => warn!(error = %e, "KafkaUser sweep failed; retrying next round"),
         }
         let report = match round(&ctx).await {
             Ok(report) => report,

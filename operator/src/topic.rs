@@ -168,7 +168,7 @@ fn key(topic: &KafkaTopic) -> String {
 }
 
 /// Whether `cond` is news: the previous condition of its type had another reason.
-fn is_news(previous: &[Condition], cond: &Cond) -> bool {
+pub(crate) fn is_news(previous: &[Condition], cond: &Cond) -> bool {
     !previous
         .iter()
         .any(|c| c.type_ == cond.type_ && c.reason == cond.reason)

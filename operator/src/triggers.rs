@@ -29,6 +29,23 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
+    own_and_deleted(api, config, writer, queue, controller, |_| {})
+}
+
+/// [`own`], also calling `deleted` with each object whose deletion the watch sees (to start
+/// the clean-up of what a reconcile cannot see, such as a deleted user's entry on the volume).
+pub fn own_and_deleted<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    queue: Arc<WorkQueue>,
+    controller: &'static str,
+    deleted: impl Fn(&K) + Send + 'static,
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
     reflector::reflector(writer, watcher(api, config))
         .inspect_ok(move |event| match event {
             watcher::Event::Apply(obj) | watcher::Event::InitApply(obj) => {
@@ -38,11 +55,14 @@ where
                     &obj.name_any(),
                 );
             }
-            watcher::Event::Delete(obj) => queue.picked_up(
-                controller,
-                &obj.namespace().unwrap_or_default(),
-                &obj.name_any(),
-            ),
+            watcher::Event::Delete(obj) => {
+                queue.picked_up(
+                    controller,
+                    &obj.namespace().unwrap_or_default(),
+                    &obj.name_any(),
+                );
+                deleted(obj);
+            }
             watcher::Event::Init | watcher::Event::InitDone => {}
         })
         .applied_objects()

@@ -1,6 +1,6 @@
 //! The kaas custom resources (feature `crd`): the API both artifacts speak through Kubernetes.
 //!
-//! The operator reconciles [`KafkaCluster`] and [`KafkaTopic`]; brokers read KafkaTopics, create
+//! The operator reconciles [`KafkaCluster`], [`KafkaTopic`] and [`KafkaUser`]; brokers read KafkaTopics, create
 //! and patch them for Kafka-API topic admin, and the controller broker mirrors each assignment it
 //! writes into a [`KafkaClusterAssignments`] (a debug surface; brokers never read it back).
 //! The types live here, not in the operator, because the broker links them too and neither
@@ -15,10 +15,13 @@ pub mod assignments;
 pub mod cluster;
 #[allow(unreachable_pub, clippy::duplicated_attributes)]
 pub mod topic;
+#[allow(unreachable_pub, clippy::duplicated_attributes)]
+pub mod user;
 
 pub use assignments::{KafkaClusterAssignments, KafkaClusterAssignmentsSpec};
 pub use cluster::{KafkaCluster, KafkaClusterSpec, KafkaClusterStatus};
 pub use topic::{KafkaTopic, KafkaTopicSpec, KafkaTopicStatus};
+pub use user::{KafkaUser, KafkaUserSpec, KafkaUserStatus};
 
 /// The API group of every kaas resource.
 pub const GROUP: &str = "kaas.dev";

@@ -90,6 +90,13 @@ fn listener_security_mounts_its_secrets() {
     assert!(!e.contains_key("KAAS_SSL_CERTIFICATE"));
     assert_eq!(secrets.len(), 1);
 
+    // SCRAM users from KafkaUsers only: no credentials file, nothing mounted.
+    let (e, secrets) = mounted(json!({"authentication": {"type": "scram-sha-512"}}));
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SASL_PLAINTEXT");
+    assert_eq!(e["KAAS_SASL_ENABLED_MECHANISMS"], "SCRAM-SHA-512");
+    assert!(!e.contains_key("KAAS_SASL_CREDENTIALS"));
+    assert!(secrets.is_empty());
+
     let (e, secrets) =
         mounted(json!({"tls": {"secretName": "prod-tls"}, "authentication": {"type": "tls"}}));
     assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SSL");

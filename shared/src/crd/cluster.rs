@@ -213,7 +213,6 @@ pub struct ListenerTls {
 /// How clients of the listener prove who they are.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("(self.type != 'scram-sha-512' && self.type != 'scram-sha-256') || has(self.secretName)").message("listener.authentication: SCRAM needs secretName, the Secret holding users.json"))]
 #[x_kube(validation = Rule::new("self.type != 'oauth' || has(self.jwksEndpointUri) != has(self.jwksSecret)").message("listener.authentication type oauth needs either jwksEndpointUri (the identity provider's key set) or jwksSecret, not both"))]
 #[x_kube(validation = Rule::new("self.type == 'oauth' || !(has(self.jwksEndpointUri) || has(self.jwksSecret) || has(self.validIssuerUri) || has(self.userNameClaim) || has(self.checkAudience) || has(self.clientId) || has(self.jwksRefreshSeconds) || has(self.tlsTrustedCertificates))").message("listener.authentication: the OAuth fields are for type oauth"))]
 #[x_kube(validation = Rule::new("!has(self.checkAudience) || !self.checkAudience || has(self.clientId)").message("listener.authentication: checkAudience needs clientId, the audience tokens must name"))]
@@ -223,9 +222,10 @@ pub struct ListenerAuthentication {
     /// `oauth` (SASL/OAUTHBEARER: JWTs signed by an identity provider's keys).
     #[serde(rename = "type")]
     pub kind: AuthenticationType,
-    /// SCRAM: a Secret in the cluster's namespace whose `users.json` holds the users' salted
-    /// credentials, as `kaas scram-credential` writes them. Brokers read it again when the
-    /// Secret changes, so users are added and removed without a restart.
+    /// SCRAM: the users are those of the cluster's KafkaUsers, and those of this Secret's
+    /// `users.json` if it is set (a Secret in the cluster's namespace holding the users' salted
+    /// credentials, as `kaas scram-credential` writes them). Brokers read both again when they
+    /// change, so users are added and removed without a restart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,
