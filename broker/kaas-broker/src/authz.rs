@@ -4,7 +4,8 @@
 //! The ACLs live in one file on the volume, `__cluster/acls.json`, the only source of truth,
 //! written as [`crate::controller_file`] says: in local mode by the broker, in a cluster by the
 //! controller broker (the others forward CreateAcls and DeleteAcls to it); every broker of a
-//! cluster reads the file again every second ([`Authorizer::refresh`]).
+//! cluster reads the file again every second ([`Authorizer::refresh`]). Beside them, a cluster's
+//! brokers enforce the ACLs of its KafkaUsers ([`Authorizer::serve_kafka_users`]).
 
 pub mod index;
 pub mod model;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
 pub use self::index::{AclIndex, Action, Policy};
@@ -57,16 +58,34 @@ struct AclFile {
 #[derive(Debug)]
 pub struct Authorizer {
     settings: AuthzSettings,
+    /// The file's ACLs and the KafkaUsers', together.
     index: RwLock<Arc<AclIndex>>,
+    /// What `index` was built from: the file's ACLs, and the KafkaUsers' ([`crate::kafka_users`]).
+    sources: Mutex<AclSources>,
     file: ControllerFile,
+}
+
+#[derive(Debug, Default)]
+struct AclSources {
+    file: Vec<AclBinding>,
+    kafka_users: Vec<AclBinding>,
+}
+
+impl AclSources {
+    /// Both sources' ACLs, each once.
+    fn index(&self) -> AclIndex {
+        let mut seen = std::collections::HashSet::new();
+        AclIndex::new(self.file.iter().chain(&self.kafka_users).filter(|a| seen.insert(*a)).cloned().collect())
+    }
 }
 
 impl Authorizer {
     /// Reads `__cluster/acls.json` (none yet: no ACLs).
     pub fn open(fs: FsRef, layout: &Layout, settings: AuthzSettings) -> Result<Authorizer, kaas_shared::Error> {
         let file = ControllerFile::new(fs, layout.cluster_dir().join("acls.json"), "ACL file");
-        let index = RwLock::new(Arc::new(AclIndex::new(file.read::<AclFile>()?.acls)));
-        Ok(Authorizer { settings, index, file })
+        let sources = AclSources { file: file.read::<AclFile>()?.acls, kafka_users: Vec::new() };
+        let index = RwLock::new(Arc::new(sources.index()));
+        Ok(Authorizer { settings, index, sources: Mutex::new(sources), file })
     }
 
     /// Reads the file again and serves what it holds: in a cluster another broker (the
@@ -76,8 +95,20 @@ impl Authorizer {
     }
 
     fn serve(&self, file: &AclFile) {
-        if file.acls.as_slice() != self.current().acls() {
-            *self.index.write() = Arc::new(AclIndex::new(file.acls.clone()));
+        let mut sources = self.sources.lock();
+        if sources.file != file.acls {
+            sources.file = file.acls.clone();
+            *self.index.write() = Arc::new(sources.index());
+        }
+    }
+
+    /// Enforces the KafkaUsers' ACLs from now on, beside the file's. They are not the file's:
+    /// DeleteAcls does not remove them (their KafkaUser is changed instead).
+    pub fn serve_kafka_users(&self, acls: Vec<AclBinding>) {
+        let mut sources = self.sources.lock();
+        if sources.kafka_users != acls {
+            sources.kafka_users = acls;
+            *self.index.write() = Arc::new(sources.index());
         }
     }
 

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kaas_storage::Engine;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::config::{BrokerConfig, StorageMode};
 use crate::error::Result;
@@ -47,6 +47,8 @@ pub struct Broker {
     pub authorizer: Option<crate::authz::Authorizer>,
     /// Client quotas (produce and fetch byte rates); with none configured nothing is counted.
     pub quotas: crate::quota::ClientQuotas,
+    /// The cluster's KafkaUsers (credentials, ACLs, quotas), as the volume agent wrote them.
+    kafka_users: crate::kafka_users::KafkaUsers,
 }
 
 impl Broker {
@@ -94,7 +96,8 @@ impl Broker {
             None => None,
         };
         let quotas = crate::quota::ClientQuotas::open(engine.fs().clone(), engine.layout())?;
-        Ok(Arc::new(Broker {
+        let kafka_users = crate::kafka_users::KafkaUsers::new(engine.fs().clone(), engine.layout());
+        let broker = Arc::new(Broker {
             config,
             engine,
             topics,
@@ -111,7 +114,15 @@ impl Broker {
             metrics,
             authorizer,
             quotas,
-        }))
+            kafka_users,
+        });
+        if broker.cluster.is_some() {
+            // The KafkaUsers are served from the start, not a second later.
+            if let Err(e) = broker.refresh_kafka_users() {
+                warn!(error = %e, "reading the KafkaUsers failed; they are read again every second");
+            }
+        }
+        Ok(broker)
     }
 
     /// Runs retention, time-based rolls and reclamation until `stop` fires.
@@ -168,7 +179,24 @@ impl Broker {
         if let Some(authorizer) = &self.authorizer {
             authorizer.refresh().map_err(|e| e.to_string())?;
         }
-        self.quotas.refresh().map_err(|e| e.to_string())
+        self.quotas.refresh().map_err(|e| e.to_string())?;
+        self.refresh_kafka_users()
+    }
+
+    /// Reads the KafkaUsers file again (its writer is the cluster's volume agent) and serves
+    /// what it says to SASL, the authorizer and the quotas. Blocking (file I/O).
+    fn refresh_kafka_users(&self) -> std::result::Result<(), String> {
+        self.kafka_users
+            .refresh(|users| {
+                if let Some(credentials) = self.config.security.sasl.as_ref().and_then(|s| s.credentials.as_ref()) {
+                    credentials.serve_managed(users.credentials);
+                }
+                if let Some(authorizer) = &self.authorizer {
+                    authorizer.serve_kafka_users(users.acls);
+                }
+                self.quotas.serve_kafka_users(users.quotas);
+            })
+            .map_err(|e| e.to_string())
     }
 
     /// Relinquishes every partition, group and transaction shard: manifests, producer state

@@ -23,6 +23,7 @@ pub mod fetch_session;
 pub mod frame;
 pub mod http;
 pub mod interbroker;
+pub mod kafka_users;
 pub mod lag;
 pub mod leadership;
 pub mod metrics;

@@ -7,7 +7,8 @@
 //! The quotas live in one file on the volume, `__cluster/quotas.json`, the only source of truth,
 //! written as [`crate::controller_file`] says: in local mode by the broker, in a cluster by the
 //! controller broker (the others forward AlterClientQuotas to it); every broker of a cluster
-//! reads the file again every second ([`ClientQuotas::refresh`]).
+//! reads the file again every second ([`ClientQuotas::refresh`]). A cluster's KafkaUsers set
+//! their users' quotas beside the file ([`ClientQuotas::serve_kafka_users`]).
 
 pub mod model;
 pub mod rate;
@@ -23,7 +24,7 @@ use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use self::model::{Entity, InvalidQuota, QuotaFilter, QuotaKey, QuotaTable, SensorKey};
+use self::model::{Entity, EntityName, InvalidQuota, QuotaFilter, QuotaKey, QuotaTable, SensorKey};
 use self::rate::Rate;
 use crate::controller_file::{ControllerFile, WriteError};
 
@@ -40,6 +41,9 @@ pub enum QuotaError {
     Invalid(#[from] InvalidQuota),
     #[error("the broker keeps at most {MAX_ENTITIES} quota entities")]
     TooMany,
+    /// A KafkaUser sets this user's quotas: they are changed there.
+    #[error("the quotas of user {0:?} are set by its KafkaUser; change them there")]
+    KafkaUser(String),
     /// The file was not changed: it could not be written, or a newer controller wrote it.
     #[error("the quotas were not changed: {0}")]
     File(#[from] WriteError),
@@ -77,7 +81,10 @@ struct StoredQuota {
 /// The broker's client quotas: the table, its file, and the sensors of the clients it counts.
 #[derive(Debug)]
 pub struct ClientQuotas {
+    /// The file's quotas, with the KafkaUsers' in place of the file's for their users.
     table: RwLock<Arc<QuotaTable>>,
+    /// What `table` was made of.
+    sources: Mutex<QuotaSources>,
     /// The keys some entity sets, one bit each: a key nobody sets costs a request one atomic
     /// load.
     keys_in_use: AtomicU8,
@@ -89,10 +96,12 @@ impl ClientQuotas {
     /// Reads `__cluster/quotas.json` (none yet: no quotas).
     pub fn open(fs: FsRef, layout: &Layout) -> Result<ClientQuotas, kaas_shared::Error> {
         let file = ControllerFile::new(fs, layout.cluster_dir().join("quotas.json"), "quota file");
-        let table = file.read::<QuotaFile>()?.table();
+        let sources = QuotaSources { file: file.read::<QuotaFile>()?.table(), kafka_users: QuotaTable::new() };
+        let table = sources.table();
         Ok(ClientQuotas {
             keys_in_use: AtomicU8::new(keys_in_use(&table)),
             table: RwLock::new(Arc::new(table)),
+            sources: Mutex::new(sources),
             sensors: Mutex::new(HashMap::new()),
             file,
         })
@@ -105,10 +114,32 @@ impl ClientQuotas {
     }
 
     fn serve(&self, table: QuotaTable) {
-        if table != *self.current() {
-            self.keys_in_use.store(keys_in_use(&table), Ordering::Relaxed);
-            *self.table.write() = Arc::new(table);
+        let mut sources = self.sources.lock();
+        if sources.file != table {
+            sources.file = table;
+            self.serve_sources(&sources);
         }
+    }
+
+    /// Enforces the KafkaUsers' quotas from now on: each user's in place of what the file says
+    /// of that user.
+    pub fn serve_kafka_users(&self, table: QuotaTable) {
+        let mut sources = self.sources.lock();
+        if sources.kafka_users != table {
+            sources.kafka_users = table;
+            self.serve_sources(&sources);
+        }
+    }
+
+    fn serve_sources(&self, sources: &QuotaSources) {
+        let table = sources.table();
+        self.keys_in_use.store(keys_in_use(&table), Ordering::Relaxed);
+        *self.table.write() = Arc::new(table);
+    }
+
+    /// Whether a KafkaUser sets `entity`'s quotas.
+    fn set_by_kafka_user(&self, entity: &Entity) -> bool {
+        self.sources.lock().kafka_users.contains_key(entity)
     }
 
     fn current(&self) -> Arc<QuotaTable> {
@@ -189,7 +220,15 @@ impl ClientQuotas {
     /// the writer's: the controller's Lease epoch in a cluster, 0 in local mode. Blocking (file
     /// I/O).
     pub fn alter(&self, changes: Vec<Result<QuotaChange, InvalidQuota>>, validate_only: bool, epoch: i64) -> Vec<Result<(), QuotaError>> {
-        let checked: Vec<Result<QuotaChange, QuotaError>> = changes.into_iter().map(|c| c.map_err(QuotaError::from)).collect();
+        let checked: Vec<Result<QuotaChange, QuotaError>> = changes
+            .into_iter()
+            .map(|c| match c {
+                Ok(c) if self.set_by_kafka_user(&c.entity) => {
+                    Err(QuotaError::KafkaUser(c.entity.user.as_ref().and_then(EntityName::as_wire).unwrap_or_default().to_string()))
+                }
+                c => c.map_err(QuotaError::from),
+            })
+            .collect();
         let altered = self.file.update(
             epoch,
             |file: &QuotaFile| self.serve(file.table()),
@@ -210,6 +249,21 @@ impl ClientQuotas {
                 checked.into_iter().map(|c| c.and(Err(e.clone()))).collect()
             }
         }
+    }
+}
+
+/// The quota tables the served one is made of.
+#[derive(Debug, Default)]
+struct QuotaSources {
+    file: QuotaTable,
+    kafka_users: QuotaTable,
+}
+
+impl QuotaSources {
+    fn table(&self) -> QuotaTable {
+        let mut table = self.file.clone();
+        table.extend(self.kafka_users.iter().map(|(entity, values)| (entity.clone(), values.clone())));
+        table
     }
 }
 

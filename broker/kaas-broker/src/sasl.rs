@@ -227,7 +227,7 @@ impl Session {
             }
             State::Handshaken { mechanism: Mechanism::Scram(hash), previous } => {
                 let mut scram = ScramServer::new(hash, scram::random_nonce());
-                let credential = |user: &str| settings.credentials.as_ref().and_then(|c| c.users().credential(user, hash));
+                let credential = |user: &str| settings.credentials.as_ref().and_then(|c| c.credential(user, hash));
                 match scram.step(token, credential).map_err(scram_failure)? {
                     ScramStep::Continue(reply) => {
                         self.state = State::Exchanging { scram, previous };
@@ -292,10 +292,10 @@ fn plain(settings: &SaslSettings, token: &[u8]) -> Result<String, SaslError> {
     if user.is_empty() || (!authzid.is_empty() && authzid != user.as_bytes()) {
         return Err(invalid());
     }
-    let users = settings.credentials.as_ref().ok_or_else(invalid)?.users();
+    let credentials = settings.credentials.as_ref().ok_or_else(invalid)?;
     let matched = [ScramHash::Sha512, ScramHash::Sha256]
         .into_iter()
-        .find_map(|hash| users.credential(user, hash).map(|c| c.matches_password(hash, password)));
+        .find_map(|hash| credentials.credential(user, hash).map(|c| c.matches_password(hash, password)));
     match matched {
         Some(true) => Ok(user.to_string()),
         _ => Err(invalid()),

@@ -262,7 +262,7 @@ async fn follow_controller_files(broker: Arc<Broker>, mut stop: watch::Receiver<
         let reader = broker.clone();
         let read = tokio::task::spawn_blocking(move || reader.refresh_controller_files());
         if let Err(e) = read.await.map_err(|e| e.to_string()).and_then(|r| r) {
-            warn!(error = %e, "reading the ACLs or quotas failed; serving the ones read before");
+            warn!(error = %e, "reading the ACLs, quotas or KafkaUsers failed; serving the ones read before");
         }
         tokio::select! {
             _ = tokio::time::sleep(CONTROLLER_FILES_REFRESH) => {}

@@ -325,7 +325,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fetch: args.fetch.config(),
         metrics_per_partition: args.metrics_per_partition,
         slow_request: (args.slow_request_ms > 0).then(|| std::time::Duration::from_millis(args.slow_request_ms)),
-        security: args.security.listener_security()?,
+        security: args.security.listener_security(args.pod_name.is_some())?,
     };
     let broker = {
         let config = config.clone();

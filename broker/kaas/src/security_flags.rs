@@ -68,7 +68,8 @@ pub(crate) struct SecurityFlags {
     #[arg(long, env = "KAAS_SASL_ENABLED_MECHANISMS", value_delimiter = ',', default_value = "SCRAM-SHA-512")]
     sasl_enabled_mechanisms: Vec<String>,
     /// SASL: the users' salted credentials (a JSON file, made with `kaas scram-credential`);
-    /// read again when it changes.
+    /// read again when it changes. In a cluster, its KafkaUsers are users too (and win where
+    /// both name one), and the file is optional.
     #[arg(long, env = "KAAS_SASL_CREDENTIALS")]
     sasl_credentials: Option<PathBuf>,
     /// OAUTHBEARER: the JSON Web Key Set that signs tokens (sasl.oauthbearer.jwks.endpoint.url):
@@ -126,15 +127,16 @@ pub(crate) struct SecurityFlags {
 
 impl SecurityFlags {
     /// Loads the certificate and credentials the protocol needs; a missing or unreadable one
-    /// stops the broker with a message naming the flag.
-    pub(crate) fn listener_security(&self) -> anyhow::Result<ListenerSecurity> {
+    /// stops the broker with a message naming the flag. In a cluster (`cluster`) SCRAM users may
+    /// all be KafkaUsers, so the credentials file is optional there.
+    pub(crate) fn listener_security(&self, cluster: bool) -> anyhow::Result<ListenerSecurity> {
         use SecurityProtocol as P;
         let tls = match self.security_protocol {
             P::Ssl | P::SaslSsl => Some(Arc::new(self.tls()?)),
             P::Plaintext | P::SaslPlaintext => None,
         };
         let sasl = match self.security_protocol {
-            P::SaslPlaintext | P::SaslSsl => Some(self.sasl()?),
+            P::SaslPlaintext | P::SaslSsl => Some(self.sasl(cluster)?),
             P::Plaintext | P::Ssl => None,
         };
         Ok(ListenerSecurity { tls, sasl, authorizer: self.authorizer()? })
@@ -169,7 +171,7 @@ impl SecurityFlags {
         Ok(TlsReloader::new(settings).context("loading the TLS certificate")?.with_principal_mapper(principals))
     }
 
-    fn sasl(&self) -> anyhow::Result<SaslSettings> {
+    fn sasl(&self, cluster: bool) -> anyhow::Result<SaslSettings> {
         let mut mechanisms = Vec::new();
         for name in &self.sasl_enabled_mechanisms {
             match Mechanism::parse(name.trim()) {
@@ -186,6 +188,8 @@ impl SecurityFlags {
                 Some(Arc::new(CredentialStore::open(path.clone()).map_err(anyhow::Error::msg).context("loading the SASL credentials")?))
             }
             None if oauth_only => None,
+            // The cluster's KafkaUsers, read from the volume.
+            None if cluster => Some(Arc::new(CredentialStore::managed_only())),
             None => {
                 bail!("--security-protocol {:?} needs --sasl-credentials (make one with `kaas scram-credential`)", self.security_protocol)
             }

@@ -3,7 +3,8 @@
 //! while the brokers send each other markers and verifications on their inter-broker
 //! listeners, which the client listener's TLS and SASL do not stand in the way of. And a
 //! cluster with ACLs: a change made through any broker is written by the controller and
-//! enforced by every broker; the same for client quotas.
+//! enforced by every broker; the same for client quotas. And the KafkaUsers the volume agent
+//! writes to the volume: they log in, and their ACLs and quotas hold, on every broker.
 
 mod common;
 
@@ -19,10 +20,14 @@ use common::wire::Wire;
 use kaas_broker::authz::{AuthzSettings, Policy};
 use kaas_broker::config::ListenerSecurity;
 use kaas_broker::control_plane::ControlPlane;
+use kaas_broker::quota::model::QuotaKey;
 use kaas_broker::sasl::credentials::CredentialStore;
 use kaas_broker::sasl::scram::ScramHash;
 use kaas_broker::sasl::{Mechanism, SaslSettings};
 use kaas_broker::tls::{ClientAuth, TlsReloader, TlsSettings};
+use kaas_shared::kafka_users::{
+    self, AclOperation, AclPatternType, AclPermission, AclResource, AclResourceType, AclRule, KafkaUserEntry, KafkaUsersFile, UserQuotas,
+};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
@@ -81,13 +86,19 @@ async fn transactions_span_brokers_whose_clients_use_sasl_ssl() -> TestResult {
 
 /// A SASL/PLAIN login on a raw connection.
 fn login(address: &str, user: &str, password: &str) -> TestResult<Wire> {
+    let (wire, error) = try_login(address, user, password)?;
+    assert_eq!(error, 0, "login of {user} on {address}");
+    Ok(wire)
+}
+
+/// A SASL/PLAIN login: the connection and SaslAuthenticate's error code (0: logged in).
+fn try_login(address: &str, user: &str, password: &str) -> TestResult<(Wire, i16)> {
     let mut wire = Wire::connect(address)?;
     let handshake = wire.call(1, &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")))?;
     assert_eq!(handshake.error_code, 0, "handshake: {handshake:?}");
     let token = format!("\0{user}\0{password}");
     let answer = wire.call(2, &SaslAuthenticateRequest::default().with_auth_bytes(token.into_bytes().into()))?;
-    assert_eq!(answer.error_code, 0, "login of {user}: {answer:?}");
-    Ok(wire)
+    Ok((wire, answer.error_code))
 }
 
 /// The error of a Metadata request for `topic` (0: described).
@@ -282,6 +293,108 @@ async fn client_quotas_set_through_any_broker_apply_on_every_broker() -> TestRes
         for broker in &every {
             eventually(&format!("{broker} drops the quota"), || Ok(described_quotas(broker)?.is_empty()))?;
         }
+        Ok(())
+    })
+    .await??;
+    Ok(())
+}
+
+/// A KafkaUser entry as the volume agent writes it: a password's SCRAM credential, ACL rules,
+/// quotas.
+fn kafka_user(uid: &str, password: &str, acls: Vec<AclRule>, quotas: UserQuotas) -> KafkaUserEntry {
+    let mut entry = KafkaUserEntry { uid: uid.into(), acls, quotas, ..KafkaUserEntry::default() };
+    entry.scram.insert(ScramHash::Sha512, kafka_users::scram_credential(None, ScramHash::Sha512, password.as_bytes()));
+    entry
+}
+
+fn rule(kind: AclResourceType, name: Option<&str>, operations: Vec<AclOperation>) -> AclRule {
+    AclRule {
+        resource: AclResource { kind, name: name.map(str::to_string), pattern_type: AclPatternType::Literal },
+        operations,
+        host: "*".into(),
+        permission: AclPermission::Allow,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kafka_users_on_the_volume_log_in_are_authorized_and_metered_on_every_broker() -> TestResult {
+    // No credentials file and no super user: every user is a KafkaUser.
+    let security = ListenerSecurity {
+        tls: None,
+        sasl: Some(SaslSettings {
+            mechanisms: vec![Mechanism::Plain],
+            credentials: Some(Arc::new(CredentialStore::managed_only())),
+            oauth: None,
+            reauth: None,
+        }),
+        authorizer: Some(AuthzSettings { policy: Policy { super_users: vec![], allow_if_no_acl: false }, max_acls: 100 }),
+    };
+    let cluster = Cluster::start_secured(3, security).await?;
+    cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
+    let every: Vec<String> = cluster.nodes.values().map(|n| n.bootstrap.clone()).collect();
+    let brokers: Vec<Arc<kaas_broker::Broker>> = cluster.nodes.values().map(|n| n.broker.clone()).collect();
+    let fs = kaas_shared::fs::RealFs;
+    let layout = kaas_shared::layout::Layout::new(cluster.data());
+
+    tokio::task::spawn_blocking(move || -> TestResult {
+        for broker in &every {
+            assert_eq!(try_login(broker, "alice", "alice-secret")?.1, ResponseError::SaslAuthenticationFailed.code(), "no users yet");
+        }
+        // What the volume agent writes for two KafkaUsers: alice may create and use `guarded`
+        // and change quotas, with a produce quota of her own; bob may do nothing.
+        let mut file = KafkaUsersFile::default();
+        let alice_acls = vec![
+            rule(AclResourceType::Topic, Some("guarded"), vec![AclOperation::All]),
+            rule(AclResourceType::Cluster, None, vec![AclOperation::AlterConfigs]),
+        ];
+        let alice_quotas = UserQuotas { producer_byte_rate: Some(1_048_576), ..UserQuotas::default() };
+        file.set("alice", kafka_user("uid-alice", "alice-secret", alice_acls, alice_quotas));
+        file.set("bob", kafka_user("uid-bob", "bob-secret", vec![], UserQuotas::default()));
+        kafka_users::write(&fs, &layout, &file)?;
+
+        for broker in &every {
+            eventually(&format!("{broker} knows alice"), || Ok(try_login(broker, "alice", "alice-secret")?.1 == 0))?;
+            assert_eq!(try_login(broker, "alice", "wrong")?.1, ResponseError::SaslAuthenticationFailed.code());
+        }
+        let mut alice = login(&every[0], "alice", "alice-secret")?;
+        alice.create_topic("guarded", 1)?;
+        for broker in &every {
+            let mut alice_here = login(broker, "alice", "alice-secret")?;
+            // Until the controller assigns the new topic a leader it is LEADER_NOT_AVAILABLE.
+            eventually(&format!("alice describes guarded on {broker}"), || Ok(describe_error(&mut alice_here, "guarded")? == 0))?;
+            let mut bob = login(broker, "bob", "bob-secret")?;
+            assert_eq!(describe_error(&mut bob, "guarded")?, ResponseError::TopicAuthorizationFailed.code(), "bob on {broker}");
+        }
+        for broker in &brokers {
+            let bound = broker.quotas.max_in_window(QuotaKey::ProducerByteRate, "alice", "any-client");
+            assert!(bound.is_some(), "broker {} meters alice's produce", broker.config.node_id);
+            assert!(broker.quotas.max_in_window(QuotaKey::ProducerByteRate, "bob", "any-client").is_none());
+        }
+        // Alice's own quotas are her KafkaUser's: refused through the Kafka API (POLICY_VIOLATION),
+        // while a client id's are hers to set.
+        let user_quota = {
+            use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+            let entity = EntityData::default()
+                .with_entity_type(StrBytes::from_static_str("user"))
+                .with_entity_name(Some(StrBytes::from_static_str("alice")));
+            EntryData::default()
+                .with_entity(vec![entity])
+                .with_ops(vec![OpData::default().with_key(StrBytes::from_static_str("producer_byte_rate")).with_value(1.0)])
+        };
+        let answer = alice
+            .call(1, &AlterClientQuotasRequest::default().with_entries(vec![user_quota, request_percentage("batch-job", Some(50.0))]))?;
+        assert_eq!(answer.entries[0].error_code, ResponseError::PolicyViolation.code(), "{answer:?}");
+        assert_eq!(answer.entries[1].error_code, 0, "{answer:?}");
+
+        // Deleting alice's KafkaUser takes her credentials and ACLs away on every broker.
+        file.remove_dead(&["uid-bob".to_string()].into(), file.revision);
+        kafka_users::write(&fs, &layout, &file)?;
+        for broker in &every {
+            eventually(&format!("{broker} forgets alice"), || {
+                Ok(try_login(broker, "alice", "alice-secret")?.1 == ResponseError::SaslAuthenticationFailed.code())
+            })?;
+        }
+        assert_eq!(describe_error(&mut alice, "guarded")?, ResponseError::TopicAuthorizationFailed.code(), "her ACLs are gone too");
         Ok(())
     })
     .await??;

@@ -81,6 +81,6 @@ fn code(e: &QuotaError) -> ResponseError {
     match e {
         QuotaError::Invalid(_) => ResponseError::InvalidRequest,
         QuotaError::File(e) => file_error(e),
-        QuotaError::TooMany => ResponseError::PolicyViolation,
+        QuotaError::TooMany | QuotaError::KafkaUser(_) => ResponseError::PolicyViolation,
     }
 }

@@ -78,11 +78,11 @@ pub async fn handle(
         return refuse_all(ResponseError::SecurityDisabled, "the broker has no SCRAM credentials (--sasl-credentials)");
     };
     if broker.cluster.is_some() {
-        // NB: each broker of a cluster reads its own copy (a mounted Secret): a change one
-        // broker wrote would reach none of the others.
+        // NB: a cluster's users are its KafkaUsers (written by the volume agent) and the Secret
+        // each broker mounts a copy of: a change one broker wrote would reach none of the others.
         return refuse_all(
             ResponseError::InvalidRequest,
-            "a cluster's SCRAM credentials are changed in the Secret its brokers mount, not through the brokers",
+            "a cluster's SCRAM users are KafkaUser resources (or the Secret its brokers mount), not changed through the brokers",
         );
     }
     Reply::Later(Box::pin(async move {

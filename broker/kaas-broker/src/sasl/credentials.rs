@@ -1,5 +1,6 @@
 //! The users SASL authenticates against: salted SCRAM credentials in one JSON file (a mounted
-//! Secret in a cluster, a local file in local mode), read again when it changes.
+//! Secret in a cluster, a local file in local mode), read again when it changes, and in a
+//! cluster its KafkaUsers ([`crate::kafka_users`]).
 //!
 //! ```json
 //! {"users": {"alice": {"SCRAM-SHA-512": {"salt": "…", "iterations": 8192,
@@ -11,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -90,9 +93,17 @@ impl Users {
     }
 }
 
-/// The credentials file as it is now.
+/// The users SASL knows: those of the credentials file (as it is now), and in a cluster those
+/// of its KafkaUsers ([`crate::kafka_users`]), which win where both name a user.
 #[derive(Debug)]
 pub struct CredentialStore {
+    file: Option<CredentialFile>,
+    /// The KafkaUsers' credentials, as the volume's KafkaUsers file last said.
+    managed: RwLock<Arc<Users>>,
+}
+
+#[derive(Debug)]
+struct CredentialFile {
     path: PathBuf,
     users: Reloading<Arc<Users>>,
     /// Serialises the broker's own changes (AlterUserScramCredentials).
@@ -106,26 +117,49 @@ impl CredentialStore {
         let first = Arc::new(Users::load(&path)?);
         let reload_path = path.clone();
         let users = Reloading::new("SASL credentials", vec![path.clone()], stamp, first, move || Users::load(&reload_path).map(Arc::new));
-        Ok(CredentialStore { path, users, writing: parking_lot::Mutex::new(()) })
+        let file = CredentialFile { path, users, writing: parking_lot::Mutex::new(()) };
+        Ok(CredentialStore { file: Some(file), managed: RwLock::default() })
+    }
+
+    /// A store without a file: a cluster whose users are all KafkaUsers.
+    pub fn managed_only() -> CredentialStore {
+        CredentialStore { file: None, managed: RwLock::default() }
     }
 
     /// Changes the file: reads it as it is on disk (the CLI may have changed it since the last
     /// reload), applies `edit`, writes it whole and fsynced ([`Users::save`]), and serves the
     /// result at once. Returns what `edit` returned, once the change is durable. Blocking.
     pub fn edit<R>(&self, edit: impl FnOnce(&mut Users) -> R) -> Result<R, String> {
-        let _writing = self.writing.lock();
-        let mut users = Users::load(&self.path)?;
+        let file = self.file.as_ref().ok_or("the broker has no credentials file (--sasl-credentials)")?;
+        let _writing = file.writing.lock();
+        let mut users = Users::load(&file.path)?;
         let result = edit(&mut users);
-        users.save(&self.path).map_err(|e| format!("writing {}: {e}", self.path.display()))?;
-        self.users.replace(Arc::new(users));
+        users.save(&file.path).map_err(|e| format!("writing {}: {e}", file.path.display()))?;
+        file.users.replace(Arc::new(users));
         Ok(result)
     }
 
-    pub fn users(&self) -> Arc<Users> {
-        self.users.get()
+    /// `user`'s credential for `hash`, if it has one.
+    pub fn credential(&self, user: &str, hash: ScramHash) -> Option<ScramCredential> {
+        let managed = self.managed.read().clone();
+        match managed.users.get(user) {
+            // A KafkaUser of that name decides alone (it may have no credential: a tls-external user).
+            Some(credentials) => credentials.get(&hash).cloned(),
+            None => self.file.as_ref().and_then(|f| f.users.get().credential(user, hash)),
+        }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Every user with its credentials.
+    pub fn users(&self) -> Arc<Users> {
+        let managed = self.managed.read().clone();
+        let Some(file) = &self.file else { return managed };
+        let mut all = (*file.users.get()).clone();
+        all.users.extend(managed.users.iter().map(|(name, c)| (name.clone(), c.clone())));
+        Arc::new(all)
+    }
+
+    /// Serves the KafkaUsers' credentials from now on.
+    pub fn serve_managed(&self, users: Users) {
+        *self.managed.write() = Arc::new(users);
     }
 }
