@@ -4,8 +4,11 @@ import (
 	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/sha512"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,8 +50,9 @@ func TestOperator(t *testing.T) {
 			"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
 		},
 		// "spare" backs the claim of a cluster whose broker pods cannot be created, "unmounted"
-		// one whose pods cannot mount their listener Secret.
-		Volumes: []string{"shared", "spare", "unmounted"},
+		// one whose pods cannot mount their listener Secret, "clients" one with the operator's TLS
+		// and client certificates.
+		Volumes: []string{"shared", "spare", "unmounted", "clients"},
 	})
 	volume := c.VolumeDir("shared")
 
@@ -587,6 +591,113 @@ stringData: {pw: bob-first-password}
 		c.Eventually(time.Minute, "Secret alice garbage-collected", func() (bool, error) {
 			out, err := c.Kubectl("-n", ns, "get", "secret", "alice", "--ignore-not-found", "-o", "name")
 			return err == nil && strings.TrimSpace(out) == "", fmt.Errorf("still there: %q (%v)", out, err)
+		})
+	})
+
+	t.Run("KafkaUsers of type tls: a certificate from the cluster's clients CA, or ClientsCaNotFound", func(t *testing.T) {
+		c := c.For(t)
+		// kc's listener has no TLS: it has no clients CA to issue from.
+		c.Apply(userYAML("trent", "{type: tls}", ""))
+		defer c.Kubectl("-n", ns, "delete", "kafkauser", "trent", "--wait=false")
+		c.WaitJSONPath(time.Minute, ns, "kafkauser", "trent", `.status.conditions[?(@.type=="Ready")].reason`, "ClientsCaNotFound")
+		if msg := c.JSONPath(ns, "kafkauser", "trent", `.status.conditions[?(@.type=="Ready")].message`); !strings.Contains(msg, "authentication: {type: tls}") || !strings.Contains(msg, `"kc-clients-ca"`) {
+			t.Errorf("ClientsCaNotFound message %q does not say what the listener needs", msg)
+		}
+		if _, ok := readUsersFile(t, volume).Users["CN=trent"]; ok {
+			t.Errorf("trent, without a certificate, has an entry")
+		}
+
+		// A cluster whose listener is the operator's TLS with client certificates keeps a clients CA.
+		mtlsVolume := c.VolumeDir("clients")
+		c.Apply(kaastest.Claim("clients") + `---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: mtls, namespace: ` + ns + `}
+spec:
+  replicas: 1
+  version: 0.1.0
+  storage: {existingClaim: clients}
+  listener: {advertise: PodDns, tls: {}, authentication: {type: tls}}
+---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaUser
+metadata: {name: walter, namespace: ` + ns + `}
+spec:
+  clusterRef: mtls
+  authentication: {type: tls}
+  authorization:
+    type: simple
+    acls: [{resource: {type: topic, name: orders}, operations: [Read]}]
+`)
+		defer c.Kubectl("-n", ns, "delete", "kafkacluster", "mtls", "--wait=false")
+		c.WaitJSONPath(2*time.Minute, ns, "kafkauser", "walter", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		for field, want := range map[string]string{".status.username": "CN=walter", ".status.secret": "walter"} {
+			if got := c.JSONPath(ns, "kafkauser", "walter", field); got != want {
+				t.Errorf("walter: %s %q, want %q", field, got, want)
+			}
+		}
+		clusterUID := c.JSONPath(ns, "kafkacluster", "mtls", ".metadata.uid")
+		for _, secret := range []string{"mtls-clients-ca", "mtls-clients-ca-cert"} {
+			if got := c.JSONPath(ns, "secret", secret, `.metadata.ownerReferences[?(@.kind=="KafkaCluster")].uid`); got != clusterUID {
+				t.Errorf("Secret %s owned by %q, want the KafkaCluster %s", secret, got, clusterUID)
+			}
+		}
+		// The brokers trust the clients CA for client certificates.
+		sts := func(path string) string { return c.JSONPath(ns, "statefulset", "mtls", ".spec.template.spec"+path) }
+		if got := sts(`.volumes[?(@.name=="clients-ca")].secret.secretName`); got != "mtls-clients-ca-cert" {
+			t.Errorf("clients-ca volume from Secret %q", got)
+		}
+		if got := sts(`.containers[0].env[?(@.name=="KAAS_SSL_TRUSTSTORE")].value`); got != "/etc/kaas/clients-ca/ca.crt" {
+			t.Errorf("KAAS_SSL_TRUSTSTORE %q", got)
+		}
+		if got := c.JSONPath(ns, "secret", "walter", `.metadata.ownerReferences[?(@.kind=="KafkaUser")].uid`); got != c.JSONPath(ns, "kafkauser", "walter", ".metadata.uid") {
+			t.Errorf("Secret walter owned by %q", got)
+		}
+		caPEM := secretValue(c, "mtls-clients-ca-cert", "ca.crt")
+		if got := secretValue(c, "walter", "ca.crt"); got != caPEM {
+			t.Errorf("walter's ca.crt is not mtls-clients-ca-cert's:\n%s", got)
+		}
+		if key := secretValue(c, "walter", "user.key"); !strings.HasPrefix(key, "-----BEGIN PRIVATE KEY-----") {
+			t.Errorf("user.key is not PKCS#8 PEM: %.40q", key)
+		}
+		if _, err := tls.X509KeyPair([]byte(secretValue(c, "walter", "user.crt")), []byte(secretValue(c, "walter", "user.key"))); err != nil {
+			t.Errorf("user.crt and user.key are not a pair: %v", err)
+		}
+		roots := x509.NewCertPool()
+		if !roots.AppendCertsFromPEM([]byte(caPEM)) {
+			t.Fatalf("mtls-clients-ca-cert has no certificate: %q", caPEM)
+		}
+		block, _ := pem.Decode([]byte(secretValue(c, "walter", "user.crt")))
+		if block == nil {
+			t.Fatal("walter's user.crt is not PEM")
+		}
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			t.Errorf("walter's certificate does not chain to the clients CA for client auth: %v", err)
+		}
+		if got := cert.Subject.String(); got != "CN=walter" || len(cert.Subject.Names) != 1 {
+			t.Errorf("subject %q (%d attributes), want exactly CN=walter", got, len(cert.Subject.Names))
+		}
+		if life := cert.NotAfter.Sub(cert.NotBefore); life < 364*24*time.Hour || life > 367*24*time.Hour {
+			t.Errorf("certificate lives %v, want a year", life)
+		}
+		walter, ok := readUsersFile(t, mtlsVolume).Users["CN=walter"]
+		if !ok {
+			t.Fatalf("no CN=walter in the mtls volume's kafka-users.json")
+		}
+		if len(walter.Scram) != 0 || len(walter.ACLs) != 1 || walter.ACLs[0].Resource.Name != "orders" {
+			t.Errorf("walter's entry: %+v", walter)
+		}
+		// A Secret that lost its certificate gets a new one, from the same CA.
+		first := secretValue(c, "walter", "user.crt")
+		c.MustKubectl("-n", ns, "patch", "secret", "walter", "--type=json", "-p", `[{"op":"remove","path":"/data/user.crt"}]`)
+		c.MustKubectl("-n", ns, "annotate", "kafkauser", "walter", "--overwrite", "e2e/poke=1")
+		c.Eventually(time.Minute, "walter's certificate issued again", func() (bool, error) {
+			got := secretValue(c, "walter", "user.crt")
+			return got != "" && got != first, fmt.Errorf("user.crt %.60q", got)
 		})
 	})
 

@@ -563,7 +563,11 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
     // before brokers mount it; a renewal keeps the Secret's name, so it restarts no broker.
     let tls = kc.spec.listener.tls.as_ref();
     let issues_certificate = tls.is_some_and(|t| t.secret_name.is_none());
-    if issues_certificate && let Some(reason) = certificates::ensure(client, &kc, &names).await? {
+    // With client certificates too, a clients CA, which signs KafkaUsers' certificates.
+    let clients_ca = resources::issues_clients_ca(&kc.spec.listener);
+    if issues_certificate
+        && let Some(reason) = certificates::ensure(client, &kc, &names, clients_ca).await?
+    {
         events::publish(
             &ctx.recorder,
             &kc.object_ref(&()),

@@ -39,6 +39,9 @@ pub const SASL_CREDENTIALS_DIR: &str = "/etc/kaas/sasl";
 pub const OAUTH_JWKS_DIR: &str = "/etc/kaas/oauth-jwks";
 /// Where the Secret with the CA of the OAuth key set endpoint is mounted in brokers.
 pub const OAUTH_CA_DIR: &str = "/etc/kaas/oauth-ca";
+/// Where brokers mount the clients CA (`<cluster>-clients-ca-cert`) they trust for client
+/// certificates when the operator issues them.
+pub const CLIENTS_CA_DIR: &str = "/etc/kaas/clients-ca";
 /// Port of every kaas-operator process's `/healthz`, `/readyz` and `/metrics` (the manager's
 /// and each volume agent's).
 pub const OPERATOR_HTTP_PORT: u16 = 9096;
@@ -395,6 +398,16 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
     )
 }
 
+/// Whether the operator keeps a clients CA for the listener: client certificates
+/// (`authentication.type: tls`) on the operator's TLS (`tls: {}`, no Secret named).
+pub fn issues_clients_ca(listener: &ListenerSpec) -> bool {
+    listener.tls.as_ref().is_some_and(|t| t.secret_name.is_none())
+        && listener
+            .authentication
+            .as_ref()
+            .is_some_and(|a| a.kind == AuthenticationType::Tls)
+}
+
 /// The broker variables of the listener's TLS and authentication, and the Secrets they need
 /// mounted (volume name, Secret, directory).
 fn listener_security(
@@ -417,6 +430,14 @@ fn listener_security(
     let sasl_on = match &listener.authentication {
         None => false,
         Some(authentication) => match authentication.kind {
+            AuthenticationType::Tls if issues_clients_ca(listener) => {
+                // The operator's clients CA, which signs KafkaUsers' certificates.
+                let secret = crate::certificates::Ca::Clients.cert_secret_name(names);
+                volumes.push(("clients-ca", secret, CLIENTS_CA_DIR));
+                env.push(json!({"name": "KAAS_SSL_TRUSTSTORE", "value": format!("{CLIENTS_CA_DIR}/ca.crt")}));
+                env.push(json!({"name": "KAAS_SSL_CLIENT_AUTH", "value": "required"}));
+                false
+            }
             AuthenticationType::Tls => {
                 env.push(json!({"name": "KAAS_SSL_TRUSTSTORE", "value": format!("{LISTENER_TLS_DIR}/ca.crt")}));
                 env.push(json!({"name": "KAAS_SSL_CLIENT_AUTH", "value": "required"}));

@@ -1,11 +1,13 @@
 //! The KafkaUser reconciler (Strimzi's User Operator), run by a cluster's volume agent: validate
-//! the spec, keep a SCRAM user's password in a Secret named after the user, and set the user's
-//! entry — salted credentials, ACLs, quotas — in `__cluster/kafka-users.json`, which the brokers
+//! the spec, keep a SCRAM user's password, or a `tls` user's certificate (issued from the
+//! cluster's clients CA, [`crate::certificates`]), in a Secret named after the user, and set
+//! the user's entry — salted credentials, ACLs, quotas — in `__cluster/kafka-users.json`, which the brokers
 //! read every second ([`kafka_users`]). Deleted users are not seen here (there is no finalizer);
 //! [`crate::sweep`] removes their entries, and their Secrets go with them by garbage collection.
 //!
 //! The agent may not list or watch Secrets (it reads only those it is named), so a changed
-//! password Secret is picked up by a periodic reconcile, every [`SCRAM_REQUEUE`].
+//! password Secret (or a lost user Secret) is picked up by a periodic reconcile, every
+//! [`SCRAM_REQUEUE`].
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -29,8 +31,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::certificates::{self, Ca};
 use crate::conditions::{Cond, RECONCILED, failed, merge};
-use crate::resources::LABEL_MANAGED_BY;
+use crate::resources::{LABEL_MANAGED_BY, Names};
 use crate::topic::{AgentContext, is_news};
 use crate::{Error, FIELD_MANAGER, Result, events};
 
@@ -43,6 +46,12 @@ pub const PASSWORD_KEY: &str = "password";
 pub const JAAS_CONFIG_KEY: &str = "sasl.jaas.config";
 /// The length of a generated password (alphanumeric: about 190 bits).
 pub const PASSWORD_LENGTH: usize = 32;
+/// The user Secret's key holding the clients CA's certificate (Strimzi's).
+pub const CA_CERT_KEY: &str = "ca.crt";
+/// The user Secret's key holding the user's certificate (Strimzi's).
+pub const USER_CERT_KEY: &str = "user.crt";
+/// The user Secret's key holding the user's private key, PKCS#8 PEM (Strimzi's).
+pub const USER_KEY_KEY: &str = "user.key";
 /// Label of a user Secret: its cluster.
 pub const LABEL_CLUSTER: &str = "kaas.dev/cluster";
 /// Label of a user Secret: its KafkaUser.
@@ -51,6 +60,8 @@ pub const LABEL_USER: &str = "kaas.dev/user";
 /// How often a SCRAM user is reconciled again: the agent cannot watch Secrets, so this is how
 /// soon a changed password Secret (or a deleted user Secret) is noticed.
 pub const SCRAM_REQUEUE: Duration = Duration::from_secs(60);
+/// How soon a `tls` user of a cluster without a clients CA is tried again.
+pub const MISSING_CA_REQUEUE: Duration = Duration::from_secs(30);
 /// How soon a user whose password Secret is missing is tried again.
 pub const MISSING_PASSWORD_REQUEUE: Duration = Duration::from_secs(30);
 /// How often any other user is reconciled again (the file is re-driven from the spec).
@@ -159,6 +170,15 @@ pub fn is_scram(user: &KafkaUser) -> bool {
         .is_some_and(|a| a.kind == UserAuthenticationType::ScramSha512)
 }
 
+/// Whether the user authenticates with a certificate the operator issues (and so has a
+/// Secret).
+pub fn is_tls(user: &KafkaUser) -> bool {
+    user.spec
+        .authentication
+        .as_ref()
+        .is_some_and(|a| a.kind == UserAuthenticationType::Tls)
+}
+
 fn password_source(user: &KafkaUser) -> Option<&kaas_shared::crd::user::SecretKeyRef> {
     let authentication = user.spec.authentication.as_ref()?;
     Some(&authentication.password.as_ref()?.value_from.secret_key_ref)
@@ -198,6 +218,48 @@ pub fn jaas_config(username: &str, password: &str) -> String {
 /// The Secret a SCRAM user's password is kept in (Strimzi's shape): named after the user, in
 /// its namespace, owned by it (deleted with it), with `password` and `sasl.jaas.config`.
 pub fn user_secret(user: &KafkaUser, cluster: &str, password: &str) -> Result<Secret> {
+    let data = BTreeMap::from([
+        (
+            PASSWORD_KEY.to_owned(),
+            ByteString(password.as_bytes().to_vec()),
+        ),
+        (
+            JAAS_CONFIG_KEY.to_owned(),
+            ByteString(jaas_config(&user.username(), password).into_bytes()),
+        ),
+    ]);
+    secret_of(user, cluster, data, None)
+}
+
+/// The Secret a `tls` user's certificate is kept in (Strimzi's shape, as the SCRAM one): the
+/// clients CA's `ca.crt`, `user.crt`, `user.key`, and the certificate's expiry annotated.
+pub fn certificate_secret(
+    user: &KafkaUser,
+    cluster: &str,
+    ca_cert: &str,
+    certificate: &certificates::Pem,
+    not_after: time::OffsetDateTime,
+) -> Result<Secret> {
+    let data = [
+        (CA_CERT_KEY, ca_cert),
+        (USER_CERT_KEY, &certificate.cert),
+        (USER_KEY_KEY, &certificate.key),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+    .collect();
+    let annotations = certificates::user_annotations(not_after);
+    secret_of(user, cluster, data, Some(annotations))
+}
+
+/// A user Secret: named after the user, in its namespace, owned by it, labelled with its
+/// cluster and user.
+fn secret_of(
+    user: &KafkaUser,
+    cluster: &str,
+    data: BTreeMap<String, ByteString>,
+    annotations: Option<BTreeMap<String, String>>,
+) -> Result<Secret> {
     let name = user
         .metadata
         .name
@@ -220,21 +282,12 @@ pub fn user_secret(user: &KafkaUser, cluster: &str, password: &str) -> Result<Se
         (LABEL_CLUSTER.to_owned(), cluster.to_owned()),
         (LABEL_USER.to_owned(), name.clone()),
     ]);
-    let data = BTreeMap::from([
-        (
-            PASSWORD_KEY.to_owned(),
-            ByteString(password.as_bytes().to_vec()),
-        ),
-        (
-            JAAS_CONFIG_KEY.to_owned(),
-            ByteString(jaas_config(&user.username(), password).into_bytes()),
-        ),
-    ]);
     Ok(Secret {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: Some(namespace),
             labels: Some(labels),
+            annotations,
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
@@ -265,12 +318,16 @@ fn contains<V: PartialEq>(
         .all(|(k, v)| live.and_then(|l| l.get(k)) == Some(v))
 }
 
-/// Whether `live` already holds what `desired` says: its keys, labels and owner.
+/// Whether `live` already holds what `desired` says: its keys, labels, annotations and owner.
 fn secret_current(live: &Secret, desired: &Secret) -> bool {
     contains(live.data.as_ref(), desired.data.as_ref())
         && contains(
             live.metadata.labels.as_ref(),
             desired.metadata.labels.as_ref(),
+        )
+        && contains(
+            live.metadata.annotations.as_ref(),
+            desired.metadata.annotations.as_ref(),
         )
         && desired
             .metadata
@@ -374,7 +431,9 @@ pub fn set_entry(
 
 /// The `Ready=True` message: what the brokers now enforce for the user.
 pub fn ready_message(username: &str, entry: &KafkaUserEntry) -> String {
-    let authentication = if entry.scram.is_empty() {
+    let authentication = if entry.scram.is_empty() && username.starts_with("CN=") {
+        "a client certificate".to_owned()
+    } else if entry.scram.is_empty() {
         "no SCRAM credentials".to_owned()
     } else {
         let mechanisms: Vec<&str> = entry.scram.keys().rev().map(|h| h.mechanism()).collect();
@@ -493,14 +552,7 @@ async fn scram_password(
     if let Some(secret) = &own
         && !owned_by(secret, uid)
     {
-        return Ok(Err(Cond::new(
-            READY,
-            false,
-            "SecretConflict",
-            format!(
-                "Secret {name:?} exists and is not this KafkaUser's (it has no owner reference to it), so the operator leaves it alone; delete it, or name the user otherwise"
-            ),
-        )));
+        return Ok(Err(secret_conflict(&name)));
     }
     let password = match password_source(user) {
         Some(source) => {
@@ -544,7 +596,41 @@ async fn scram_password(
         },
     };
     let desired = user_secret(user, &ctx.cluster, &password)?;
-    match &own {
+    write_secret(
+        ctx,
+        user,
+        &secrets,
+        own.as_ref(),
+        desired,
+        "the user's password",
+    )
+    .await?;
+    Ok(Ok(password))
+}
+
+/// The condition of a user whose Secret's name is taken by a Secret not its own.
+fn secret_conflict(name: &str) -> Cond {
+    Cond::new(
+        READY,
+        false,
+        "SecretConflict",
+        format!(
+            "Secret {name:?} exists and is not this KafkaUser's (it has no owner reference to it), so the operator leaves it alone; delete it, or name the user otherwise"
+        ),
+    )
+}
+
+/// Creates the user's Secret, or brings `own` (the live one) up to `desired`.
+async fn write_secret(
+    ctx: &AgentContext,
+    user: &KafkaUser,
+    secrets: &Api<Secret>,
+    own: Option<&Secret>,
+    desired: Secret,
+    holds: &str,
+) -> Result<()> {
+    let name = user.name_any();
+    match own {
         None => {
             let params = PostParams {
                 field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -557,7 +643,7 @@ async fn scram_password(
                 &user.object_ref(&()),
                 false,
                 "SecretCreated",
-                format!("Secret {name} holds the user's password"),
+                format!("Secret {name} holds {holds}"),
                 "Write",
             )
             .await;
@@ -587,7 +673,88 @@ async fn scram_password(
         }
         Some(_) => {}
     }
-    Ok(Ok(password))
+    Ok(())
+}
+
+/// Why a `tls` user's certificate must be issued (again) into its Secret `own`, if it must:
+/// missing, lost, from another clients CA than `ca_cert`, or within 30 days of its expiry.
+pub fn certificate_reason(
+    own: Option<&Secret>,
+    ca_cert: &str,
+    now: time::OffsetDateTime,
+) -> Option<&'static str> {
+    let Some(own) = own else {
+        return Some("no user certificate yet");
+    };
+    if certificates::text_in(own, CA_CERT_KEY).as_deref() != Some(ca_cert) {
+        return Some("the clients CA changed");
+    }
+    if certificates::pem_in(own, USER_CERT_KEY, USER_KEY_KEY).is_none() {
+        return Some("the user Secret lost its certificate");
+    }
+    let annotations = own.metadata.annotations.clone().unwrap_or_default();
+    certificates::expiry_reason(&annotations, now)
+}
+
+/// Makes sure a `tls` user has a current certificate from the cluster's clients CA in its
+/// Secret; or the condition that says why it cannot.
+async fn tls_certificate(ctx: &AgentContext, user: &KafkaUser, uid: &str) -> Result<Option<Cond>> {
+    let name = user.name_any();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let names = Names {
+        cluster: ctx.cluster.clone(),
+        namespace: ctx.namespace.clone(),
+    };
+    let ca_secret = Ca::Clients.secret_name(&names);
+    let Some(ca) = secrets
+        .get_opt(&ca_secret)
+        .await?
+        .as_ref()
+        .and_then(|s| certificates::pem_in(s, "ca.crt", "ca.key"))
+    else {
+        return Ok(Some(Cond::new(
+            READY,
+            false,
+            "ClientsCaNotFound",
+            format!(
+                "cluster {:?} has no clients CA (Secret {ca_secret:?}) to issue the user's certificate: its listener must have tls: {{}} (no secretName) and authentication: {{type: tls}}; for certificates from another CA use authentication type tls-external",
+                ctx.cluster
+            ),
+        )));
+    };
+    let own = secrets.get_opt(&name).await?;
+    if let Some(secret) = &own
+        && !owned_by(secret, uid)
+    {
+        return Ok(Some(secret_conflict(&name)));
+    }
+    let now = time::OffsetDateTime::now_utc();
+    let desired = match certificate_reason(own.as_ref(), &ca.cert, now) {
+        Some(reason) => {
+            let (certificate, not_after) = certificates::issue_user(&names, &ca.key, &name, now)?;
+            info!(user = %name, reason, "user certificate issued");
+            certificate_secret(user, &ctx.cluster, &ca.cert, &certificate, not_after)?
+        }
+        // The certificate kept: only the labels and owner are brought up to date.
+        None => {
+            let mut desired = secret_of(user, &ctx.cluster, BTreeMap::new(), None)?;
+            if let Some(own) = &own {
+                desired.data = own.data.clone();
+                desired.metadata.annotations = own.metadata.annotations.clone();
+            }
+            desired
+        }
+    };
+    write_secret(
+        ctx,
+        user,
+        &secrets,
+        own.as_ref(),
+        desired,
+        "the user's certificate",
+    )
+    .await?;
+    Ok(None)
 }
 
 async fn converge(user: &Arc<KafkaUser>, ctx: &AgentContext) -> Result<Action> {
@@ -597,10 +764,11 @@ async fn converge(user: &Arc<KafkaUser>, ctx: &AgentContext) -> Result<Action> {
     let generation = user.metadata.generation;
     let previous = user.status.clone().unwrap_or_default();
     let scram = is_scram(user);
+    let tls = is_tls(user);
     let base = KafkaUserStatus {
         observed_generation: generation,
         username: Some(username.clone()),
-        secret: scram.then(|| name.clone()),
+        secret: (scram || tls).then(|| name.clone()),
         ..previous.clone()
     };
 
@@ -629,6 +797,19 @@ async fn converge(user: &Arc<KafkaUser>, ctx: &AgentContext) -> Result<Action> {
     } else {
         None
     };
+    if tls && let Some(cond) = tls_certificate(ctx, user, &uid).await? {
+        let (base, action) = match cond.reason {
+            "SecretConflict" => (
+                KafkaUserStatus {
+                    secret: None,
+                    ..base
+                },
+                Action::requeue(SCRAM_REQUEUE),
+            ),
+            _ => (base, Action::requeue(MISSING_CA_REQUEUE)),
+        };
+        return not_ready(ctx, user, base, cond, action).await;
+    }
 
     let (written, entry) = {
         let (user, username, uid) = (user.clone(), username.clone(), uid.clone());
@@ -675,7 +856,12 @@ async fn converge(user: &Arc<KafkaUser>, ctx: &AgentContext) -> Result<Action> {
         ..base
     };
     patch_status(ctx, user, status).await?;
-    Ok(Action::requeue(if scram { SCRAM_REQUEUE } else { REQUEUE }))
+    let has_secret = scram || tls;
+    Ok(Action::requeue(if has_secret {
+        SCRAM_REQUEUE
+    } else {
+        REQUEUE
+    }))
 }
 
 /// Requeues after an error, later after each failure in a row ([`crate::backoff`]).
@@ -792,6 +978,66 @@ mod tests {
         let mut foreign = secret.clone();
         foreign.metadata.owner_references = None;
         assert!(!secret_current(&foreign, &secret));
+    }
+
+    #[test]
+    fn a_tls_users_certificate_is_issued_again_when_missing_lost_expiring_or_from_another_ca() {
+        let bob = user(
+            "bob",
+            json!({"clusterRef": "kc", "authentication": {"type": "tls"}}),
+        );
+        assert!(is_tls(&bob) && !is_scram(&bob));
+        assert_eq!(bob.username(), "CN=bob");
+        let names = Names {
+            cluster: "kc".into(),
+            namespace: "ns".into(),
+        };
+        let now = time::OffsetDateTime::now_utc();
+        let ca = certificates::issue_ca(Ca::Clients, &names, now).unwrap();
+        let (cert, not_after) = certificates::issue_user(&names, &ca.key, "bob", now).unwrap();
+        let secret = certificate_secret(&bob, "kc", &ca.cert, &cert, not_after).unwrap();
+        let data = secret.data.as_ref().unwrap();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            [CA_CERT_KEY, USER_CERT_KEY, USER_KEY_KEY]
+        );
+        assert_eq!(data[USER_CERT_KEY].0, cert.cert.as_bytes());
+        let labels = secret.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_USER], "bob");
+        assert_eq!(labels[LABEL_CLUSTER], "kc");
+        assert!(owned_by(&secret, "uid-bob"));
+
+        assert_eq!(certificate_reason(Some(&secret), &ca.cert, now), None);
+        assert_eq!(
+            certificate_reason(None, &ca.cert, now),
+            Some("no user certificate yet")
+        );
+        let other = certificates::issue_ca(Ca::Clients, &names, now).unwrap();
+        assert_eq!(
+            certificate_reason(Some(&secret), &other.cert, now),
+            Some("the clients CA changed")
+        );
+        let mut lost = secret.clone();
+        lost.data.as_mut().unwrap().remove(USER_KEY_KEY);
+        assert_eq!(
+            certificate_reason(Some(&lost), &ca.cert, now),
+            Some("the user Secret lost its certificate")
+        );
+        let later = now + certificates::LEAF_VALIDITY - certificates::RENEW_BEFORE
+            + time::Duration::hours(1);
+        assert_eq!(
+            certificate_reason(Some(&secret), &ca.cert, later),
+            Some("the certificate expires within 30 days")
+        );
+        let mut unannotated = secret.clone();
+        unannotated.metadata.annotations = None;
+        assert_eq!(
+            certificate_reason(Some(&unannotated), &ca.cert, now),
+            Some("the certificate's expiry is unknown")
+        );
+        // A certificate user has no SCRAM credentials.
+        let e = entry(&bob, "uid-bob", None, None);
+        assert!(e.scram.is_empty());
     }
 
     #[test]

@@ -108,6 +108,42 @@ fn listener_security_mounts_its_secrets() {
         [("prod-tls".to_string(), LISTENER_TLS_DIR.to_string())]
     );
 
+    // The operator's TLS and client certificates: the brokers trust the operator's clients CA,
+    // which signs KafkaUsers' certificates (not the cluster CA the listener Secret holds).
+    let (e, secrets) = mounted(json!({"tls": {}, "authentication": {"type": "tls"}}));
+    assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SSL");
+    assert_eq!(e["KAAS_SSL_CLIENT_AUTH"], "required");
+    assert_eq!(e["KAAS_SSL_CERTIFICATE"], "/etc/kaas/listener-tls/tls.crt");
+    assert_eq!(e["KAAS_SSL_TRUSTSTORE"], "/etc/kaas/clients-ca/ca.crt");
+    assert_eq!(
+        secrets,
+        [
+            (
+                "prod-listener-tls".to_string(),
+                LISTENER_TLS_DIR.to_string()
+            ),
+            (
+                "prod-clients-ca-cert".to_string(),
+                CLIENTS_CA_DIR.to_string()
+            )
+        ]
+    );
+    let mut spec = base();
+    spec["listener"] = json!({"tls": {}, "authentication": {"type": "tls"}});
+    assert!(issues_clients_ca(&cluster(spec).spec.listener));
+    for listener in [
+        json!({"tls": {"secretName": "prod-tls"}, "authentication": {"type": "tls"}}),
+        json!({"tls": {}}),
+        json!({"tls": {}, "authentication": {"type": "scram-sha-512"}}),
+    ] {
+        let mut spec = base();
+        spec["listener"] = listener.clone();
+        assert!(
+            !issues_clients_ca(&cluster(spec).spec.listener),
+            "{listener}"
+        );
+    }
+
     let (e, secrets) = mounted(json!({"tls": {"secretName": "prod-tls"}}));
     assert_eq!(e["KAAS_SECURITY_PROTOCOL"], "SSL");
     assert!(!e.contains_key("KAAS_SSL_CLIENT_AUTH"));

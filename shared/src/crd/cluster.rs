@@ -147,7 +147,7 @@ pub struct StorageSpec {
 /// How brokers listen and what address they advertise to clients.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || (has(self.tls) && has(self.tls.secretName))").message("listener.authentication type tls needs listener.tls with a secretName: client certificates are presented in the TLS handshake and checked against its ca.crt"))]
+#[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || has(self.tls)").message("listener.authentication type tls needs listener.tls: client certificates are presented in the TLS handshake; with tls: {} they are checked against the operator's clients CA (which issues KafkaUsers of type tls their certificates), with tls.secretName against that Secret's ca.crt"))]
 #[x_kube(validation = Rule::new("!has(self.tls) || has(self.tls.secretName) || !has(self.advertise) || self.advertise != 'PodIp'").message("listener.tls without a secretName needs advertise: PodDns: the operator's certificate names DNS names, and pod IPs change with each pod; name a Secret with a certificate for the pod IPs instead"))]
 pub struct ListenerSpec {
     /// Kafka protocol port.
@@ -204,7 +204,9 @@ pub struct ListenerTls {
     /// `authentication.type: tls`, `ca.crt`: the CA client certificates must chain to.
     /// Without it the operator issues the certificate from a cluster CA of its own
     /// (`<cluster>-cluster-ca-cert` holds the CA clients trust), for the pod DNS names and the
-    /// bootstrap Service, and issues it again before it expires.
+    /// bootstrap Service, and issues it again before it expires; with `authentication.type:
+    /// tls` it also keeps a clients CA (`<cluster>-clients-ca-cert`), which signs the
+    /// certificates of KafkaUsers of type `tls` and is the one client certificates must chain to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub secret_name: Option<String>,

@@ -1,6 +1,6 @@
 //! `KafkaUser`: one user of one cluster, as Strimzi users know it — how it authenticates (a
-//! SCRAM password the operator generates or takes from a Secret, or a certificate issued
-//! elsewhere), its ACLs and its quotas. The cluster's volume agent writes what brokers enforce
+//! SCRAM password the operator generates or takes from a Secret, or a certificate the operator
+//! issues or one issued elsewhere), its ACLs and its quotas. The cluster's volume agent writes what brokers enforce
 //! into `__cluster/kafka-users.json` ([`crate::kafka_users`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -72,8 +72,11 @@ pub struct KafkaUserSpec {
 pub struct UserAuthentication {
     /// `scram-sha-512`: a password (SASL SCRAM-SHA-512 or -256, either listener); the
     /// operator generates one into a Secret named after the user unless `password` names one.
+    /// `tls`: a client certificate the operator issues from the cluster's clients CA (the
+    /// listener must be `tls: {}` with `authentication: {type: tls}`) into a Secret named
+    /// after the user (`ca.crt`, `user.crt`, `user.key`), subject `CN=<user name>`.
     /// `tls-external`: a client certificate issued outside kaas whose subject is `CN=<user
-    /// name>`; the user is `CN=<name>` to ACLs and quotas.
+    /// name>`. Either way the user is `CN=<name>` to ACLs and quotas.
     #[serde(rename = "type")]
     pub kind: UserAuthenticationType,
     /// SCRAM: the password, from a Secret of the user's namespace.
@@ -87,6 +90,9 @@ pub enum UserAuthenticationType {
     /// SASL/SCRAM with a password.
     #[serde(rename = "scram-sha-512")]
     ScramSha512,
+    /// A client certificate the operator issues from the cluster's clients CA.
+    #[serde(rename = "tls")]
+    Tls,
     /// A client certificate from another CA.
     #[serde(rename = "tls-external")]
     TlsExternal,
@@ -149,7 +155,7 @@ pub struct KafkaUserStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
     /// SCRAM: the Secret holding the password (`password`, and `sasl.jaas.config` for Java
-    /// clients).
+    /// clients); `tls`: the Secret holding the certificate (`ca.crt`, `user.crt`, `user.key`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
 }
@@ -159,7 +165,9 @@ impl KafkaUser {
     pub fn username(&self) -> String {
         let name = self.metadata.name.as_deref().unwrap_or_default();
         match self.spec.authentication.as_ref().map(|a| a.kind) {
-            Some(UserAuthenticationType::TlsExternal) => format!("CN={name}"),
+            Some(UserAuthenticationType::Tls | UserAuthenticationType::TlsExternal) => {
+                format!("CN={name}")
+            }
             _ => name.to_string(),
         }
     }
