@@ -2,9 +2,12 @@ package scenarios
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +154,105 @@ stringData: {pw: bob-chose-this}
 			_, err := c.Kubectl("-n", ns, "get", "secret", "alice")
 			return err != nil, nil
 		})
+	})
+}
+
+// TestKafkaUserTLS: a listener that asks for client certificates (`authentication: tls`) with
+// certificates the operator issues (`tls: {}`): a KafkaUser of type tls gets a certificate for
+// `CN=<name>` from the cluster's clients CA in its Secret; franz-go presents it, trusts the
+// cluster CA, and produces and consumes what the user's ACLs allow. A user without ACLs is
+// refused the topic, and a client without a certificate is refused altogether.
+func TestKafkaUserTLS(t *testing.T) {
+	root := repoRoot(t)
+	c := harness.Start(t, harness.Options{Images: map[string]string{
+		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
+		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
+	}})
+	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
+	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkausers", "kafkaclusterassignments"} {
+		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
+	}
+	cluster := strings.Replace(kaastest.Cluster(`  listener:
+    tls: {}
+    authentication: {type: tls}
+  authorization: {type: simple}
+`), "replicas: 3", "replicas: 1", 1)
+	user := func(name, acls string) string {
+		return fmt.Sprintf("---\napiVersion: kaas.dev/v1alpha1\nkind: KafkaUser\nmetadata: {name: %s, namespace: %s}\n"+
+			"spec:\n  clusterRef: kc\n  authentication: {type: tls}\n%s", name, ns, acls)
+	}
+	c.Apply(cluster + "---\n" + kaastest.Topic("events", 1, "") + user("alice", `  authorization:
+    type: simple
+    acls:
+      - resource: {type: topic, name: events}
+        operations: [Read, Write, Describe]
+      - resource: {type: group, name: readers}
+        operations: [Read]
+`) + user("carol", ""))
+	c.WaitJSONPath(4*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
+	for _, name := range []string{"alice", "carol"} {
+		c.WaitJSONPath(2*time.Minute, ns, "kafkauser", name, `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if got := c.JSONPath(ns, "kafkauser", name, ".status.username"); got != "CN="+name {
+			t.Fatalf("%s's username is %q", name, got)
+		}
+	}
+	roots := x509.NewCertPool()
+	if caPEM := secretData(t, c, "kc-cluster-ca-cert", "ca.crt"); !roots.AppendCertsFromPEM([]byte(caPEM)) {
+		t.Fatalf("kc-cluster-ca-cert holds no certificate: %q", caPEM)
+	}
+	certificate := func(name string) tls.Certificate {
+		pair, err := tls.X509KeyPair([]byte(secretData(t, c, name, "user.crt")), []byte(secretData(t, c, name, "user.key")))
+		if err != nil {
+			t.Fatalf("%s's Secret: %v", name, err)
+		}
+		return pair
+	}
+	seed := fmt.Sprintf("kc-0.kc-brokers.%s.svc:9092", ns)
+	as := func(certs []tls.Certificate, extra ...kgo.Opt) []kgo.Opt {
+		config := &tls.Config{RootCAs: roots, Certificates: certs, MinVersion: tls.VersionTLS12}
+		return append([]kgo.Opt{kgo.SeedBrokers(seed), kgo.DialTLSConfig(config)}, extra...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	t.Run("alice's certificate produces and consumes", func(t *testing.T) {
+		cl, err := kgo.NewClient(as([]tls.Certificate{certificate("alice")}, kgo.DefaultProduceTopic("events"),
+			kgo.ConsumeTopics("events"), kgo.ConsumerGroup("readers"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		c.Eventually(time.Minute, "alice produces to events", func() (bool, error) {
+			err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("from-alice")}).FirstErr()
+			return err == nil, err
+		})
+		var got []string
+		for len(got) == 0 && ctx.Err() == nil {
+			fetches := cl.PollFetches(ctx)
+			if errs := fetches.Errors(); len(errs) > 0 {
+				t.Fatalf("alice consuming in readers: %v", errs)
+			}
+			fetches.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+		}
+		if len(got) != 1 || got[0] != "from-alice" {
+			t.Fatalf("read %q", got)
+		}
+	})
+
+	t.Run("carol may not touch events and no certificate gets nowhere", func(t *testing.T) {
+		carol, err := kgo.NewClient(as([]tls.Certificate{certificate("carol")})...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer carol.Close()
+		if _, err := kadm.NewClient(carol).ListBrokers(ctx); err != nil {
+			t.Fatalf("carol's certificate is refused: %v", err)
+		}
+		if md, err := kadm.NewClient(carol).Metadata(ctx, "events"); err == nil && md.Topics["events"].Err == nil {
+			t.Fatal("carol described events without an ACL")
+		}
+		if listsBrokers(ctx, t, as(nil)) {
+			t.Fatal("a client without a certificate listed the cluster")
+		}
 	})
 }
