@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,15 +31,7 @@ import (
 // and one from another issuer are refused. A listener Secret deleted by mistake is issued again
 // by the same CA.
 func TestOAuthListener(t *testing.T) {
-	root := repoRoot(t)
-	c := harness.Start(t, harness.Options{Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
-		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
-	}})
-	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
-	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
-		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
-	}
+	c := startWithOperator(t)
 
 	const issuer = "https://idp.kaas-e2e.example"
 	provider := newSigner(t, "provider-key")

@@ -34,16 +34,8 @@ import (
 // brokers — whose markers and verifications the brokers send each other on their inter-broker
 // listeners (pod IP, port 9091), which the client listener's TLS and SASL do not apply to.
 func TestSecuredListener(t *testing.T) {
-	root := repoRoot(t)
 	kaasBin := harness.CargoBinary(t, "KAAS_BIN", "kaas")
-	c := harness.Start(t, harness.Options{Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
-		"ghcr.io/kaas/kaas:*":          kaasBin,
-	}})
-	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
-	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
-		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
-	}
+	c := startWithOperator(t)
 
 	ca, caPEM := newCA(t)
 	certPEM, keyPEM := ca.leaf(t, "*.kc-brokers."+ns+".svc", "kc-bootstrap."+ns+".svc")

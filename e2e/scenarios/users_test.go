@@ -26,15 +26,7 @@ import (
 // group her prefixed ACL allows; bob, without ACLs, is refused the topic; alice's produce
 // quota is hers alone to change through her KafkaUser. Deleting alice's KafkaUser locks her out.
 func TestKafkaUser(t *testing.T) {
-	root := repoRoot(t)
-	c := harness.Start(t, harness.Options{Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
-		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
-	}})
-	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
-	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkausers", "kafkaclusterassignments"} {
-		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
-	}
+	c := startWithOperator(t)
 	c.Apply(kaastest.Cluster(`  listener:
     authentication: {type: scram-sha-512}
   authorization: {type: simple}
@@ -163,15 +155,7 @@ stringData: {pw: bob-chose-this}
 // cluster CA, and produces and consumes what the user's ACLs allow. A user without ACLs is
 // refused the topic, and a client without a certificate is refused altogether.
 func TestKafkaUserTLS(t *testing.T) {
-	root := repoRoot(t)
-	c := harness.Start(t, harness.Options{Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
-		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
-	}})
-	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
-	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkausers", "kafkaclusterassignments"} {
-		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
-	}
+	c := startWithOperator(t)
 	cluster := strings.Replace(kaastest.Cluster(`  listener:
     tls: {}
     authentication: {type: tls}
@@ -255,4 +239,19 @@ func TestKafkaUserTLS(t *testing.T) {
 			t.Fatal("a client without a certificate listed the cluster")
 		}
 	})
+}
+
+// startWithOperator starts a control plane (one node) with the operator installed from
+// config/default and its CRDs established; the images are the dev build's binaries.
+func startWithOperator(t *testing.T) *harness.Cluster {
+	t.Helper()
+	c := harness.Start(t, harness.Options{Images: map[string]string{
+		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
+		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
+	}})
+	c.MustKubectl("apply", "-k", filepath.Join(repoRoot(t), "config", "default"))
+	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkausers", "kafkaclusterassignments"} {
+		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
+	}
+	return c
 }

@@ -446,6 +446,28 @@ pub fn ready_message(username: &str, entry: &KafkaUserEntry) -> String {
     )
 }
 
+/// A user whose password or certificate cannot be had yet: not ready, tried again after
+/// `retry`; a Secret of someone else's under the user's name is named nowhere in the status.
+async fn credential_missing(
+    ctx: &AgentContext,
+    user: &KafkaUser,
+    base: KafkaUserStatus,
+    cond: Cond,
+    retry: Duration,
+) -> Result<Action> {
+    let (base, action) = match cond.reason {
+        "SecretConflict" => (
+            KafkaUserStatus {
+                secret: None,
+                ..base
+            },
+            Action::requeue(SCRAM_REQUEUE),
+        ),
+        _ => (base, Action::requeue(retry)),
+    };
+    not_ready(ctx, user, base, cond, action).await
+}
+
 async fn patch_status(ctx: &AgentContext, user: &KafkaUser, status: KafkaUserStatus) -> Result<()> {
     if user.status.as_ref() == Some(&status) {
         return Ok(());
@@ -781,34 +803,14 @@ async fn converge(user: &Arc<KafkaUser>, ctx: &AgentContext) -> Result<Action> {
         match scram_password(ctx, user, &uid).await? {
             Ok(password) => Some(password),
             Err(cond) => {
-                let (base, action) = match cond.reason {
-                    "SecretConflict" => (
-                        KafkaUserStatus {
-                            secret: None,
-                            ..base
-                        },
-                        Action::requeue(SCRAM_REQUEUE),
-                    ),
-                    _ => (base, Action::requeue(MISSING_PASSWORD_REQUEUE)),
-                };
-                return not_ready(ctx, user, base, cond, action).await;
+                return credential_missing(ctx, user, base, cond, MISSING_PASSWORD_REQUEUE).await;
             }
         }
     } else {
         None
     };
     if tls && let Some(cond) = tls_certificate(ctx, user, &uid).await? {
-        let (base, action) = match cond.reason {
-            "SecretConflict" => (
-                KafkaUserStatus {
-                    secret: None,
-                    ..base
-                },
-                Action::requeue(SCRAM_REQUEUE),
-            ),
-            _ => (base, Action::requeue(MISSING_CA_REQUEUE)),
-        };
-        return not_ready(ctx, user, base, cond, action).await;
+        return credential_missing(ctx, user, base, cond, MISSING_CA_REQUEUE).await;
     }
 
     let (written, entry) = {
