@@ -247,6 +247,41 @@ pub fn issue_user(
     Ok((pem, params.not_after))
 }
 
+/// A Secret an issued certificate is kept in: the keys of the certificate and its key, and how
+/// each reason to issue it again is said.
+#[derive(Debug, Clone, Copy)]
+pub struct Held {
+    pub cert_key: &'static str,
+    pub key_key: &'static str,
+    pub missing: &'static str,
+    pub ca_changed: &'static str,
+    pub lost: &'static str,
+}
+
+/// The listener certificate's Secret.
+pub const LISTENER_HELD: Held = Held {
+    cert_key: "tls.crt",
+    key_key: "tls.key",
+    missing: "no listener certificate yet",
+    ca_changed: "the cluster CA changed",
+    lost: "the listener Secret lost its certificate",
+};
+
+/// Why the certificate in `own` must be issued again whatever its expiry, if it must: no
+/// Secret, another CA than `ca_cert` (its `ca.crt`), or the certificate or key gone.
+pub fn held_reason(own: Option<&Secret>, ca_cert: &str, held: &Held) -> Option<&'static str> {
+    let Some(own) = own else {
+        return Some(held.missing);
+    };
+    if text_in(own, "ca.crt").as_deref() != Some(ca_cert) {
+        return Some(held.ca_changed);
+    }
+    if pem_in(own, held.cert_key, held.key_key).is_none() {
+        return Some(held.lost);
+    }
+    None
+}
+
 /// Why the listener certificate whose Secret has `annotations` must be issued again, if it
 /// must: missing, naming other names, or within [`RENEW_BEFORE`] of its expiry.
 pub fn renewal_reason(
@@ -320,14 +355,10 @@ pub async fn ensure(
 
     let dns_names = listener_names(names);
     let listener = api.get_opt(&listener_secret_name(names)).await?;
-    let reason = match &listener {
-        None => Some("no listener certificate yet"),
-        Some(s) if text_in(s, "ca.crt") != Some(ca.cert.clone()) => Some("the cluster CA changed"),
-        Some(s) if pem_in(s, "tls.crt", "tls.key").is_none() => {
-            Some("the listener Secret lost its certificate")
-        }
-        Some(s) => renewal_reason(s.metadata.annotations.as_ref(), &dns_names, now),
-    };
+    let reason = held_reason(listener.as_ref(), &ca.cert, &LISTENER_HELD).or_else(|| {
+        let annotations = listener.as_ref().and_then(|s| s.metadata.annotations.as_ref());
+        renewal_reason(annotations, &dns_names, now)
+    });
     if reason.is_some() {
         let (leaf, not_after) = issue_listener(names, &ca.key, &dns_names, now)?;
         let data = [

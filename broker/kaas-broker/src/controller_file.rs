@@ -12,6 +12,9 @@
 //!   controller may have written since this broker last read it). Every broker of a cluster
 //!   reads the file again every second ([`ControllerFile::refresh`]). Two controllers overlap
 //!   only within the Lease's window, as for the assignment.
+//!
+//! Its read half (`read`, `refresh`) also follows `kafka-users.json`, whose one writer is the
+//! volume agent ([`crate::kafka_users`]); brokers never `update` that file.
 
 use std::path::PathBuf;
 
