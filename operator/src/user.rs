@@ -406,14 +406,7 @@ pub fn set_entry(
     let mut file = kafka_users::read(fs, layout)?;
     let existed = file.users.get(username).is_some_and(|e| e.uid == uid);
     let entry = build(file.users.get(username));
-    let before = file.users.len();
-    file.users
-        .retain(|name, e| name.as_str() == username || e.uid != uid);
-    let renamed = file.users.len() != before;
-    if renamed {
-        file.revision += 1;
-    }
-    if !(file.set(username, entry) || renamed) {
+    if !file.set(username, entry) {
         return Ok(Written::Unchanged);
     }
     // The agent may run before any broker made `__cluster`. NB: the new directory's own entry

@@ -206,12 +206,17 @@ impl UserQuotas {
 }
 
 impl KafkaUsersFile {
-    /// Sets `name`'s entry (its `revision` is ignored); whether that changed the file, in which
-    /// case the file's revision grew and the entry carries it.
+    /// Sets `name`'s entry (its `revision` is ignored), and removes the entry of the same
+    /// KafkaUser (uid) under another name (a user whose name to Kafka changed); whether that
+    /// changed the file, in which case the file's revision grew and the entry carries it.
     pub fn set(&mut self, name: &str, mut entry: KafkaUserEntry) -> bool {
+        let before = self.users.len();
+        self.users
+            .retain(|other, e| other.as_str() == name || e.uid != entry.uid);
+        let renamed = self.users.len() != before;
         if let Some(current) = self.users.get(name) {
             entry.revision = current.revision;
-            if *current == entry {
+            if *current == entry && !renamed {
                 return false;
             }
         }
