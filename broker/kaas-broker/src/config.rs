@@ -38,6 +38,20 @@ impl ClusterLink {
     }
 }
 
+#[cfg(test)]
+impl BrokerConfig {
+    /// Broker 0 of a cluster, for unit tests: its data in `dir`, its Lease and heartbeat from
+    /// `control`.
+    pub(crate) fn cluster_for_tests(dir: &std::path::Path, control: std::sync::Arc<dyn crate::control_plane::ControlPlane>) -> BrokerConfig {
+        BrokerConfig {
+            node_id: 0,
+            storage: StorageMode::Disk(dir.to_path_buf()),
+            cluster: Some(ClusterLink::for_tests(control)),
+            ..BrokerConfig::local_in_memory()
+        }
+    }
+}
+
 /// Everything the protocol server needs to know about itself.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {

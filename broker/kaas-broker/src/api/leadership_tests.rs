@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::led_partition;
 use crate::broker::Broker;
-use crate::config::{BrokerConfig, ClusterLink, StorageMode};
+use crate::config::BrokerConfig;
 use crate::control_plane::FixedControlPlane;
 use crate::topics::NewTopic;
 
@@ -27,13 +27,7 @@ fn placed(topic_id: Uuid, leader: i32, leader_epoch: i32, version: i64) -> Assig
 async fn a_partition_is_led_only_where_and_at_the_epoch_the_assignment_says() {
     let tmp = tempfile::tempdir().unwrap();
     let control = Arc::new(FixedControlPlane::default());
-    let config = BrokerConfig {
-        node_id: 0,
-        storage: StorageMode::Disk(tmp.path().to_path_buf()),
-        cluster: Some(ClusterLink::for_tests(control.clone())),
-        ..BrokerConfig::local_in_memory()
-    };
-    let broker = Broker::open(config).unwrap();
+    let broker = Broker::open(BrokerConfig::cluster_for_tests(tmp.path(), control.clone())).unwrap();
     let topic = broker.topics.create(NewTopic { name: "t".into(), partitions: 1, configs: BTreeMap::new() }).unwrap();
     let cluster = broker.cluster.as_ref().unwrap();
     control.acknowledged_now();

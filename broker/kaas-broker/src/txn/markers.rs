@@ -52,9 +52,7 @@ pub async fn write_marker(
 /// Writes one marker wherever its partition is led: here, or by WriteTxnMarkers to its leader.
 async fn deliver_marker(broker: &Broker, topic: &str, partition: i32, marker: &Marker) -> Result<(), E> {
     match route::partition_leader(broker, topic, partition) {
-        // The assignment no longer places it: the topic was deleted, and a deleted partition
-        // needs no marker. (Nothing transactional was written to one never placed.)
-        Route::Unplaced => Ok(()),
+        Route::Unplaced => unplaced(broker, topic, partition),
         Route::Here => match write_marker(broker, topic, partition, marker).await {
             // Local mode: the registry is the truth, and a topic not in it was deleted. In a
             // cluster the registry may lag the assignment: retried until it catches up.
@@ -65,6 +63,19 @@ async fn deliver_marker(broker: &Broker, topic: &str, partition: i32, marker: &M
         // UNKNOWN_TOPIC_OR_PARTITION: retried, re-routed, until the assignment says.
         Route::Peer(address) => send_marker(broker, &address, topic, partition, marker).await,
         Route::Unreachable => Err(E::LeaderNotAvailable),
+    }
+}
+
+/// What a marker for a partition this broker's applied assignment does not place comes to. A
+/// partition the topic registry still has (AddPartitionsToTxn checked it there) is not placed
+/// *yet*: this broker's assignment can lag the one its leader took it over by, while the
+/// producer has already written to it — retried until the assignment places it, or the marker
+/// would be skipped and the partition's last stable offset held below the transaction for ever.
+/// One the registry no longer has was deleted, and a deleted partition needs no marker.
+fn unplaced(broker: &Broker, topic: &str, partition: i32) -> Result<(), E> {
+    match broker.topics.partition(topic, partition) {
+        Some(_) => Err(E::LeaderNotAvailable),
+        None => Ok(()),
     }
 }
 
@@ -211,3 +222,7 @@ where
         }
     }
 }
+
+#[cfg(test)]
+#[path = "markers_tests.rs"]
+mod tests;
