@@ -7,7 +7,10 @@
 //!   missing, remove what matches, set values), so a client's retry leaves the same file, and a
 //!   change that leaves the content as it was writes nothing;
 //! - single writer: each write is stamped with the writer's epoch (the controller's Lease
-//!   epoch, 0 in local mode) and is refused over a file a newer controller stamped; writes on
+//!   epoch, at least 1) and is refused over a file a newer controller stamped. In local mode
+//!   ([`LOCAL_MODE`]) the broker is the volume's only process: it writes over any stamp and
+//!   leaves the stamp as it found it, so a volume a cluster used can be opened locally (and
+//!   the cluster's next controller still writes over it). Writes on
 //!   one broker are serialised by one mutex, each starting from what is on disk (a previous
 //!   controller may have written since this broker last read it). Every broker of a cluster
 //!   reads the file again every second ([`ControllerFile::refresh`]). Two controllers overlap
@@ -23,6 +26,9 @@ use kaas_shared::fs::FsRef;
 use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+/// The writer epoch of the broker in local mode (a controller's Lease epoch is at least 1).
+pub const LOCAL_MODE: i64 = 0;
 
 /// Why a change of the file was not made.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -124,7 +130,7 @@ impl ControllerFile {
         // last parsed.
         *served = None;
         let Stamped { mut content, controller_epoch: found } = self.read_stamped::<T>().map_err(|e| WriteError::Storage(e.to_string()))?;
-        if found > epoch {
+        if epoch != LOCAL_MODE && found > epoch {
             return Err(WriteError::NotController { found, ours: epoch });
         }
         serve(&content);
@@ -133,7 +139,8 @@ impl ControllerFile {
         if content == before {
             return Ok(answer);
         }
-        let stamped = Stamped { content, controller_epoch: epoch };
+        let controller_epoch = if epoch == LOCAL_MODE { found } else { epoch };
+        let stamped = Stamped { content, controller_epoch };
         self.write(&stamped).map_err(|e| WriteError::Storage(e.to_string()))?;
         serve(&stamped.content);
         Ok(answer)
@@ -216,5 +223,21 @@ mod tests {
         assert_eq!(*served.borrow(), [vec!["a".to_string()]], "served once: nothing changed");
         // Not restamped: a local-mode epoch-0 writer may still write.
         assert!(add(&writer, "b", 0).is_ok());
+    }
+
+    /// A volume a cluster's controller wrote, opened in local mode: the local broker changes
+    /// the file and leaves the controller's stamp, so the cluster's controller still writes
+    /// over it and an older one is still refused.
+    #[test]
+    fn local_mode_writes_over_a_clusters_file_and_keeps_its_stamp() {
+        let fs = Arc::new(MemFs::new());
+        let file = file(&fs);
+        assert!(add(&file, "from-the-cluster", 5).is_ok());
+        assert!(add(&file, "local", LOCAL_MODE).is_ok(), "local mode is refused over a cluster's stamp");
+        let bytes = kaas_shared::fs::read_optional(&*fs, &PathBuf::from("/v/__cluster/names.json")).ok().flatten().unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("\"controller_epoch\": 5") && text.contains("local"), "{text}");
+        assert!(add(&file, "cluster-again", 5).is_ok());
+        assert!(matches!(add(&file, "deposed", 4), Err(WriteError::NotController { found: 5, ours: 4 })));
     }
 }

@@ -63,7 +63,7 @@ pub(crate) fn acl_admin<'a>(
 /// [`crate::controller_file`]) is made: the broker in local mode; in a cluster the controller,
 /// which the other brokers forward the request to.
 pub(crate) enum ClusterWriter {
-    /// This broker, stamping the file with this epoch (its Lease epoch; 0 in local mode).
+    /// This broker, stamping the file with this epoch (its Lease epoch; `LOCAL_MODE`).
     Here(i64),
     /// The controller's inter-broker listener.
     Forward(String),
@@ -126,7 +126,7 @@ where
 /// The writer of a change; `forwarded`: the request came from another broker, which authorized
 /// it and found this broker the controller.
 fn writer(broker: &Broker, forwarded: bool) -> ClusterWriter {
-    let Some(cluster) = &broker.cluster else { return ClusterWriter::Here(0) };
+    let Some(cluster) = &broker.cluster else { return ClusterWriter::Here(crate::controller_file::LOCAL_MODE) };
     if cluster.link.control.is_controller() {
         return ClusterWriter::Here(cluster.link.control.lease_epoch());
     }
