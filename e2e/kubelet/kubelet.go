@@ -50,7 +50,16 @@ type Config struct {
 	ClusterDNS    []string
 	ClusterDomain string
 	ResolvConf    string
+	// VolumeResync is how often running pods' configMap and secret volumes are read again from
+	// the apiserver and updated when their objects changed (0: DefaultVolumeResync; negative:
+	// never, files stay as written at the start).
+	VolumeResync time.Duration
 }
+
+// DefaultVolumeResync is the process kubelet's default Config.VolumeResync: far shorter than a
+// real kubelet's (its pod sync, about a minute, plus its cache TTL: 60-90 s in all), so that a
+// test of a renewed certificate waits seconds, not minutes.
+const DefaultVolumeResync = 5 * time.Second
 
 // Kubelet runs the pods of one node.
 type Kubelet struct {
@@ -84,6 +93,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.ImageDir == "" {
 		cfg.ImageDir = filepath.Join(cfg.RootDir, "images")
+	}
+	if cfg.VolumeResync == 0 {
+		cfg.VolumeResync = DefaultVolumeResync
 	}
 	store, err := newImageStore(cfg.ImageDir, cfg.Mirrors)
 	if err != nil {

@@ -140,8 +140,14 @@ func (w *podWorker) run(parent context.Context) {
 	statusDone := make(chan struct{})
 	go func() { defer close(statusDone); w.statusLoop(ctx) }()
 
-	if w.setup(ctx) && w.runInits(ctx) {
-		w.runContainers(ctx)
+	if w.setup(ctx) {
+		// configMap/secret volumes are kept current while containers run (volumes.go), and no
+		// longer once they have stopped: the pod's directory is removed below.
+		stopResync := w.startResync(ctx)
+		if w.runInits(ctx) {
+			w.runContainers(ctx)
+		}
+		stopResync()
 	}
 	w.mu.Lock()
 	w.done = true

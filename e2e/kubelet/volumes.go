@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,12 +24,14 @@ type mount struct {
 }
 
 // prepareVolumes materialises every volume of the pod on the host and returns volume name →
-// host path. Files of configMap/secret/projected volumes are written once when the pod starts
-// (a real kubelet also refreshes them; tests that need that recreate the pod).
+// host path. The files of configMap, secret, downwardAPI and projected volumes are written with
+// writeAtomic (atomic.go: the real kubelet's `..data` layout); resyncVolumes keeps configMap and
+// secret ones current while the pod runs.
 func (w *podWorker) prepareVolumes(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	for _, v := range w.pod.Spec.Volumes {
-		dir := filepath.Join(w.dir, "volumes", v.Name)
+	for i := range w.pod.Spec.Volumes {
+		v := &w.pod.Spec.Volumes[i]
+		dir := w.volumeDir(v.Name)
 		var err error
 		switch {
 		case v.EmptyDir != nil:
@@ -40,24 +43,138 @@ func (w *podWorker) prepareVolumes(ctx context.Context) (map[string]string, erro
 			}
 		case v.PersistentVolumeClaim != nil:
 			dir, err = w.pvcPath(ctx, v.PersistentVolumeClaim.ClaimName)
-		case v.ConfigMap != nil:
-			err = w.writeConfigMap(ctx, dir, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, mode(v.ConfigMap.DefaultMode))
-		case v.Secret != nil:
-			err = w.writeSecret(ctx, dir, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, mode(v.Secret.DefaultMode))
-		case v.DownwardAPI != nil:
-			err = w.writeDownward(dir, v.DownwardAPI.Items, mode(v.DownwardAPI.DefaultMode))
-		case v.Projected != nil:
-			err = w.writeProjected(ctx, dir, v.Projected)
+		case v.ConfigMap != nil, v.Secret != nil, v.DownwardAPI != nil, v.Projected != nil:
+			var p payload
+			if p, err = w.volumePayload(ctx, v); err == nil {
+				_, err = writeAtomic(dir, p)
+			}
 		default:
 			err = fmt.Errorf("volume type not supported by the process kubelet")
 		}
 		if err != nil {
-			// The kubelet's words, which users and the operator's diagnosis know.
-			return nil, fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", v.Name, err)
+			return nil, setUpFailed(v.Name, err)
 		}
 		out[v.Name] = dir
 	}
 	return out, nil
+}
+
+// setUpFailed words a volume's error as the kubelet does, which users and the operator's
+// diagnosis know.
+func setUpFailed(volume string, err error) error {
+	return fmt.Errorf("MountVolume.SetUp failed for volume %q : %w", volume, err)
+}
+
+func (w *podWorker) volumeDir(name string) string { return filepath.Join(w.dir, "volumes", name) }
+
+// volumePayload reads the files a configMap, secret, downwardAPI or projected volume should
+// hold now.
+func (w *podWorker) volumePayload(ctx context.Context, v *corev1.Volume) (payload, error) {
+	p := payload{}
+	var err error
+	switch {
+	case v.ConfigMap != nil:
+		err = w.configMapPayload(ctx, p, v.ConfigMap.Name, v.ConfigMap.Items, v.ConfigMap.Optional, mode(v.ConfigMap.DefaultMode))
+	case v.Secret != nil:
+		err = w.secretPayload(ctx, p, v.Secret.SecretName, v.Secret.Items, v.Secret.Optional, mode(v.Secret.DefaultMode))
+	case v.DownwardAPI != nil:
+		err = w.downwardPayload(p, v.DownwardAPI.Items, mode(v.DownwardAPI.DefaultMode))
+	case v.Projected != nil:
+		err = w.projectedPayload(ctx, p, v.Projected)
+	default:
+		err = fmt.Errorf("volume %s has no files to write", v.Name)
+	}
+	return p, err
+}
+
+// resynced says whether resyncVolumes refreshes volume v: configMap and secret volumes, and
+// projected volumes made only of configMaps, secrets and downward API files. A projected volume
+// with a service-account token keeps the token it got at the start (a real kubelet renews it at
+// 80% of its lifetime; refreshing it on every pass would ask for a token every few seconds), and
+// downwardAPI volumes keep their files (the fields come from the pod as first seen).
+func resynced(v *corev1.Volume) bool {
+	switch {
+	case v.ConfigMap != nil, v.Secret != nil:
+		return true
+	case v.Projected != nil:
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// resyncVolumes keeps the pod's configMap and secret volumes (see resynced) current until ctx
+// ends: every `every` it reads their objects again from the apiserver and, where the files differ
+// from what is on disk, swaps in a new version atomically (writeAtomic), as the real kubelet's
+// periodic pod sync does (about every minute plus its cache TTL; the harness' default,
+// DefaultVolumeResync, is a few seconds so that tests of certificate renewal stay quick).
+// Unchanged content writes nothing. An object that is gone leaves the last files in place
+// (unless the volume is optional: then its files go, as with the real kubelet), and errors are
+// logged and reported as FailedMount events, each new one once.
+func (w *podWorker) resyncVolumes(ctx context.Context, every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	reported := map[string]string{} // volume → the error last reported
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		w.syncVolumes(ctx, reported)
+	}
+}
+
+// syncVolumes is one pass of resyncVolumes.
+func (w *podWorker) syncVolumes(ctx context.Context, reported map[string]string) {
+	for i := range w.pod.Spec.Volumes {
+		v := &w.pod.Spec.Volumes[i]
+		if !resynced(v) {
+			continue
+		}
+		p, err := w.volumePayload(ctx, v)
+		changed := false
+		if err == nil {
+			changed, err = writeAtomic(w.volumeDir(v.Name), p)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			msg := setUpFailed(v.Name, err).Error()
+			if reported[v.Name] != msg {
+				reported[v.Name] = msg
+				w.logf("volume resync (keeping the files it has): %s", msg)
+				w.warn(ctx, "FailedMount", msg)
+			}
+			continue
+		}
+		delete(reported, v.Name)
+		if changed {
+			w.logf("volume %s updated", v.Name)
+		}
+	}
+}
+
+// startResync starts resyncVolumes when the pod has volumes to refresh and the kubelet's
+// VolumeResync is positive; the returned function stops it and waits until it has.
+func (w *podWorker) startResync(parent context.Context) (stop func()) {
+	every := w.k.cfg.VolumeResync
+	refreshed := false
+	for i := range w.pod.Spec.Volumes {
+		refreshed = refreshed || resynced(&w.pod.Spec.Volumes[i])
+	}
+	if every <= 0 || !refreshed {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() { defer close(done); w.resyncVolumes(ctx, every) }()
+	return func() { cancel(); <-done }
 }
 
 // mounts turns a container's volumeMounts into bind mounts, resolving subPath(Expr).
@@ -148,11 +265,12 @@ func (k *Kubelet) mapPath(path string) (string, error) {
 	return m[best] + strings.TrimPrefix(path, best), nil
 }
 
-func (w *podWorker) writeConfigMap(ctx context.Context, dir, name string, items []corev1.KeyToPath, optional *bool, m os.FileMode) error {
+// configMapPayload adds configMap name's files to p. A missing optional configMap adds none.
+func (w *podWorker) configMapPayload(ctx context.Context, p payload, name string, items []corev1.KeyToPath, optional *bool, m os.FileMode) error {
 	cm, err := w.k.client.CoreV1().ConfigMaps(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		if apierrors.IsNotFound(err) && optional != nil && *optional {
-			return os.MkdirAll(dir, 0o755)
+		if apierrors.IsNotFound(err) && isTrue(optional) {
+			return nil
 		}
 		return fmt.Errorf("configMap %s: %w", name, err)
 	}
@@ -163,26 +281,25 @@ func (w *podWorker) writeConfigMap(ctx context.Context, dir, name string, items 
 	for k, v := range cm.BinaryData {
 		data[k] = v
 	}
-	return writeKeys(dir, data, items, m)
+	return keysPayload(p, data, items, isTrue(optional), m)
 }
 
-func (w *podWorker) writeSecret(ctx context.Context, dir, name string, items []corev1.KeyToPath, optional *bool, m os.FileMode) error {
+// secretPayload adds secret name's files to p. A missing optional secret adds none.
+func (w *podWorker) secretPayload(ctx context.Context, p payload, name string, items []corev1.KeyToPath, optional *bool, m os.FileMode) error {
 	s, err := w.k.client.CoreV1().Secrets(w.pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		if apierrors.IsNotFound(err) && optional != nil && *optional {
-			return os.MkdirAll(dir, 0o755)
+		if apierrors.IsNotFound(err) && isTrue(optional) {
+			return nil
 		}
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("secret %q not found", name)
 		}
 		return fmt.Errorf("secret %s: %w", name, err)
 	}
-	return writeKeys(dir, s.Data, items, m)
+	return keysPayload(p, s.Data, items, isTrue(optional), m)
 }
 
-func (w *podWorker) writeDownward(dir string, items []corev1.DownwardAPIVolumeFile, m os.FileMode) error {
-	data := map[string][]byte{}
-	var keys []corev1.KeyToPath
+func (w *podWorker) downwardPayload(p payload, items []corev1.DownwardAPIVolumeFile, m os.FileMode) error {
 	for _, it := range items {
 		var v string
 		var err error
@@ -195,31 +312,31 @@ func (w *podWorker) writeDownward(dir string, items []corev1.DownwardAPIVolumeFi
 		if err != nil {
 			return err
 		}
-		data[it.Path] = []byte(v)
-		keys = append(keys, corev1.KeyToPath{Key: it.Path, Path: it.Path, Mode: it.Mode})
+		fm := m
+		if it.Mode != nil {
+			fm = os.FileMode(*it.Mode)
+		}
+		p[it.Path] = fileProjection{data: []byte(v), mode: fm}
 	}
-	return writeKeys(dir, data, keys, m)
+	return nil
 }
 
-// writeProjected writes all sources of a projected volume into one directory; this is also how
+// projectedPayload gathers all sources of a projected volume into one payload; this is also how
 // the ServiceAccount admission plugin's kube-api-access-* volume (token, ca.crt, namespace)
 // reaches /var/run/secrets/kubernetes.io/serviceaccount.
-func (w *podWorker) writeProjected(ctx context.Context, dir string, p *corev1.ProjectedVolumeSource) error {
-	m := mode(p.DefaultMode)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	for _, src := range p.Sources {
+func (w *podWorker) projectedPayload(ctx context.Context, p payload, pv *corev1.ProjectedVolumeSource) error {
+	m := mode(pv.DefaultMode)
+	for _, src := range pv.Sources {
 		var err error
 		switch {
 		case src.ServiceAccountToken != nil:
-			err = w.writeToken(ctx, dir, src.ServiceAccountToken, m)
+			err = w.tokenPayload(ctx, p, src.ServiceAccountToken, m)
 		case src.ConfigMap != nil:
-			err = w.writeConfigMap(ctx, dir, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, m)
+			err = w.configMapPayload(ctx, p, src.ConfigMap.Name, src.ConfigMap.Items, src.ConfigMap.Optional, m)
 		case src.Secret != nil:
-			err = w.writeSecret(ctx, dir, src.Secret.Name, src.Secret.Items, src.Secret.Optional, m)
+			err = w.secretPayload(ctx, p, src.Secret.Name, src.Secret.Items, src.Secret.Optional, m)
 		case src.DownwardAPI != nil:
-			err = w.writeDownward(dir, src.DownwardAPI.Items, m)
+			err = w.downwardPayload(p, src.DownwardAPI.Items, m)
 		default:
 			err = fmt.Errorf("projected source not supported by the process kubelet")
 		}
@@ -230,9 +347,9 @@ func (w *podWorker) writeProjected(ctx context.Context, dir string, p *corev1.Pr
 	return nil
 }
 
-// writeToken asks the apiserver for a token bound to this pod, as the kubelet does (the Node
+// tokenPayload asks the apiserver for a token bound to this pod, as the kubelet does (the Node
 // authorizer only lets a node do so for pods bound to it).
-func (w *podWorker) writeToken(ctx context.Context, dir string, src *corev1.ServiceAccountTokenProjection, m os.FileMode) error {
+func (w *podWorker) tokenPayload(ctx context.Context, p payload, src *corev1.ServiceAccountTokenProjection, m os.FileMode) error {
 	sa := w.pod.Spec.ServiceAccountName
 	if sa == "" {
 		sa = "default"
@@ -248,40 +365,38 @@ func (w *podWorker) writeToken(ctx context.Context, dir string, src *corev1.Serv
 	if err != nil {
 		return fmt.Errorf("token for serviceaccount %s: %w", sa, err)
 	}
-	return os.WriteFile(filepath.Join(dir, src.Path), []byte(tr.Status.Token), m)
+	p[src.Path] = fileProjection{data: []byte(tr.Status.Token), mode: m}
+	return nil
 }
 
-func writeKeys(dir string, data map[string][]byte, items []corev1.KeyToPath, m os.FileMode) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
+// keysPayload adds the keys of a configMap or secret to p: all of them under their own names,
+// or with items only those listed, under their paths. A listed key that is missing is an error,
+// unless the volume is optional (then it is left out, as the kubelet does).
+func keysPayload(p payload, data map[string][]byte, items []corev1.KeyToPath, optional bool, m os.FileMode) error {
 	if len(items) == 0 {
-		for _, k := range sortedKeys(data) {
-			items = append(items, corev1.KeyToPath{Key: k, Path: k})
+		for k, v := range data {
+			p[k] = fileProjection{data: v, mode: m}
 		}
+		return nil
 	}
 	for _, it := range items {
 		v, ok := data[it.Key]
 		if !ok {
+			if optional {
+				continue
+			}
 			return fmt.Errorf("key %s not found", it.Key)
-		}
-		path := filepath.Join(dir, it.Path)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return err
 		}
 		fm := m
 		if it.Mode != nil {
 			fm = os.FileMode(*it.Mode)
 		}
-		if err := os.WriteFile(path, v, fm); err != nil {
-			return err
-		}
-		if err := os.Chmod(path, fm); err != nil {
-			return err
-		}
+		p[it.Path] = fileProjection{data: v, mode: fm}
 	}
 	return nil
 }
+
+func isTrue(b *bool) bool { return b != nil && *b }
 
 func mode(m *int32) os.FileMode {
 	if m == nil {

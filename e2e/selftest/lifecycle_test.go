@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kaas/e2e/harness"
+	"kaas/e2e/kubelet"
 )
 
 const lifecycleManifests = `
@@ -73,11 +74,40 @@ spec:
       exec: {command: [sh, -c, "exit 1"]}
       periodSeconds: 1
       failureThreshold: 2
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: rotating}
+stringData: {tls.crt: "certificate one"}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: static}
+data: {settings: "never changes"}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: secret-reader}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    # The shell holds the first certificate open on fd 3 for as long as it runs.
+    command: [sh, -c, "exec 3</etc/tls/tls.crt; while :; do sleep 1; done"]
+    volumeMounts:
+    - {name: static, mountPath: /etc/static}
+    - {name: tls, mountPath: /etc/tls, readOnly: true}
+  # static first: the kubelet resyncs volumes in this order (see checkSecretUpdate).
+  volumes:
+  - {name: static, configMap: {name: static}}
+  - {name: tls, secret: {secretName: rotating, defaultMode: 0400}}
 `
 
 // TestPodLifecycle covers restartPolicy Never/OnFailure, a Job run by the real Job controller,
-// init containers sharing an emptyDir, and a restart by a failing exec liveness probe. Commands
-// run from the host's PATH through the "host" image mapping.
+// init containers sharing an emptyDir, a restart by a failing exec liveness probe, and a Secret
+// volume updated in place while its pod runs. Commands run from the host's PATH through the
+// "host" image mapping.
 func TestPodLifecycle(t *testing.T) {
 	c := harness.Start(t, harness.Options{Images: map[string]string{"busybox*": "host"}})
 	ctx := context.Background()
@@ -132,6 +162,90 @@ func TestPodLifecycle(t *testing.T) {
 	})
 	// Deleting a finished pod and a pod that never started: the kubelet removes both.
 	c.MustKubectl("delete", "pod", "fails", "noimage", "--timeout=30s")
+	t.Run("secret volume updated in place", func(t *testing.T) { checkSecretUpdate(t, c.For(t)) })
+}
+
+// checkSecretUpdate changes the Secret of pod secret-reader and checks, through the container's
+// own view of its volumes (/proc/<pid>/root), what a real kubelet's atomic writer guarantees and
+// what kaas brokers rely on to reload a renewed certificate: the new bytes appear within the
+// kubelet's resync period, by a swap of the `..data` symlink, while the file the container holds
+// open (fd 3) keeps the old bytes; and an unchanged object is never rewritten.
+func checkSecretUpdate(t *testing.T, c *harness.Cluster) {
+	ctx := context.Background()
+	c.WaitPodReady("default", "secret-reader", 60*time.Second)
+	pid, err := c.PodPID("default", "secret-reader", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := fmt.Sprintf("/proc/%d/root", pid)
+	tls, static := root+"/etc/tls", root+"/etc/static"
+	held := fmt.Sprintf("/proc/%d/fd/3", pid)
+	read := func(path string) (string, error) {
+		b, err := os.ReadFile(path)
+		return string(b), err
+	}
+	dataLink := func(vol string) string {
+		t.Helper()
+		st, err := os.Lstat(filepath.Join(vol, "..data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			t.Fatalf("%s/..data is not a symlink: %v", vol, st.Mode())
+		}
+		target, err := os.Readlink(filepath.Join(vol, "..data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return target
+	}
+	if got, err := read(filepath.Join(tls, "tls.crt")); err != nil || got != "certificate one" {
+		t.Fatalf("tls.crt = %q (%v)", got, err)
+	}
+	if st, err := os.Stat(filepath.Join(tls, "tls.crt")); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o400 {
+		t.Errorf("tls.crt: mode %v, want defaultMode 0400", st.Mode().Perm())
+	}
+	if link, err := os.Readlink(filepath.Join(tls, "tls.crt")); err != nil || link != "..data/tls.crt" {
+		t.Errorf("tls.crt -> %q (%v), want ..data/tls.crt", link, err)
+	}
+	before, staticBefore := dataLink(tls), dataLink(static)
+
+	secrets := c.Client.CoreV1().Secrets("default")
+	s, err := secrets.Get(ctx, "rotating", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data = map[string][]byte{"tls.crt": []byte("certificate two")}
+	if _, err := secrets.Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	changed := time.Now()
+	// Within the resync period, plus slack for a busy machine.
+	c.Eventually(kubelet.DefaultVolumeResync+10*time.Second, "the pod to see the new tls.crt", func() (bool, error) {
+		got, err := read(filepath.Join(tls, "tls.crt"))
+		return got == "certificate two", fmt.Errorf("tls.crt = %q (%v)", got, err)
+	})
+	t.Logf("the pod saw the new tls.crt %s after the update", time.Since(changed).Round(time.Millisecond))
+	if after := dataLink(tls); after == before {
+		t.Errorf("..data still points at %s", before)
+	}
+	if got, err := read(held); err != nil || got != "certificate one" {
+		t.Errorf("the file held open since the start reads %q (%v), want the old bytes", got, err)
+	}
+	c.Eventually(5*time.Second, "the old version removed", func() (bool, error) {
+		_, err := os.Lstat(filepath.Join(tls, before))
+		return os.IsNotExist(err), err
+	})
+	// The kubelet's resync passes look at a pod's volumes in order, and static comes before tls:
+	// the pass that swapped tls (at least one pass) found static unchanged and wrote nothing.
+	if after := dataLink(static); after != staticBefore {
+		t.Errorf("the unchanged ConfigMap's volume was rewritten: ..data %s -> %s", staticBefore, after)
+	}
+	if got, err := read(filepath.Join(static, "settings")); err != nil || got != "never changes" {
+		t.Errorf("settings = %q (%v)", got, err)
+	}
 }
 
 // TestNodes runs two nodes, spreads pods over them, gives the second node its own view of the

@@ -38,6 +38,8 @@ func main() {
 	clusterDNS := flag.String("cluster-dns", "", "comma-separated nameservers of pods with dnsPolicy ClusterFirst")
 	flag.StringVar(&cfg.ClusterDomain, "cluster-domain", "cluster.local", "the cluster's DNS domain")
 	flag.StringVar(&cfg.ResolvConf, "resolv-conf", "/etc/resolv.conf", "the node's resolv.conf (dnsPolicy Default)")
+	flag.DurationVar(&cfg.VolumeResync, "volume-resync", kubelet.DefaultVolumeResync,
+		"how often running pods' configMap/secret volumes are refreshed from the apiserver (a real kubelet: ~60-90s; negative: never)")
 	flag.Parse()
 	for _, ns := range strings.Split(*clusterDNS, ",") {
 		if ns != "" {
