@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -467,11 +468,12 @@ spec:
 
 	t.Run("KafkaUsers: a password Secret, the user's entry in kafka-users.json, removed on delete", func(t *testing.T) {
 		c := c.For(t)
-		// The agent keeps users' Secrets but may not list or watch Secrets.
+		// The agent keeps users' Secrets (and deletes those a user no longer needs) but may not
+		// list or watch Secrets.
 		agentSA := "system:serviceaccount:" + ns + ":kc-volume-agent"
 		for _, check := range [][3]string{
-			{"create", "secrets", "yes"}, {"patch", "kafkausers --subresource=status", "yes"}, {"watch", "kafkausers", "yes"},
-			{"list", "secrets", "no"}, {"delete", "secrets", "no"}, {"patch", "kafkausers", "no"},
+			{"create", "secrets", "yes"}, {"delete", "secrets", "yes"}, {"patch", "kafkausers --subresource=status", "yes"}, {"watch", "kafkausers", "yes"},
+			{"list", "secrets", "no"}, {"update", "secrets", "no"}, {"patch", "kafkausers", "no"},
 		} {
 			args := append([]string{"auth", "can-i", "-n", ns, "--as", agentSA, check[0]}, strings.Fields(check[1])...)
 			if out, _ := c.Kubectl(args...); strings.TrimSpace(out) != check[2] {
@@ -691,14 +693,74 @@ spec:
 		if len(walter.Scram) != 0 || len(walter.ACLs) != 1 || walter.ACLs[0].Resource.Name != "orders" {
 			t.Errorf("walter's entry: %+v", walter)
 		}
-		// A Secret that lost its certificate gets a new one, from the same CA.
-		first := secretValue(c, "walter", "user.crt")
+		// Java clients' keystore, with its password (keytool reads it: operator/src/user/keystore.rs).
+		if got := secretKeys(c, "walter"); got != "ca.crt user.crt user.key user.p12 user.password" {
+			t.Errorf("walter's Secret has keys %q", got)
+		}
+		if pw := secretValue(c, "walter", "user.password"); !regexp.MustCompile(`^[A-Za-z0-9]{32}$`).MatchString(pw) {
+			t.Errorf("user.password %q is not 32 alphanumerics", pw)
+		}
+		// A Secret that lost its certificate gets a new one, from the same CA, and a new keystore.
+		first, firstP12 := secretValue(c, "walter", "user.crt"), secretValue(c, "walter", "user.p12")
 		c.MustKubectl("-n", ns, "patch", "secret", "walter", "--type=json", "-p", `[{"op":"remove","path":"/data/user.crt"}]`)
 		c.MustKubectl("-n", ns, "annotate", "kafkauser", "walter", "--overwrite", "e2e/poke=1")
 		c.Eventually(time.Minute, "walter's certificate issued again", func() (bool, error) {
 			got := secretValue(c, "walter", "user.crt")
 			return got != "" && got != first, fmt.Errorf("user.crt %.60q", got)
 		})
+		if p12 := secretValue(c, "walter", "user.p12"); p12 == "" || p12 == firstP12 {
+			t.Errorf("walter's keystore was not made again with the certificate")
+		}
+
+		// The Secret holds only what the authentication type needs: a user switched from SCRAM to
+		// tls loses its password and gains a certificate; switched to tls-external, it loses its
+		// Secret. A Secret of a user's name that the user does not own stays.
+		c.Apply(`
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaUser
+metadata: {name: sybil, namespace: ` + ns + `}
+spec: {clusterRef: mtls, authentication: {type: scram-sha-512}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: trudy, namespace: ` + ns + `}
+stringData: {user.crt: not-the-operators}
+---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaUser
+metadata: {name: trudy, namespace: ` + ns + `}
+spec: {clusterRef: mtls, authentication: {type: tls-external}}
+`)
+		defer c.Kubectl("-n", ns, "delete", "kafkauser", "sybil", "trudy", "--wait=false")
+		defer c.Kubectl("-n", ns, "delete", "secret", "trudy", "--wait=false")
+		c.WaitJSONPath(time.Minute, ns, "kafkauser", "sybil", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if got := secretKeys(c, "sybil"); got != "password sasl.jaas.config" {
+			t.Fatalf("SCRAM user sybil's Secret has keys %q", got)
+		}
+		c.MustKubectl("-n", ns, "patch", "kafkauser", "sybil", "--type=merge", "-p", `{"spec":{"authentication":{"type":"tls"}}}`)
+		c.Eventually(time.Minute, "sybil's Secret holds a certificate and no password", func() (bool, error) {
+			got := secretKeys(c, "sybil")
+			return got == "ca.crt user.crt user.key user.p12 user.password", fmt.Errorf("keys %q", got)
+		})
+		if _, err := tls.X509KeyPair([]byte(secretValue(c, "sybil", "user.crt")), []byte(secretValue(c, "sybil", "user.key"))); err != nil {
+			t.Errorf("sybil's user.crt and user.key are not a pair: %v", err)
+		}
+		c.WaitJSONPath(time.Minute, ns, "kafkauser", "sybil", ".status.username", "CN=sybil")
+		c.MustKubectl("-n", ns, "patch", "kafkauser", "sybil", "--type=merge", "-p", `{"spec":{"authentication":{"type":"tls-external"}}}`)
+		c.Eventually(time.Minute, "sybil's Secret deleted", func() (bool, error) {
+			out, err := c.Kubectl("-n", ns, "get", "secret", "sybil", "--ignore-not-found", "-o", "name")
+			return err == nil && strings.TrimSpace(out) == "", fmt.Errorf("still there: %q (%v)", out, err)
+		})
+		c.Eventually(time.Minute, "sybil ready, naming no Secret, with a SecretDeleted event", func() (bool, error) {
+			ready := c.JSONPath(ns, "kafkauser", "sybil", `.status.conditions[?(@.type=="Ready")].status`)
+			secret := c.JSONPath(ns, "kafkauser", "sybil", ".status.secret")
+			events, _ := c.Kubectl("-n", ns, "get", "events", "--field-selector", "involvedObject.kind=KafkaUser,involvedObject.name=sybil", "-o", "jsonpath={.items[*].reason}")
+			return ready == "True" && secret == "" && strings.Contains(events, "SecretDeleted"), fmt.Errorf("ready %q, secret %q, events %q", ready, secret, events)
+		})
+		c.WaitJSONPath(time.Minute, ns, "kafkauser", "trudy", `.status.conditions[?(@.type=="Ready")].status`, "True")
+		if got := secretValue(c, "trudy", "user.crt"); got != "not-the-operators" {
+			t.Errorf("the operator changed or deleted a Secret it does not own: user.crt %q", got)
+		}
 	})
 
 	t.Run("operator restarted mid-reconcile converges", func(t *testing.T) {
@@ -1062,6 +1124,27 @@ func checkTopicFile(t *testing.T, volume, topic string, partitions int, uid stri
 // further spec lines extra (each starting "\n  ").
 func userYAML(name, authn, extra string) string {
 	return "\napiVersion: kaas.dev/v1alpha1\nkind: KafkaUser\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec:\n  clusterRef: kc\n  authentication: " + authn + extra + "\n"
+}
+
+// secretKeys is the keys of a Secret in ns, sorted and space-separated ("" when it has none or
+// is absent).
+func secretKeys(c *harness.Cluster, name string) string {
+	out, err := c.Kubectl("-n", ns, "get", "secret", name, "-o", "json")
+	if err != nil {
+		return ""
+	}
+	var secret struct {
+		Data map[string]string `json:"data"`
+	}
+	if json.Unmarshal([]byte(out), &secret) != nil {
+		return ""
+	}
+	keys := make([]string, 0, len(secret.Data))
+	for k := range secret.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, " ")
 }
 
 // secretValue is one key of a Secret in ns, decoded ("" when absent).

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -242,6 +243,106 @@ func TestKafkaUserTLS(t *testing.T) {
 			t.Fatal("a client without a certificate listed the cluster")
 		}
 	})
+
+	// Both CAs renewed (forced, as a user would ask for it): the operator issues the listener
+	// certificate and alice's again, the kubelet updates the brokers' mounted files and the
+	// brokers serve the new ones without a restart. The CAs keep their keys, so a client that
+	// still trusts the old ca.crt and presents alice's old certificate keeps working, and one
+	// with the new ca.crt and certificate works too.
+	t.Run("renewed CAs keep old and new clients working without a restart", func(t *testing.T) {
+		podsBefore, generationBefore := kaastest.BrokerPods(c)
+		oldAlice := certificate("alice")
+		oldListener := secretData(t, c, "kc-listener-tls", "tls.crt")
+		oldUser := secretData(t, c, "alice", "user.crt")
+		before, err := kgo.NewClient(as([]tls.Certificate{oldAlice}, kgo.DefaultProduceTopic("events"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer before.Close()
+		produce := func(cl *kgo.Client, value string) {
+			t.Helper()
+			if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte(value)}).FirstErr(); err != nil {
+				t.Fatalf("producing %q: %v", value, err)
+			}
+		}
+		produce(before, "before-renewal")
+
+		for _, ca := range []string{"kc-cluster-ca", "kc-clients-ca"} {
+			c.MustKubectl("-n", ns, "annotate", "secret", ca, "kaas.dev/force-renew=true")
+		}
+		// At the operator's next reconcile (a minute at most), and the agent's of alice.
+		for _, ca := range []string{"kc-cluster-ca", "kc-clients-ca"} {
+			c.WaitJSONPath(3*time.Minute, ns, "secret", ca, `.metadata.annotations.kaas\.dev/force-renew`, "")
+		}
+		c.Eventually(3*time.Minute, "the listener and alice's certificates issued again", func() (bool, error) {
+			listener, user := secretData(t, c, "kc-listener-tls", "tls.crt"), secretData(t, c, "alice", "user.crt")
+			return listener != oldListener && user != oldUser, fmt.Errorf("listener renewed %v, alice's %v", listener != oldListener, user != oldUser)
+		})
+		newListener := pemDER(t, secretData(t, c, "kc-listener-tls", "tls.crt"))
+		c.Eventually(2*time.Minute, "the broker serves the renewed listener certificate", func() (bool, error) {
+			var served []byte
+			config := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{oldAlice}, MinVersion: tls.VersionTLS12,
+				VerifyConnection: func(cs tls.ConnectionState) error { served = cs.PeerCertificates[0].Raw; return nil }}
+			conn, err := tls.Dial("tcp", seed, config)
+			if err != nil {
+				return false, err
+			}
+			_ = conn.Close()
+			return string(served) == string(newListener), fmt.Errorf("still the old certificate")
+		})
+
+		produce(before, "connected-before")
+		oldClient, err := kgo.NewClient(as([]tls.Certificate{oldAlice}, kgo.DefaultProduceTopic("events"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer oldClient.Close()
+		produce(oldClient, "old-trust-old-certificate")
+
+		newRoots := x509.NewCertPool()
+		if !newRoots.AppendCertsFromPEM([]byte(secretData(t, c, "kc-cluster-ca-cert", "ca.crt"))) {
+			t.Fatal("kc-cluster-ca-cert holds no certificate")
+		}
+		config := &tls.Config{RootCAs: newRoots, Certificates: []tls.Certificate{certificate("alice")}, MinVersion: tls.VersionTLS12}
+		renewed, err := kgo.NewClient(kgo.SeedBrokers(seed), kgo.DialTLSConfig(config), kgo.DefaultProduceTopic("events"),
+			kgo.ConsumeTopics("events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer renewed.Close()
+		produce(renewed, "new-trust-new-certificate")
+		want := map[string]bool{"before-renewal": false, "connected-before": false, "old-trust-old-certificate": false, "new-trust-new-certificate": false}
+		for missing := len(want); missing > 0 && ctx.Err() == nil; {
+			fetches := renewed.PollFetches(ctx)
+			if errs := fetches.Errors(); len(errs) > 0 {
+				t.Fatalf("reading events with the renewed certificate: %v", errs)
+			}
+			fetches.EachRecord(func(r *kgo.Record) {
+				if seen, ok := want[string(r.Value)]; ok && !seen {
+					want[string(r.Value)] = true
+					missing--
+				}
+			})
+		}
+		for value, seen := range want {
+			if !seen {
+				t.Errorf("%q not read back", value)
+			}
+		}
+		if pods, generation := kaastest.BrokerPods(c); pods != podsBefore || generation != generationBefore {
+			t.Errorf("a renewal restarted brokers: pods %q -> %q, StatefulSet generation %s -> %s", podsBefore, pods, generationBefore, generation)
+		}
+	})
+}
+
+// pemDER is the DER of the first certificate of a PEM text.
+func pemDER(t *testing.T, text string) []byte {
+	t.Helper()
+	block, _ := pem.Decode([]byte(text))
+	if block == nil {
+		t.Fatalf("no PEM block in %q", text)
+	}
+	return block.Bytes
 }
 
 // startWithOperator starts a control plane (one node) with the operator installed from

@@ -12,10 +12,18 @@
 //! - `<cluster>-clients-ca` and `<cluster>-clients-ca-cert`: the same for the clients CA
 //!   (the brokers mount the second as their truststore).
 //!
-//! The listener certificate is issued again, by the same CA and under the same Secret name,
-//! when fewer than [`RENEW_BEFORE`] of its life remain or the names it must carry change;
-//! brokers read the mounted files again when the kubelet updates them, so a renewal restarts
-//! none. The CAs live [`CA_VALIDITY`] and are not renewed by the operator yet.
+//! How each CA is kept is the cluster's `clusterCa`/`clientsCa` ([`CertificateAuthority`]):
+//! generated (the default) and renewed `renewalDays` before it expires, or when its Secret is
+//! annotated [`FORCE_RENEW_ANNOTATION`] — a new certificate for the same key and subject, so
+//! what it signed before still chains to it and clients that trust the old certificate keep
+//! working — or provided by the user (Strimzi's Secrets: `ca.crt` in the `-cert` one, `ca.key`
+//! in the other), which the operator only reads.
+//!
+//! A certificate a CA signs lives [`LEAF_VALIDITY`] at most and never past the CA's expiry. It
+//! is issued again, under the same Secret name, when its renewal time comes ([`RENEW_BEFORE`]
+//! before its expiry, halfway for a shorter one), the CA changed, or (a listener's) the names
+//! it must carry changed; brokers read the mounted files again when the kubelet updates them,
+//! so a renewal restarts none.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,43 +31,77 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kaas_shared::crd::KafkaCluster;
-use kube::Client;
+use kaas_shared::crd::cluster::CertificateAuthority;
+use kube::{Client, ResourceExt};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SerialNumber,
 };
 use time::OffsetDateTime;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::resources::{self, Names};
 use crate::{Error, FIELD_MANAGER, Result};
 
-/// How long a CA is valid.
-pub const CA_VALIDITY: Duration = Duration::from_secs(5 * 365 * 24 * 3600);
-/// How long a listener or user certificate is valid.
+/// How long a listener or user certificate is valid at most (never past its CA's expiry).
 pub const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
-/// A listener or user certificate with less than this left is issued again.
+/// A listener or user certificate is issued again this long before it expires (halfway
+/// through its life if that is shorter).
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The annotation that holds a listener or user certificate's expiry (Unix seconds).
 pub const NOT_AFTER_ANNOTATION: &str = "kaas.dev/not-after";
+/// The annotation that holds when a listener or user certificate is issued again (Unix
+/// seconds).
+pub const RENEW_AT_ANNOTATION: &str = "kaas.dev/renew-at";
 /// The annotation that holds the names a listener certificate carries.
 pub const NAMES_ANNOTATION: &str = "kaas.dev/names";
+/// The annotation on a generated CA's Secret that asks for its renewal now (Strimzi's
+/// `force-renew`); the operator removes it once the CA is renewed.
+pub const FORCE_RENEW_ANNOTATION: &str = "kaas.dev/force-renew";
 
-/// Why a certificate could not be made (an rcgen refusal, or a stored key that does not parse).
+/// Why a certificate could not be made.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot issue the {what}: {source}")]
-pub struct CertificateError {
-    what: &'static str,
-    #[source]
-    source: rcgen::Error,
+pub enum CertificateError {
+    /// rcgen refused (or a stored key or certificate did not parse).
+    #[error("cannot issue the {what}: {source}")]
+    Issue {
+        what: &'static str,
+        #[source]
+        source: rcgen::Error,
+    },
+    /// A CA the user provides (`generateCertificateAuthority: false`) is not there yet.
+    #[error("the {what} is provided by the user (generateCertificateAuthority: false), but Secret {secret:?} has no {key:?}")]
+    NotProvided {
+        what: &'static str,
+        secret: String,
+        key: &'static str,
+    },
+    /// A CA's Secrets hold something the operator cannot sign with.
+    #[error("the {what} in Secrets {secrets:?} cannot sign: {problem}")]
+    Unusable {
+        what: &'static str,
+        secrets: String,
+        problem: String,
+    },
+}
+
+impl CertificateError {
+    /// The condition and event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CertificateError::Issue { .. } => "CertificateError",
+            CertificateError::NotProvided { .. } => "CertificateAuthorityNotFound",
+            CertificateError::Unusable { .. } => "CertificateAuthorityInvalid",
+        }
+    }
 }
 
 fn failed(what: &'static str) -> impl FnOnce(rcgen::Error) -> CertificateError {
-    move |source| CertificateError { what, source }
+    move |source| CertificateError::Issue { what, source }
 }
 
 /// One of the CAs the operator keeps for a cluster; they differ only in names.
@@ -95,6 +137,93 @@ impl Ca {
     /// The Secret with the CA certificate alone (`ca.crt`).
     pub fn cert_secret_name(self, names: &Names) -> String {
         format!("{}-{}-cert", names.cluster, self.id())
+    }
+
+    /// How the cluster `kc` keeps this CA (its spec, or the defaults).
+    pub fn policy(self, kc: &KafkaCluster) -> CertificateAuthority {
+        match self {
+            Ca::Cluster => kc.spec.cluster_ca.clone(),
+            Ca::Clients => kc.spec.clients_ca.clone(),
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// A CA ready to sign: its certificate and key (checked to belong together) and its expiry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SigningCa {
+    pub pem: Pem,
+    pub not_after: OffsetDateTime,
+}
+
+impl SigningCa {
+    /// The CA of certificate `cert` and key `key` (PEM; the first certificate of a chain is
+    /// the signing one), or what is wrong with them.
+    pub fn parse(cert: &str, key: &str) -> Result<Self, String> {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(cert.as_bytes())
+            .map_err(|e| format!("ca.crt is not a PEM certificate: {e}"))?;
+        let parsed = pem
+            .parse_x509()
+            .map_err(|e| format!("ca.crt does not parse: {e}"))?;
+        let key_pair =
+            KeyPair::from_pem(key).map_err(|e| format!("ca.key is not a usable private key: {e}"))?;
+        if key_pair.subject_public_key_info() != parsed.public_key().raw {
+            return Err("ca.key is not the key of the certificate in ca.crt".into());
+        }
+        if !parsed.is_ca() {
+            return Err("ca.crt is not a CA certificate (basicConstraints CA:TRUE)".into());
+        }
+        let not_after = parsed.validity().not_after.to_datetime();
+        Ok(Self {
+            pem: Pem {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+            },
+            not_after,
+        })
+    }
+
+    /// The CA as rcgen signs with it: its own subject and key identifier, from its certificate.
+    fn issuer(&self) -> Result<Issuer<'static, KeyPair>, CertificateError> {
+        let key = KeyPair::from_pem(&self.pem.key).map_err(failed("stored CA key"))?;
+        Issuer::from_ca_cert_pem(&self.pem.cert, key).map_err(failed("stored CA certificate"))
+    }
+
+    /// When a certificate it signs at `now` expires: [`LEAF_VALIDITY`] later, or with the CA.
+    fn leaf_not_after(&self, now: OffsetDateTime) -> OffsetDateTime {
+        (now + LEAF_VALIDITY).min(self.not_after)
+    }
+}
+
+/// When a signed certificate expires, and when it is issued again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    pub not_after: OffsetDateTime,
+    pub renew_at: OffsetDateTime,
+}
+
+impl Expiry {
+    /// A certificate issued at `now` until `not_after`: renewed [`RENEW_BEFORE`] before that,
+    /// or halfway for one that lives less than twice as long (a CA about to be renewed).
+    pub fn of(now: OffsetDateTime, not_after: OffsetDateTime) -> Self {
+        let ahead: time::Duration = (not_after - now).max(time::Duration::ZERO) / 2;
+        Self {
+            not_after,
+            renew_at: not_after - ahead.min(time::Duration::try_from(RENEW_BEFORE).unwrap_or(ahead)),
+        }
+    }
+
+    fn annotations(self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (
+                NOT_AFTER_ANNOTATION.to_string(),
+                self.not_after.unix_timestamp().to_string(),
+            ),
+            (
+                RENEW_AT_ANNOTATION.to_string(),
+                self.renew_at.unix_timestamp().to_string(),
+            ),
+        ])
     }
 }
 
@@ -135,73 +264,89 @@ fn kaas_subject(common_name: String) -> DistinguishedName {
     dn
 }
 
-/// A certificate's parameters: `sans`, `subject`, valid from an hour ago (clock skew) for
-/// `validity`.
+/// A certificate's parameters: `sans`, `subject`, valid from an hour ago (clock skew) until
+/// `not_after`, with a random serial number (rcgen's default derives it from the key, which a
+/// renewed CA keeps, and two certificates of one issuer must not share a serial).
 fn params(
     what: &'static str,
     sans: Vec<String>,
     subject: DistinguishedName,
-    validity: Duration,
+    not_after: OffsetDateTime,
     now: OffsetDateTime,
 ) -> Result<CertificateParams, CertificateError> {
     let mut params = CertificateParams::new(sans).map_err(failed(what))?;
     params.distinguished_name = subject;
     params.not_before = now - time::Duration::hours(1);
-    params.not_after = now + validity;
+    params.not_after = not_after;
+    let mut serial = kaas_shared::scram::random_bytes::<16>();
+    // Positive, and never zero.
+    serial[0] = (serial[0] & 0x7f) | 0x01;
+    params.serial_number = Some(SerialNumber::from_slice(&serial));
     Ok(params)
 }
 
-/// The CA's, the same subject each time it is rebuilt to sign (so its certificates chain to
-/// the one stored).
-fn ca_params(
+/// A generated CA's certificate for `key`, valid `validity_days` from `now`: the same subject
+/// each time, so a renewed certificate (same key) is the issuer of what the old one signed.
+fn ca_certificate(
     ca: Ca,
     names: &Names,
+    key: &KeyPair,
+    validity_days: u32,
     now: OffsetDateTime,
-) -> Result<CertificateParams, CertificateError> {
+) -> Result<String, CertificateError> {
     let common_name = format!("{} {}/{}", ca.id(), names.namespace, names.cluster);
     let subject = kaas_subject(common_name);
-    let mut params = params(ca.what(), Vec::new(), subject, CA_VALIDITY, now)?;
+    let not_after = now + time::Duration::days(i64::from(validity_days));
+    let mut params = params(ca.what(), Vec::new(), subject, not_after, now)?;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    Ok(params)
+    let cert = params.self_signed(key).map_err(failed(ca.what()))?;
+    Ok(cert.pem())
 }
 
-/// A new self-signed CA.
-pub fn issue_ca(ca: Ca, names: &Names, now: OffsetDateTime) -> Result<Pem, CertificateError> {
+/// A new self-signed CA with a new key, valid `validity_days`.
+pub fn issue_ca(
+    ca: Ca,
+    names: &Names,
+    validity_days: u32,
+    now: OffsetDateTime,
+) -> Result<Pem, CertificateError> {
     let key = KeyPair::generate().map_err(failed("CA key"))?;
-    let cert = ca_params(ca, names, now)?
-        .self_signed(&key)
-        .map_err(failed(ca.what()))?;
     Ok(Pem {
-        cert: cert.pem(),
+        cert: ca_certificate(ca, names, &key, validity_days, now)?,
         key: key.serialize_pem(),
     })
 }
 
-/// The CA whose key is `ca_key` (PEM, as stored), rebuilt to sign: the same subject as the
-/// stored certificate, so what it signs chains to that one.
-fn issuer(
+/// The generated CA `stored` renewed: a new certificate for the same key, valid
+/// `validity_days` from `now`.
+pub fn renew_ca(
     ca: Ca,
     names: &Names,
-    ca_key: &str,
+    stored: &Pem,
+    validity_days: u32,
     now: OffsetDateTime,
-) -> Result<Issuer<'static, KeyPair>, CertificateError> {
-    let key = KeyPair::from_pem(ca_key).map_err(failed("stored CA key"))?;
-    Ok(Issuer::new(ca_params(ca, names, now)?, key))
+) -> Result<Pem, CertificateError> {
+    let key = KeyPair::from_pem(&stored.key).map_err(failed("stored CA key"))?;
+    Ok(Pem {
+        cert: ca_certificate(ca, names, &key, validity_days, now)?,
+        key: stored.key.clone(),
+    })
 }
 
-/// A listener certificate for `dns_names`, signed by the CA whose key is `ca_key`; its expiry.
+/// A listener certificate for `dns_names`, signed by `ca`; when it expires and is renewed.
 pub fn issue_listener(
     names: &Names,
-    ca_key: &str,
+    ca: &SigningCa,
     dns_names: &[String],
     now: OffsetDateTime,
-) -> Result<(Pem, OffsetDateTime), CertificateError> {
-    let issuer = issuer(Ca::Cluster, names, ca_key, now)?;
+) -> Result<(Pem, Expiry), CertificateError> {
+    let issuer = ca.issuer()?;
     let key = KeyPair::generate().map_err(failed("listener key"))?;
     let common_name = format!("{}-bootstrap.{}.svc", names.cluster, names.namespace);
     let subject = kaas_subject(common_name);
-    let mut params = params("listener", dns_names.to_vec(), subject, LEAF_VALIDITY, now)?;
+    let not_after = ca.leaf_not_after(now);
+    let mut params = params("listener", dns_names.to_vec(), subject, not_after, now)?;
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
@@ -214,23 +359,23 @@ pub fn issue_listener(
         cert: cert.pem(),
         key: key.serialize_pem(),
     };
-    Ok((pem, params.not_after))
+    Ok((pem, Expiry::of(now, not_after)))
 }
 
-/// A client certificate for the KafkaUser `user_name`, signed by the clients CA whose key is
-/// `ca_key`; its expiry. Its subject is exactly `CN=<user_name>`: the broker's principal is
+/// A client certificate for the KafkaUser `user_name`, signed by the clients CA `ca`; when it
+/// expires and is renewed. Its subject is exactly `CN=<user_name>`: the broker's principal is
 /// the whole subject (RFC 2253), which must be the user's name to Kafka.
 pub fn issue_user(
-    names: &Names,
-    ca_key: &str,
+    ca: &SigningCa,
     user_name: &str,
     now: OffsetDateTime,
-) -> Result<(Pem, OffsetDateTime), CertificateError> {
-    let issuer = issuer(Ca::Clients, names, ca_key, now)?;
+) -> Result<(Pem, Expiry), CertificateError> {
+    let issuer = ca.issuer()?;
     let key = KeyPair::generate().map_err(failed("user key"))?;
     let mut subject = DistinguishedName::new();
     subject.push(DnType::CommonName, user_name);
-    let mut params = params("user certificate", Vec::new(), subject, LEAF_VALIDITY, now)?;
+    let not_after = ca.leaf_not_after(now);
+    let mut params = params("user certificate", Vec::new(), subject, not_after, now)?;
     params.key_usages = vec![
         KeyUsagePurpose::DigitalSignature,
         KeyUsagePurpose::KeyEncipherment,
@@ -244,7 +389,7 @@ pub fn issue_user(
         // PKCS#8 (`BEGIN PRIVATE KEY`), as Strimzi's `user.key`.
         key: key.serialize_pem(),
     };
-    Ok((pem, params.not_after))
+    Ok((pem, Expiry::of(now, not_after)))
 }
 
 /// A Secret an issued certificate is kept in: the keys of the certificate and its key, and how
@@ -299,42 +444,38 @@ pub fn renewal_reason(
 }
 
 /// Why a certificate whose Secret has `annotations` must be issued again for its expiry, if it
-/// must: within [`RENEW_BEFORE`] of it, or no expiry recorded.
+/// must: its renewal time has come, or no expiry is recorded. (A Secret written before renewal
+/// times were recorded is renewed [`RENEW_BEFORE`] before its expiry.)
 pub fn expiry_reason(
     annotations: &BTreeMap<String, String>,
     now: OffsetDateTime,
 ) -> Option<&'static str> {
-    let not_after = annotations
-        .get(NOT_AFTER_ANNOTATION)
-        .and_then(|s| s.parse::<i64>().ok())
-        .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok());
-    match not_after {
-        Some(not_after) if not_after - now > RENEW_BEFORE => None,
-        Some(_) => Some("the certificate expires within 30 days"),
+    let time = |key: &str| {
+        annotations
+            .get(key)
+            .and_then(|s| s.parse::<i64>().ok())
+            .and_then(|secs| OffsetDateTime::from_unix_timestamp(secs).ok())
+    };
+    let renew_at = time(RENEW_AT_ANNOTATION).or_else(|| {
+        time(NOT_AFTER_ANNOTATION).map(|not_after| not_after - RENEW_BEFORE)
+    });
+    match renew_at {
+        Some(renew_at) if now < renew_at => None,
+        Some(_) => Some("the certificate is due for renewal"),
         None => Some("the certificate's expiry is unknown"),
     }
 }
 
-/// The annotation a user certificate's Secret carries: its expiry.
-pub fn user_annotations(not_after: OffsetDateTime) -> BTreeMap<String, String> {
-    BTreeMap::from([(
-        NOT_AFTER_ANNOTATION.to_string(),
-        not_after.unix_timestamp().to_string(),
-    )])
+/// The annotations a user certificate's Secret carries: its expiry and renewal time.
+pub fn user_annotations(expiry: Expiry) -> BTreeMap<String, String> {
+    expiry.annotations()
 }
 
-/// The annotations a listener certificate's Secret carries.
-pub fn listener_annotations(
-    dns_names: &[String],
-    not_after: OffsetDateTime,
-) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            NOT_AFTER_ANNOTATION.to_string(),
-            not_after.unix_timestamp().to_string(),
-        ),
-        (NAMES_ANNOTATION.to_string(), dns_names.join(",")),
-    ])
+/// The annotations a listener certificate's Secret carries: its expiry, renewal time and names.
+pub fn listener_annotations(dns_names: &[String], expiry: Expiry) -> BTreeMap<String, String> {
+    let mut annotations = expiry.annotations();
+    annotations.insert(NAMES_ANNOTATION.to_string(), dns_names.join(","));
+    annotations
 }
 
 /// Makes sure the cluster CA and a current listener certificate exist in their Secrets, and
@@ -355,18 +496,18 @@ pub async fn ensure(
 
     let dns_names = listener_names(names);
     let listener = api.get_opt(&listener_secret_name(names)).await?;
-    let reason = held_reason(listener.as_ref(), &ca.cert, &LISTENER_HELD).or_else(|| {
+    let reason = held_reason(listener.as_ref(), &ca.pem.cert, &LISTENER_HELD).or_else(|| {
         let annotations = listener.as_ref().and_then(|s| s.metadata.annotations.as_ref());
         renewal_reason(annotations, &dns_names, now)
     });
     if reason.is_some() {
-        let (leaf, not_after) = issue_listener(names, &ca.key, &dns_names, now)?;
+        let (leaf, expiry) = issue_listener(names, &ca, &dns_names, now)?;
         let data = [
             ("tls.crt", &leaf.cert),
             ("tls.key", &leaf.key),
-            ("ca.crt", &ca.cert),
+            ("ca.crt", &ca.pem.cert),
         ];
-        let annotations = listener_annotations(&dns_names, not_after);
+        let annotations = listener_annotations(&dns_names, expiry);
         let name = listener_secret_name(names);
         apply(
             &api,
@@ -382,31 +523,86 @@ pub async fn ensure(
     Ok(reason)
 }
 
-/// Makes sure `ca` exists: created once (kept while its Secret holds a certificate and key),
-/// its certificate published alone in a second Secret.
+/// Reads the CA `ca` of a cluster to sign with: its certificate from the `-cert` Secret (what
+/// clients and brokers trust), its key from the other. `None` while either is missing; an
+/// error when they do not make a CA.
+pub async fn load_ca(api: &Api<Secret>, names: &Names, ca: Ca) -> Result<Option<SigningCa>> {
+    let (key_secret, cert_secret) = (ca.secret_name(names), ca.cert_secret_name(names));
+    let key = api.get_opt(&key_secret).await?;
+    let cert = api.get_opt(&cert_secret).await?;
+    let (Some(key), Some(cert)) = (
+        key.as_ref().and_then(|s| text_in(s, "ca.key")),
+        cert.as_ref().and_then(|s| text_in(s, "ca.crt")),
+    ) else {
+        return Ok(None);
+    };
+    SigningCa::parse(&cert, &key).map(Some).map_err(|problem| {
+        Error::Certificate(CertificateError::Unusable {
+            what: ca.what(),
+            secrets: format!("{cert_secret}, {key_secret}"),
+            problem,
+        })
+    })
+}
+
+/// Makes sure `ca` can sign, as its policy says: a generated CA is created once (kept while its
+/// Secret holds a certificate and key), renewed when due or asked to, and its certificate
+/// published alone in the `-cert` Secret; a provided one is read and checked.
 async fn ensure_ca(
     api: &Api<Secret>,
     kc: &KafkaCluster,
     names: &Names,
     ca: Ca,
     now: OffsetDateTime,
-) -> Result<Pem> {
+) -> Result<SigningCa> {
+    let policy = ca.policy(kc);
+    if !policy.generate_certificate_authority {
+        return provided_ca(api, names, ca, now).await;
+    }
     let stored = api.get_opt(&ca.secret_name(names)).await?;
-    let pem = match stored.as_ref().and_then(|s| pem_in(s, "ca.crt", "ca.key")) {
-        Some(pem) => pem,
-        None => {
-            let pem = issue_ca(ca, names, now)?;
+    let kept = stored.as_ref().and_then(|s| pem_in(s, "ca.crt", "ca.key"));
+    let signing = kept
+        .as_ref()
+        .and_then(|pem| SigningCa::parse(&pem.cert, &pem.key).ok());
+    let forced = stored
+        .as_ref()
+        .is_some_and(|s| s.annotations().contains_key(FORCE_RENEW_ANNOTATION));
+    let renew_before = time::Duration::days(i64::from(policy.renewal_days));
+    let why = match (&kept, &signing) {
+        (None, _) => None,
+        (Some(_), None) => Some("its stored certificate or key does not parse"),
+        (Some(_), Some(_)) if forced => Some("its Secret is annotated kaas.dev/force-renew"),
+        (Some(_), Some(signing)) if signing.not_after - now <= renew_before => {
+            Some("it expires within renewalDays")
+        }
+        (Some(_), Some(_)) => None,
+    };
+    let pem = match (kept, why) {
+        (Some(kept), None) => kept,
+        (Some(kept), Some(why)) => {
+            // A key that does not parse cannot be renewed: a new CA.
+            let pem = match renew_ca(ca, names, &kept, policy.validity_days, now) {
+                Ok(pem) => pem,
+                Err(_) => issue_ca(ca, names, policy.validity_days, now)?,
+            };
             let data = [("ca.crt", &pem.cert), ("ca.key", &pem.key)];
-            apply(
-                api,
-                kc,
-                names,
-                &ca.secret_name(names),
-                "Opaque",
-                &data,
-                None,
-            )
-            .await?;
+            apply(api, kc, names, &ca.secret_name(names), "Opaque", &data, None).await?;
+            if forced {
+                let unannotate = json!({"metadata": {"annotations": {FORCE_RENEW_ANNOTATION: null}}});
+                api.patch(
+                    &ca.secret_name(names),
+                    &PatchParams::default(),
+                    &Patch::Merge(&unannotate),
+                )
+                .await?;
+            }
+            info!(secret = %ca.secret_name(names), reason = why, "{} renewed", ca.what());
+            pem
+        }
+        (None, _) => {
+            let pem = issue_ca(ca, names, policy.validity_days, now)?;
+            let data = [("ca.crt", &pem.cert), ("ca.key", &pem.key)];
+            apply(api, kc, names, &ca.secret_name(names), "Opaque", &data, None).await?;
             info!(secret = %ca.secret_name(names), "{} created", ca.what());
             pem
         }
@@ -417,7 +613,46 @@ async fn ensure_ca(
         let name = ca.cert_secret_name(names);
         apply(api, kc, names, &name, "Opaque", &data, None).await?;
     }
-    Ok(pem)
+    SigningCa::parse(&pem.cert, &pem.key).map_err(|problem| {
+        Error::Certificate(CertificateError::Unusable {
+            what: ca.what(),
+            secrets: ca.secret_name(names),
+            problem,
+        })
+    })
+}
+
+/// A CA the user provides: read, never written; one that expires soon is logged (renewing it
+/// is the user's).
+async fn provided_ca(
+    api: &Api<Secret>,
+    names: &Names,
+    ca: Ca,
+    now: OffsetDateTime,
+) -> Result<SigningCa> {
+    let Some(signing) = load_ca(api, names, ca).await? else {
+        let cert_secret = ca.cert_secret_name(names);
+        let has_cert = api
+            .get_opt(&cert_secret)
+            .await?
+            .as_ref()
+            .and_then(|s| text_in(s, "ca.crt"))
+            .is_some();
+        let (secret, key) = if has_cert {
+            (ca.secret_name(names), "ca.key")
+        } else {
+            (cert_secret, "ca.crt")
+        };
+        return Err(Error::Certificate(CertificateError::NotProvided {
+            what: ca.what(),
+            secret,
+            key,
+        }));
+    };
+    if signing.not_after - now <= time::Duration::try_from(RENEW_BEFORE).unwrap_or_default() {
+        warn!(secret = %ca.cert_secret_name(names), not_after = %signing.not_after, "the user-provided {} expires within 30 days: renew it", ca.what());
+    }
+    Ok(signing)
 }
 
 /// The text of a Secret's key, if it has it and it is UTF-8.
@@ -487,11 +722,12 @@ mod tests {
     #[test]
     fn the_listener_certificate_chains_to_the_stored_ca_for_its_names() {
         let now = OffsetDateTime::now_utc();
-        let ca = issue_ca(Ca::Cluster, &names(), now).unwrap();
-        // Signed later, by a CA rebuilt from its stored key only.
-        let (leaf, not_after) =
-            issue_listener(&names(), &ca.key, &listener_names(&names()), now).unwrap();
-        assert!(not_after - now > LEAF_VALIDITY - time::Duration::minutes(1));
+        let ca = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
+        // Signed later, by the CA as stored.
+        let signing = SigningCa::parse(&ca.cert, &ca.key).unwrap();
+        let (leaf, expiry) =
+            issue_listener(&names(), &signing, &listener_names(&names()), now).unwrap();
+        assert!(expiry.not_after - now > LEAF_VALIDITY - time::Duration::minutes(1));
 
         use rustls::pki_types::pem::PemObject;
         let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
@@ -529,11 +765,12 @@ mod tests {
         use rustls::pki_types::pem::PemObject;
 
         let now = OffsetDateTime::now_utc();
-        let clients = issue_ca(Ca::Clients, &names(), now).unwrap();
-        let cluster = issue_ca(Ca::Cluster, &names(), now).unwrap();
-        // Signed later, by a CA rebuilt from its stored key only.
-        let (user, not_after) = issue_user(&names(), &clients.key, "alice", now).unwrap();
-        assert!(not_after - now > LEAF_VALIDITY - time::Duration::minutes(1));
+        let clients = issue_ca(Ca::Clients, &names(), 365, now).unwrap();
+        let cluster = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
+        // Signed later, by the CA as stored.
+        let signing = SigningCa::parse(&clients.cert, &clients.key).unwrap();
+        let (user, expiry) = issue_user(&signing, "alice", now).unwrap();
+        assert!(expiry.not_after - now > LEAF_VALIDITY - time::Duration::minutes(1));
         assert!(
             user.key.starts_with("-----BEGIN PRIVATE KEY-----"),
             "PKCS#8"
@@ -587,13 +824,21 @@ mod tests {
         let now = OffsetDateTime::now_utc();
         let wanted = listener_names(&names());
         assert!(renewal_reason(None, &wanted, now).is_some());
-        let fresh = listener_annotations(&wanted, now + LEAF_VALIDITY);
+        let fresh = listener_annotations(&wanted, Expiry::of(now, now + LEAF_VALIDITY));
         assert_eq!(renewal_reason(Some(&fresh), &wanted, now), None);
         // Eleven months later: 30 days or less left.
         let later = now + LEAF_VALIDITY - RENEW_BEFORE + time::Duration::hours(1);
         assert_eq!(
             renewal_reason(Some(&fresh), &wanted, later),
-            Some("the certificate expires within 30 days")
+            Some("the certificate is due for renewal")
+        );
+        // A Secret from before renewal times were recorded: 30 days before its expiry.
+        let mut old = fresh.clone();
+        old.remove(RENEW_AT_ANNOTATION);
+        assert_eq!(renewal_reason(Some(&old), &wanted, now), None);
+        assert_eq!(
+            renewal_reason(Some(&old), &wanted, later),
+            Some("the certificate is due for renewal")
         );
         let renamed = listener_names(&Names {
             cluster: "kc".into(),
@@ -603,5 +848,130 @@ mod tests {
             renewal_reason(Some(&fresh), &renamed, now),
             Some("the names clients connect to changed")
         );
+    }
+
+    fn der(pem: &str) -> CertificateDer<'static> {
+        use rustls::pki_types::pem::PemObject;
+        CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+    }
+
+    fn server_verifier(
+        roots: &[&str],
+    ) -> std::sync::Arc<rustls::client::WebPkiServerVerifier> {
+        let mut store = rustls::RootCertStore::empty();
+        for root in roots {
+            store.add(der(root)).unwrap();
+        }
+        rustls::client::WebPkiServerVerifier::builder_with_provider(
+            std::sync::Arc::new(store),
+            std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap()
+    }
+
+    fn serial(pem: &str) -> Vec<u8> {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+        pem.parse_x509().unwrap().raw_serial().to_vec()
+    }
+
+    /// A renewed CA keeps its key and subject: certificates the old one signed verify against
+    /// the renewed certificate, and new ones against the old (clients that still trust it keep
+    /// working); it lives longer, under another serial number.
+    #[test]
+    fn a_renewed_ca_and_its_predecessor_verify_each_others_certificates() {
+        let now = OffsetDateTime::now_utc();
+        let old = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
+        let later = now + time::Duration::days(340);
+        let renewed = renew_ca(Ca::Cluster, &names(), &old, 365, later).unwrap();
+        assert_eq!(renewed.key, old.key);
+        assert_ne!(serial(&renewed.cert), serial(&old.cert));
+        let old_signing = SigningCa::parse(&old.cert, &old.key).unwrap();
+        let new_signing = SigningCa::parse(&renewed.cert, &renewed.key).unwrap();
+        assert!(new_signing.not_after > old_signing.not_after + time::Duration::days(300));
+
+        let wanted = listener_names(&names());
+        let (before, _) = issue_listener(&names(), &old_signing, &wanted, now).unwrap();
+        let (after, _) = issue_listener(&names(), &new_signing, &wanted, now).unwrap();
+        let name = ServerName::try_from("kc-bootstrap.prod.svc").unwrap();
+        for (leaf, root) in [
+            (&before, &renewed.cert),
+            (&after, &old.cert),
+            (&after, &renewed.cert),
+        ] {
+            server_verifier(&[root])
+                .verify_server_cert(&der(&leaf.cert), &[], &name, &[], UnixTime::now())
+                .unwrap();
+        }
+        // Another CA of the same name (a new key) does not.
+        let other = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
+        assert!(
+            server_verifier(&[&other.cert])
+                .verify_server_cert(&der(&after.cert), &[], &name, &[], UnixTime::now())
+                .is_err()
+        );
+    }
+
+    /// A certificate never outlives its CA, and one that lives less than twice the renewal
+    /// window is renewed halfway (so a short-lived CA does not make every reconcile issue it).
+    #[test]
+    fn a_certificate_lives_no_longer_than_its_ca_and_short_ones_renew_halfway() {
+        let now = OffsetDateTime::now_utc();
+        let ca = issue_ca(Ca::Clients, &names(), 10, now).unwrap();
+        let signing = SigningCa::parse(&ca.cert, &ca.key).unwrap();
+        let (_, expiry) = issue_user(&signing, "alice", now).unwrap();
+        assert_eq!(expiry.not_after, signing.not_after);
+        let half = (expiry.not_after - now) / 2;
+        assert_eq!(expiry.renew_at, expiry.not_after - half);
+        let annotations = user_annotations(expiry);
+        assert_eq!(expiry_reason(&annotations, now + time::Duration::days(4)), None);
+        assert!(expiry_reason(&annotations, now + time::Duration::days(6)).is_some());
+    }
+
+    /// A CA the user provides, made by openssl with a subject of several attributes, signs a
+    /// listener certificate that chains to it; a key of another certificate, or a certificate
+    /// that is not a CA, is refused with what is wrong.
+    #[test]
+    fn a_user_provided_ca_signs_and_a_mismatched_one_is_refused() {
+        let dir = std::env::temp_dir().join(format!("kaas-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let openssl = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .expect("openssl must be installed (Debian's openssl package)");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        openssl(&[
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "ca.key", "-out", "ca.crt", "-days", "30",
+            "-subj", "/C=DE/O=Example Corp/OU=Platform/CN=Example Kafka CA",
+        ]);
+        openssl(&[
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", "leaf.key", "-out", "leaf.crt", "-days", "30", "-subj", "/CN=not-a-ca",
+            "-addext", "basicConstraints=critical,CA:FALSE",
+        ]);
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        let (cert, key) = (read("ca.crt"), read("ca.key"));
+        let signing = SigningCa::parse(&cert, &key).unwrap();
+        let now = OffsetDateTime::now_utc();
+        let wanted = listener_names(&names());
+        let (leaf, expiry) = issue_listener(&names(), &signing, &wanted, now).unwrap();
+        // Capped at the CA's 30 days.
+        assert_eq!(expiry.not_after, signing.not_after);
+        let name = ServerName::try_from("kc-0.kc-brokers.prod.svc").unwrap();
+        server_verifier(&[&cert])
+            .verify_server_cert(&der(&leaf.cert), &[], &name, &[], UnixTime::now())
+            .unwrap();
+
+        let mismatched = SigningCa::parse(&cert, &read("leaf.key")).unwrap_err();
+        assert!(mismatched.contains("not the key"), "{mismatched}");
+        let not_ca = SigningCa::parse(&read("leaf.crt"), &read("leaf.key")).unwrap_err();
+        assert!(not_ca.contains("not a CA"), "{not_ca}");
+        let garbage = SigningCa::parse("nonsense", &key).unwrap_err();
+        assert!(garbage.contains("ca.crt"), "{garbage}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

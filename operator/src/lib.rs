@@ -82,6 +82,9 @@ pub enum Error {
     /// The OS random source failed (a generated password).
     #[error("random source: {0}")]
     Random(String),
+    /// A `tls` user's PKCS#12 keystore could not be made.
+    #[error(transparent)]
+    Keystore(#[from] user::keystore::KeystoreError),
 }
 
 /// Result with this crate's [`Error`].
@@ -96,10 +99,11 @@ impl Error {
             Error::Serialize { .. } => "SerializeError",
             Error::MissingField(_) => "MissingField",
             Error::Join(_) => "VolumeTaskFailed",
-            Error::Certificate(_) => "CertificateError",
+            Error::Certificate(e) => e.reason(),
             Error::LeaseStore(_) => "LeaseStoreError",
             Error::NotLeader => "NotLeader",
             Error::Random(_) => "RandomSourceFailed",
+            Error::Keystore(_) => "KeystoreError",
         }
     }
 }

@@ -49,8 +49,8 @@ pub fn broker_rules() -> Vec<PolicyRule> {
 }
 
 /// What a cluster's volume agent uses: read its topics and users, write their status, read its
-/// cluster (for its `assignment.json` path nothing else is needed), keep its SCRAM users'
-/// Secrets, record events, and hold its Lease (conditional `update`s; never `delete`).
+/// cluster (for its `assignment.json` path nothing else is needed), keep its users' Secrets,
+/// record events, and hold its Lease (conditional `update`s; never `delete`).
 pub fn volume_agent_rules() -> Vec<PolicyRule> {
     vec![
         rule(
@@ -68,9 +68,10 @@ pub fn volume_agent_rules() -> Vec<PolicyRule> {
             &["kafkatopics/status", "kafkausers/status"],
             &["get", "patch"],
         ),
-        // Users' Secrets (created, and patched when a provided password changes) and the
-        // password Secrets users name; no list or watch: it reads only the Secrets it is named.
-        rule("", &["secrets"], &["get", "create", "patch"]),
+        // Users' Secrets (created, patched when a password or certificate changes, deleted when
+        // the user's authentication type needs none), the password Secrets users name and the
+        // clients CA; no list or watch: it reads only the Secrets it is named.
+        rule("", &["secrets"], &["get", "create", "patch", "delete"]),
         rule("kaas.dev", &["kafkaclusters"], &["get"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]
@@ -129,8 +130,9 @@ pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
         ),
         rule("", &["pods"], &["get", "list", "watch"]),
         // The cluster CA and the listener certificates it issues (`listener.tls` without a
-        // secretName); no list or watch: it reads only the Secrets it names.
-        rule("", &["secrets"], &["get", "create", "patch"]),
+        // secretName); no list or watch: it reads only the Secrets it names. `delete` is not used
+        // by the manager: granted to the volume agents (users' Secrets), so held.
+        rule("", &["secrets"], &["get", "create", "patch", "delete"]),
         // list: the StatefulSet's FailedCreate events explain a broker pod that does not exist.
         rule("", &["events"], &["create", "patch", "list"]),
         rule("events.k8s.io", &["events"], &["create", "patch"]),
@@ -226,10 +228,10 @@ mod tests {
         }
         assert!(allows(&a, "kaas.dev", "kafkausers/status", "patch"));
         assert!(!allows(&a, "kaas.dev", "kafkausers", "patch"));
-        for verb in ["get", "create", "patch"] {
+        for verb in ["get", "create", "patch", "delete"] {
             assert!(allows(&a, "", "secrets", verb), "{verb}");
         }
-        for verb in ["list", "watch", "delete", "update"] {
+        for verb in ["list", "watch", "update"] {
             assert!(!allows(&a, "", "secrets", verb), "{verb}");
         }
     }

@@ -1,13 +1,19 @@
 //! The KafkaUser reconciler (Strimzi's User Operator), run by a cluster's volume agent: validate
 //! the spec, keep a SCRAM user's password, or a `tls` user's certificate (issued from the
-//! cluster's clients CA, [`crate::certificates`]), in a Secret named after the user, and set
-//! the user's entry — salted credentials, ACLs, quotas — in `__cluster/kafka-users.json`, which the brokers
-//! read every second ([`kafka_users`]). Deleted users are not seen here (there is no finalizer);
-//! [`crate::sweep`] removes their entries, and their Secrets go with them by garbage collection.
+//! cluster's clients CA, [`crate::certificates`], with a PKCS#12 keystore of it, [`keystore`]),
+//! in a Secret named after the user, and set the user's entry — salted credentials, ACLs,
+//! quotas — in `__cluster/kafka-users.json`, which the brokers read every second
+//! ([`kafka_users`]). The Secret holds only what the user's authentication type needs: the
+//! other type's keys are removed when the type changes, and a user whose type needs no Secret
+//! (`tls-external`, or none) loses its own. Deleted users are not seen here (there is no
+//! finalizer); [`crate::sweep`] removes their entries, and their Secrets go with them by garbage
+//! collection.
 //!
 //! The agent may not list or watch Secrets (it reads only those it is named), so a changed
 //! password Secret (or a lost user Secret) is picked up by a periodic reconcile, every
 //! [`SCRAM_REQUEUE`].
+
+pub mod keystore;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -25,7 +31,7 @@ use kaas_shared::fs::Fs;
 use kaas_shared::kafka_users::{self, AclOperation, AclResourceType, KafkaUserEntry};
 use kaas_shared::layout::Layout;
 use kaas_shared::scram::ScramHash;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -52,13 +58,34 @@ pub const CA_CERT_KEY: &str = "ca.crt";
 pub const USER_CERT_KEY: &str = "user.crt";
 /// The user Secret's key holding the user's private key, PKCS#8 PEM (Strimzi's).
 pub const USER_KEY_KEY: &str = "user.key";
+/// The user Secret's key holding a PKCS#12 keystore of the user's key and certificate, with the
+/// clients CA's, for Java clients (Strimzi's).
+pub const KEYSTORE_KEY: &str = "user.p12";
+/// The user Secret's key holding the password of [`KEYSTORE_KEY`] (Strimzi's).
+pub const KEYSTORE_PASSWORD_KEY: &str = "user.password";
+/// The keys of a SCRAM user's Secret.
+pub const SCRAM_KEYS: [&str; 2] = [PASSWORD_KEY, JAAS_CONFIG_KEY];
+/// The keys of a `tls` user's Secret.
+pub const TLS_KEYS: [&str; 5] = [
+    CA_CERT_KEY,
+    USER_CERT_KEY,
+    USER_KEY_KEY,
+    KEYSTORE_KEY,
+    KEYSTORE_PASSWORD_KEY,
+];
+/// The annotations of a `tls` user's Secret: its certificate's expiry and renewal time.
+pub const CERTIFICATE_ANNOTATIONS: [&str; 2] = [
+    certificates::NOT_AFTER_ANNOTATION,
+    certificates::RENEW_AT_ANNOTATION,
+];
 /// Label of a user Secret: its cluster.
 pub const LABEL_CLUSTER: &str = "kaas.dev/cluster";
 /// Label of a user Secret: its KafkaUser.
 pub const LABEL_USER: &str = "kaas.dev/user";
 
-/// How often a SCRAM user is reconciled again: the agent cannot watch Secrets, so this is how
-/// soon a changed password Secret (or a deleted user Secret) is noticed.
+/// How often a user with a Secret (SCRAM or `tls`) is reconciled again: the agent cannot watch
+/// Secrets, so this is how soon a changed password Secret, a lost user Secret or a renewed
+/// clients CA is noticed.
 pub const SCRAM_REQUEUE: Duration = Duration::from_secs(60);
 /// How soon a `tls` user of a cluster without a clients CA is tried again.
 pub const MISSING_CA_REQUEUE: Duration = Duration::from_secs(30);
@@ -232,24 +259,79 @@ pub fn user_secret(user: &KafkaUser, cluster: &str, password: &str) -> Result<Se
 }
 
 /// The Secret a `tls` user's certificate is kept in (Strimzi's shape, as the SCRAM one): the
-/// clients CA's `ca.crt`, `user.crt`, `user.key`, and the certificate's expiry annotated.
+/// clients CA's `ca.crt`, `user.crt`, `user.key`, a new keystore of them `user.p12` with its
+/// `user.password`, and the certificate's expiry annotated.
 pub fn certificate_secret(
     user: &KafkaUser,
     cluster: &str,
     ca_cert: &str,
     certificate: &certificates::Pem,
-    not_after: time::OffsetDateTime,
+    expiry: certificates::Expiry,
 ) -> Result<Secret> {
-    let data = [
-        (CA_CERT_KEY, ca_cert),
-        (USER_CERT_KEY, &certificate.cert),
-        (USER_KEY_KEY, &certificate.key),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
-    .collect();
-    let annotations = certificates::user_annotations(not_after);
+    let data = tls_data(&user.name_any(), ca_cert, certificate)?;
+    let annotations = certificates::user_annotations(expiry);
     secret_of(user, cluster, data, Some(annotations))
+}
+
+/// The Secret of a `tls` user whose certificate is kept: `own`'s (the live Secret's) keys and
+/// certificate annotations, with up-to-date labels and owner. The keystore is made only when a
+/// certificate is issued, so a Secret written before keystores (no `user.p12` or
+/// `user.password`) gets one here, of the certificate it holds, rather than a new certificate.
+pub fn kept_certificate_secret(
+    user: &KafkaUser,
+    cluster: &str,
+    own: Option<&Secret>,
+) -> Result<Secret> {
+    let has = |key: &str| own.is_some_and(|s| s.data.as_ref().is_some_and(|d| d.contains_key(key)));
+    let held = own.and_then(|s| {
+        let ca_cert = certificates::text_in(s, CA_CERT_KEY)?;
+        Some((
+            ca_cert,
+            certificates::pem_in(s, USER_CERT_KEY, USER_KEY_KEY)?,
+        ))
+    });
+    let data = match held {
+        Some((ca_cert, certificate)) if !(has(KEYSTORE_KEY) && has(KEYSTORE_PASSWORD_KEY)) => {
+            info!(user = %user.name_any(), "keystore made of the kept certificate");
+            tls_data(&user.name_any(), &ca_cert, &certificate)?
+        }
+        _ => own
+            .and_then(|s| s.data.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| TLS_KEYS.contains(&key.as_str()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+    };
+    let annotations: BTreeMap<String, String> = own
+        .and_then(|s| s.metadata.annotations.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| CERTIFICATE_ANNOTATIONS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let annotations = (!annotations.is_empty()).then_some(annotations);
+    secret_of(user, cluster, data, annotations)
+}
+
+/// A `tls` user's Secret keys for `certificate`, issued by the clients CA `ca_cert`: Strimzi's
+/// `ca.crt`, `user.crt`, `user.key`, and a keystore of them, `user.p12` (the entry named
+/// `alias`), under a new password, `user.password`.
+fn tls_data(
+    alias: &str,
+    ca_cert: &str,
+    certificate: &certificates::Pem,
+) -> Result<BTreeMap<String, ByteString>> {
+    let password = generate_password()?;
+    let p12 = keystore::pkcs12(alias, certificate, ca_cert, &password)?;
+    let text = |s: &str| ByteString(s.as_bytes().to_vec());
+    Ok(BTreeMap::from([
+        (CA_CERT_KEY.to_owned(), text(ca_cert)),
+        (USER_CERT_KEY.to_owned(), text(&certificate.cert)),
+        (USER_KEY_KEY.to_owned(), text(&certificate.key)),
+        (KEYSTORE_KEY.to_owned(), ByteString(p12)),
+        (KEYSTORE_PASSWORD_KEY.to_owned(), text(&password)),
+    ]))
 }
 
 /// A user Secret: named after the user, in its namespace, owned by it, labelled with its
@@ -318,9 +400,40 @@ fn contains<V: PartialEq>(
         .all(|(k, v)| live.and_then(|l| l.get(k)) == Some(v))
 }
 
-/// Whether `live` already holds what `desired` says: its keys, labels, annotations and owner.
+/// The keys the operator writes into user Secrets that `live` has and `desired` has not: those
+/// of the authentication type the user no longer has. Other keys are not the operator's and
+/// stay.
+pub fn stale_keys(live: &Secret, desired: &Secret) -> Vec<&'static str> {
+    let has = |s: &Secret, key: &str| s.data.as_ref().is_some_and(|d| d.contains_key(key));
+    SCRAM_KEYS
+        .iter()
+        .chain(&TLS_KEYS)
+        .copied()
+        .filter(|key| has(live, key) && !has(desired, key))
+        .collect()
+}
+
+/// The annotations the operator writes on user Secrets that `live` has and `desired` has not:
+/// a certificate's, on a Secret that holds no certificate any more.
+pub fn stale_annotations(live: &Secret, desired: &Secret) -> Vec<&'static str> {
+    let has = |s: &Secret, key: &str| {
+        s.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(key))
+    };
+    CERTIFICATE_ANNOTATIONS
+        .into_iter()
+        .filter(|key| has(live, key) && !has(desired, key))
+        .collect()
+}
+
+/// Whether `live` already holds what `desired` says: its keys, labels, annotations and owner,
+/// and none of the operator's keys or annotations that `desired` has not.
 fn secret_current(live: &Secret, desired: &Secret) -> bool {
-    contains(live.data.as_ref(), desired.data.as_ref())
+    stale_keys(live, desired).is_empty()
+        && stale_annotations(live, desired).is_empty()
+        && contains(live.data.as_ref(), desired.data.as_ref())
         && contains(
             live.metadata.labels.as_ref(),
             desired.metadata.labels.as_ref(),
@@ -335,6 +448,47 @@ fn secret_current(live: &Secret, desired: &Secret) -> bool {
             .iter()
             .flatten()
             .all(|o| owned_by(live, &o.uid))
+}
+
+/// The JSON merge patch that brings `live` to `desired`: `desired`'s keys, labels and
+/// annotations set, and the operator's keys and annotations that `desired` has not removed. A
+/// merge patch keeps what it does not name (and server-side apply keeps what another field
+/// manager, such as the create, set), so those are named with null.
+///
+/// `live`'s resourceVersion rides along as a precondition: a Secret changed since it was read
+/// (or deleted and made by someone else) is a conflict, retried with a fresh read, rather than
+/// overwritten. The owner is `live`'s already (a Secret the user does not own is never
+/// written), so the owner references are left as they are.
+pub fn secret_patch(live: &Secret, desired: &Secret) -> Result<serde_json::Value> {
+    let mut data = serde_json::Map::new();
+    for (key, value) in desired.data.iter().flatten() {
+        let value = serde_json::to_value(value).map_err(|source| Error::Serialize {
+            what: "user Secret patch",
+            source,
+        })?;
+        data.insert(key.clone(), value);
+    }
+    for key in stale_keys(live, desired) {
+        data.insert(key.to_owned(), serde_json::Value::Null);
+    }
+    let mut annotations = serde_json::Map::new();
+    for (key, value) in desired.metadata.annotations.iter().flatten() {
+        annotations.insert(key.clone(), value.clone().into());
+    }
+    for key in stale_annotations(live, desired) {
+        annotations.insert(key.to_owned(), serde_json::Value::Null);
+    }
+    let mut metadata = serde_json::Map::new();
+    if let Some(labels) = &desired.metadata.labels {
+        metadata.insert("labels".to_owned(), json!(labels));
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".to_owned(), annotations.into());
+    }
+    if let Some(version) = &live.metadata.resource_version {
+        metadata.insert("resourceVersion".to_owned(), version.clone().into());
+    }
+    Ok(json!({"metadata": metadata, "data": data}))
 }
 
 /// The text of a password kept in a Secret key, or why it cannot be one.
@@ -655,18 +809,22 @@ async fn write_secret(
             ("SecretCreated", format!("Secret {name} holds {holds}"))
         }
         Some(live) if !secret_current(live, &desired) => {
-            // The version read: a Secret changed since (or deleted and made by someone else) is
-            // a conflict, retried with a fresh read, rather than overwritten.
-            let mut patch = desired;
-            patch.metadata.resource_version = live.metadata.resource_version.clone();
-            secrets
-                .patch(
-                    &name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
+            let params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_owned()),
+                ..PatchParams::default()
+            };
+            let patch = secret_patch(live, &desired)?;
+            secrets.patch(&name, &params, &Patch::Merge(&patch)).await?;
+            let stale = stale_keys(live, &desired);
+            let note = if stale.is_empty() {
+                format!("Secret {name} updated")
+            } else {
+                format!(
+                    "Secret {name} updated: it holds {holds}, no longer {}",
+                    stale.join(", ")
                 )
-                .await?;
-            ("SecretUpdated", format!("Secret {name} updated"))
+            };
+            ("SecretUpdated", note)
         }
         Some(_) => return Ok(()),
     };
@@ -681,6 +839,60 @@ async fn write_secret(
     )
     .await;
     Ok(())
+}
+
+/// Deletes the user's Secret if it has one of its own, as Strimzi does: a user whose
+/// authentication type (`tls-external`, or none) needs no password or certificate from the
+/// operator keeps no credentials of a type it no longer has. A Secret of that name that the
+/// user does not own is someone else's and stays.
+async fn remove_secret(ctx: &AgentContext, user: &KafkaUser, uid: &str) -> Result<()> {
+    let name = user.name_any();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let Some(own) = secrets.get_opt(&name).await? else {
+        return Ok(());
+    };
+    if !owned_by(&own, uid) {
+        return Ok(());
+    }
+    // Only the Secret read: one replaced meanwhile (another uid, or a changed one) is a
+    // conflict, retried with a fresh read, rather than deleted unseen.
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: own.metadata.uid.clone(),
+            resource_version: own.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    match secrets.delete(&name, &params).await {
+        Ok(_) => {}
+        // Gone meanwhile (garbage collection, or a person): nothing left to do or say.
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let authentication = match &user.spec.authentication {
+        Some(a) => format!("authentication type {}", authentication_name(a.kind)),
+        None => "no authentication".to_owned(),
+    };
+    info!(user = %name, %authentication, "user Secret deleted");
+    events::publish(
+        &ctx.recorder,
+        &user.object_ref(&()),
+        false,
+        "SecretDeleted",
+        format!("Secret {name} deleted: a user with {authentication} has no password or certificate to keep"),
+        "Delete",
+    )
+    .await;
+    Ok(())
+}
+
+/// An authentication type as the KafkaUser spells it.
+fn authentication_name(kind: UserAuthenticationType) -> &'static str {
+    match kind {
+        UserAuthenticationType::ScramSha512 => "scram-sha-512",
+        UserAuthenticationType::Tls => "tls",
+        UserAuthenticationType::TlsExternal => "tls-external",
+    }
 }
 
 /// Why a `tls` user's certificate must be issued (again) into its Secret `own`, if it must:
@@ -713,12 +925,7 @@ async fn tls_certificate(ctx: &AgentContext, user: &KafkaUser, uid: &str) -> Res
         namespace: ctx.namespace.clone(),
     };
     let ca_secret = Ca::Clients.secret_name(&names);
-    let Some(ca) = secrets
-        .get_opt(&ca_secret)
-        .await?
-        .as_ref()
-        .and_then(|s| certificates::pem_in(s, "ca.crt", "ca.key"))
-    else {
+    let Some(ca) = certificates::load_ca(&secrets, &names, Ca::Clients).await? else {
         return Ok(Some(Cond::new(
             READY,
             false,
@@ -736,21 +943,15 @@ async fn tls_certificate(ctx: &AgentContext, user: &KafkaUser, uid: &str) -> Res
         return Ok(Some(secret_conflict(&name)));
     }
     let now = time::OffsetDateTime::now_utc();
-    let desired = match certificate_reason(own.as_ref(), &ca.cert, now) {
+    let desired = match certificate_reason(own.as_ref(), &ca.pem.cert, now) {
         Some(reason) => {
-            let (certificate, not_after) = certificates::issue_user(&names, &ca.key, &name, now)?;
+            let (certificate, expiry) = certificates::issue_user(&ca, &name, now)?;
             info!(user = %name, reason, "user certificate issued");
-            certificate_secret(user, &ctx.cluster, &ca.cert, &certificate, not_after)?
+            certificate_secret(user, &ctx.cluster, &ca.pem.cert, &certificate, expiry)?
         }
-        // The certificate kept: only the labels and owner are brought up to date.
-        None => {
-            let mut desired = secret_of(user, &ctx.cluster, BTreeMap::new(), None)?;
-            if let Some(own) = &own {
-                desired.data = own.data.clone();
-                desired.metadata.annotations = own.metadata.annotations.clone();
-            }
-            desired
-        }
+        // The certificate kept: the labels and owner brought up to date, a keystore made if
+        // the Secret predates them, the other type's keys dropped.
+        None => kept_certificate_secret(user, &ctx.cluster, own.as_ref())?,
     };
     write_secret(
         ctx,
@@ -796,6 +997,9 @@ async fn converge(user: &Arc<KafkaUser>, ctx: &AgentContext) -> Result<Action> {
     };
     if tls && let Some(cond) = tls_certificate(ctx, user, &uid).await? {
         return credential_missing(ctx, user, base, cond, MISSING_CA_REQUEUE).await;
+    }
+    if !scram && !tls {
+        remove_secret(ctx, user, &uid).await?;
     }
 
     let (written, entry) = {

@@ -118,14 +118,12 @@ fn a_tls_users_certificate_is_issued_again_when_missing_lost_expiring_or_from_an
         namespace: "ns".into(),
     };
     let now = time::OffsetDateTime::now_utc();
-    let ca = certificates::issue_ca(Ca::Clients, &names, now).unwrap();
-    let (cert, not_after) = certificates::issue_user(&names, &ca.key, "bob", now).unwrap();
-    let secret = certificate_secret(&bob, "kc", &ca.cert, &cert, not_after).unwrap();
+    let ca = certificates::issue_ca(Ca::Clients, &names, 365, now).unwrap();
+    let signing = certificates::SigningCa::parse(&ca.cert, &ca.key).unwrap();
+    let (cert, expiry) = certificates::issue_user(&signing, "bob", now).unwrap();
+    let secret = certificate_secret(&bob, "kc", &ca.cert, &cert, expiry).unwrap();
     let data = secret.data.as_ref().unwrap();
-    assert_eq!(
-        data.keys().collect::<Vec<_>>(),
-        [CA_CERT_KEY, USER_CERT_KEY, USER_KEY_KEY]
-    );
+    assert_eq!(data.keys().collect::<Vec<_>>(), TLS_KEYS);
     assert_eq!(data[USER_CERT_KEY].0, cert.cert.as_bytes());
     let labels = secret.metadata.labels.as_ref().unwrap();
     assert_eq!(labels[LABEL_USER], "bob");
@@ -137,7 +135,7 @@ fn a_tls_users_certificate_is_issued_again_when_missing_lost_expiring_or_from_an
         certificate_reason(None, &ca.cert, now),
         Some("no user certificate yet")
     );
-    let other = certificates::issue_ca(Ca::Clients, &names, now).unwrap();
+    let other = certificates::issue_ca(Ca::Clients, &names, 365, now).unwrap();
     assert_eq!(
         certificate_reason(Some(&secret), &other.cert, now),
         Some("the clients CA changed")
@@ -152,7 +150,7 @@ fn a_tls_users_certificate_is_issued_again_when_missing_lost_expiring_or_from_an
         now + certificates::LEAF_VALIDITY - certificates::RENEW_BEFORE + time::Duration::hours(1);
     assert_eq!(
         certificate_reason(Some(&secret), &ca.cert, later),
-        Some("the certificate expires within 30 days")
+        Some("the certificate is due for renewal")
     );
     let mut unannotated = secret.clone();
     unannotated.metadata.annotations = None;
@@ -253,4 +251,416 @@ fn the_file_is_written_only_when_an_entry_changes_and_a_renamed_user_leaves_no_o
         set_entry(&fs, &layout, "CN=alice", "uid-2", again).unwrap(),
         Written::Created
     );
+}
+
+/// A user's issued certificate and its clients CA.
+fn issued(name: &str) -> (certificates::Pem, certificates::Pem, certificates::Expiry) {
+    let names = Names {
+        cluster: "kc".into(),
+        namespace: "ns".into(),
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let ca = certificates::issue_ca(Ca::Clients, &names, 365, now).unwrap();
+    let signing = certificates::SigningCa::parse(&ca.cert, &ca.key).unwrap();
+    let (cert, expiry) = certificates::issue_user(&signing, name, now).unwrap();
+    (ca, cert, expiry)
+}
+
+fn tls_user(name: &str) -> KafkaUser {
+    user(
+        name,
+        json!({"clusterRef": "kc", "authentication": {"type": "tls"}}),
+    )
+}
+
+fn keys(secret: &Secret) -> Vec<&str> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.as_str())
+        .collect()
+}
+
+/// `secret` after the JSON merge patch `patch` (RFC 7386), as the API server applies it.
+fn merged(secret: &Secret, patch: &serde_json::Value) -> Secret {
+    fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+        let Some(patch) = patch.as_object() else {
+            *target = patch.clone();
+            return;
+        };
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let target = target.as_object_mut().unwrap();
+        for (key, value) in patch {
+            if value.is_null() {
+                target.remove(key);
+            } else {
+                merge(target.entry(key.clone()).or_insert(json!(null)), value);
+            }
+        }
+    }
+    let mut value = serde_json::to_value(secret).unwrap();
+    merge(&mut value, patch);
+    serde_json::from_value(value).unwrap()
+}
+
+/// The keystore in a `tls` user's Secret opens with its password and holds its certificate.
+fn assert_keystore_holds(secret: &Secret, cert_pem: &str) {
+    let data = secret.data.as_ref().unwrap();
+    let password = String::from_utf8(data[KEYSTORE_PASSWORD_KEY].0.clone()).unwrap();
+    assert_eq!(password.len(), PASSWORD_LENGTH);
+    assert!(password.chars().all(|c| c.is_ascii_alphanumeric()));
+    let store = p12_keystore::KeyStore::from_pkcs12(
+        &data[KEYSTORE_KEY].0,
+        &password,
+        p12_keystore::Pkcs12ImportPolicy::Strict,
+    )
+    .unwrap();
+    let (alias, chain) = store.private_key_chain().unwrap();
+    assert_eq!(alias, secret.metadata.name.as_deref().unwrap());
+    let (_, pem) = x509_parser::pem::parse_x509_pem(cert_pem.as_bytes()).unwrap();
+    assert_eq!(chain.certs()[0].as_der(), pem.contents);
+}
+
+#[test]
+fn a_tls_users_secret_has_a_keystore_of_its_certificate_under_a_new_password() {
+    let bob = tls_user("bob");
+    let (ca, cert, expiry) = issued("bob");
+    let first = certificate_secret(&bob, "kc", &ca.cert, &cert, expiry).unwrap();
+    assert_keystore_holds(&first, &cert.cert);
+    let again = certificate_secret(&bob, "kc", &ca.cert, &cert, expiry).unwrap();
+    assert_ne!(
+        first.data.as_ref().unwrap()[KEYSTORE_PASSWORD_KEY],
+        again.data.as_ref().unwrap()[KEYSTORE_PASSWORD_KEY]
+    );
+}
+
+/// A kept certificate keeps its Secret's keys as they are; a Secret from before keystores gets
+/// one of the certificate it holds (not a new certificate); only the operator's keys and
+/// certificate annotations are desired.
+#[test]
+fn a_kept_certificate_keeps_its_keystore_or_gets_one_of_the_same_certificate() {
+    let bob = tls_user("bob");
+    let (ca, cert, expiry) = issued("bob");
+    let mut live = certificate_secret(&bob, "kc", &ca.cert, &cert, expiry).unwrap();
+    let annotations = live.metadata.annotations.clone().unwrap();
+    live.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("someone/else".into(), "x".into());
+    live.data
+        .as_mut()
+        .unwrap()
+        .insert("app.properties".into(), ByteString(b"mine".to_vec()));
+
+    let kept = kept_certificate_secret(&bob, "kc", Some(&live)).unwrap();
+    assert_eq!(keys(&kept), TLS_KEYS);
+    for key in TLS_KEYS {
+        assert_eq!(
+            kept.data.as_ref().unwrap()[key],
+            live.data.as_ref().unwrap()[key],
+            "{key}"
+        );
+    }
+    assert_eq!(kept.metadata.annotations.as_ref(), Some(&annotations));
+    assert!(secret_current(&live, &kept), "nothing to write");
+
+    let mut upgraded = live.clone();
+    upgraded.data.as_mut().unwrap().remove(KEYSTORE_KEY);
+    let desired = kept_certificate_secret(&bob, "kc", Some(&upgraded)).unwrap();
+    assert_eq!(keys(&desired), TLS_KEYS);
+    assert_eq!(
+        desired.data.as_ref().unwrap()[USER_CERT_KEY].0,
+        cert.cert.as_bytes(),
+        "the same certificate"
+    );
+    assert_keystore_holds(&desired, &cert.cert);
+    assert!(!secret_current(&upgraded, &desired));
+    let written = merged(&upgraded, &secret_patch(&upgraded, &desired).unwrap());
+    assert!(secret_current(&written, &desired));
+    assert_eq!(
+        written.data.as_ref().unwrap()["app.properties"].0,
+        b"mine",
+        "a key not the operator's stays"
+    );
+
+    assert_eq!(
+        keys(&kept_certificate_secret(&bob, "kc", None).unwrap()),
+        [] as [&str; 0]
+    );
+}
+
+/// A user switched between SCRAM and tls: the Secret's keys of the old type (and a
+/// certificate's annotations) are removed by name, since a merge patch keeps what it does not
+/// name; the patch carries the resourceVersion read.
+#[test]
+fn a_secret_switched_between_scram_and_tls_keeps_none_of_the_old_types_keys() {
+    let alice = scram_user();
+    let (ca, cert, expiry) = issued("alice");
+    let mut as_tls = certificate_secret(&alice, "kc", &ca.cert, &cert, expiry).unwrap();
+    as_tls.metadata.resource_version = Some("7".into());
+    let as_scram = user_secret(&alice, "kc", "pw").unwrap();
+
+    // tls → SCRAM
+    assert_eq!(stale_keys(&as_tls, &as_scram), TLS_KEYS);
+    assert_eq!(
+        stale_annotations(&as_tls, &as_scram),
+        CERTIFICATE_ANNOTATIONS
+    );
+    assert!(!secret_current(&as_tls, &as_scram));
+    let patch = secret_patch(&as_tls, &as_scram).unwrap();
+    assert_eq!(patch["metadata"]["resourceVersion"], "7");
+    for key in TLS_KEYS {
+        assert!(
+            patch["data"][key].is_null() && patch["data"].get(key).is_some(),
+            "{key}"
+        );
+    }
+    for key in CERTIFICATE_ANNOTATIONS {
+        assert!(
+            patch["metadata"]["annotations"].get(key).unwrap().is_null(),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        patch["data"][PASSWORD_KEY], "cHc=",
+        "base64 of the password"
+    );
+    let written = merged(&as_tls, &patch);
+    assert_eq!(keys(&written), SCRAM_KEYS);
+    assert!(
+        written
+            .metadata
+            .annotations
+            .as_ref()
+            .is_none_or(BTreeMap::is_empty)
+    );
+    assert!(secret_current(&written, &as_scram));
+    assert!(owned_by(&written, "uid-alice"), "the owner stays");
+
+    // SCRAM → tls
+    assert_eq!(stale_keys(&as_scram, &as_tls), SCRAM_KEYS);
+    assert!(stale_annotations(&as_scram, &as_tls).is_empty());
+    let written = merged(&as_scram, &secret_patch(&as_scram, &as_tls).unwrap());
+    assert_eq!(keys(&written), TLS_KEYS);
+    assert!(secret_current(&written, &as_tls));
+
+    // The same type: nothing is stale, and the patch removes nothing.
+    let other = user_secret(&alice, "kc", "other").unwrap();
+    assert!(stale_keys(&as_scram, &other).is_empty());
+    let patch = secret_patch(&as_scram, &other).unwrap();
+    assert!(
+        patch["data"]
+            .as_object()
+            .unwrap()
+            .values()
+            .all(|v| !v.is_null())
+    );
+    assert_eq!(patch["metadata"].get("resourceVersion"), None);
+}
+
+/// The API server of a scripted conversation with one user's reconcile: `secrets` are the
+/// Secrets it has; every request is recorded (method, path, content type, body) and answered
+/// — a Secret read from `secrets`, a write with the Secret, the user's status with the user.
+mod api {
+    use super::*;
+    use http::{Method, Request, Response};
+    use kube::client::Body;
+
+    use crate::leader::Leadership;
+    use crate::metrics::ReconcileMetrics;
+
+    /// One request the reconcile made.
+    #[derive(Debug)]
+    pub(super) struct Call {
+        pub(super) method: Method,
+        pub(super) path: String,
+        pub(super) content_type: String,
+        pub(super) body: serde_json::Value,
+    }
+
+    fn respond(status: u16, body: &serde_json::Value) -> Response<Body> {
+        Response::builder()
+            .status(status)
+            .body(Body::from(serde_json::to_vec(body).unwrap()))
+            .unwrap()
+    }
+
+    fn not_found() -> Response<Body> {
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"});
+        respond(404, &status)
+    }
+
+    /// Reconciles `user` against an API server that has `secrets`; what was asked of it.
+    pub(super) async fn reconcile_with(user: KafkaUser, secrets: Vec<Secret>) -> Vec<Call> {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let client = kube::Client::new(service, "ns");
+        let fs = MemFs::new();
+        fs.create_dir_all(std::path::Path::new("/data")).unwrap();
+        let ctx = Arc::new(AgentContext {
+            recorder: events::recorder(&client, "kaas-volume-agent"),
+            client,
+            namespace: "ns".into(),
+            cluster: "kc".into(),
+            fs: Arc::new(fs),
+            root: "/data".into(),
+            volume_lock: Arc::default(),
+            topics: kube::runtime::reflector::store::Writer::default().as_reader(),
+            leadership: Leadership::always(),
+            metrics: ReconcileMetrics::default(),
+            backoff: Arc::default(),
+        });
+        let user_json = serde_json::to_value(&user).unwrap();
+        let server = tokio::spawn(async move {
+            let mut calls = Vec::new();
+            while let Some((request, send)) = handle.next_request().await {
+                let method = request.method().clone();
+                let path = request.uri().path().to_owned();
+                let content_type = request
+                    .headers()
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let body = request.into_body().collect_bytes().await.unwrap();
+                let body: serde_json::Value = if body.is_empty() {
+                    json!(null)
+                } else {
+                    serde_json::from_slice(&body).unwrap()
+                };
+                let name = path.rsplit('/').next().unwrap_or_default();
+                let secret = secrets
+                    .iter()
+                    .find(|s| s.metadata.name.as_deref() == Some(name));
+                let response = if path.contains("/events") || path.ends_with("/secrets") {
+                    respond(201, &body)
+                } else if path.contains("/secrets/") {
+                    match secret {
+                        Some(secret) => respond(200, &serde_json::to_value(secret).unwrap()),
+                        None => not_found(),
+                    }
+                } else if path.ends_with("/status") {
+                    respond(200, &user_json)
+                } else {
+                    panic!("unexpected {method} {path}");
+                };
+                calls.push(Call {
+                    method,
+                    path,
+                    content_type,
+                    body,
+                });
+                send.send_response(response);
+            }
+            calls
+        });
+        reconcile(Arc::new(user), ctx).await.unwrap();
+        server.await.unwrap()
+    }
+}
+
+fn events_of(calls: &[api::Call]) -> Vec<String> {
+    calls
+        .iter()
+        .filter(|c| c.path.contains("/events"))
+        .filter_map(|c| c.body["reason"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn status_of(calls: &[api::Call]) -> serde_json::Value {
+    calls
+        .iter()
+        .rfind(|c| c.path.ends_with("/status"))
+        .map(|c| c.body["status"].clone())
+        .unwrap()
+}
+
+/// A user whose authentication type needs no Secret loses its own, named by uid and version
+/// (a Secret replaced meanwhile is not deleted unseen), with an event; a Secret of its name
+/// that it does not own stays.
+#[tokio::test]
+async fn a_user_without_a_secret_type_loses_its_own_secret_and_no_one_elses() {
+    for (owned, authentication) in [
+        (true, json!({"type": "tls-external"})),
+        (true, json!(null)),
+        (false, json!({"type": "tls-external"})),
+    ] {
+        let mut spec = json!({"clusterRef": "kc"});
+        if !authentication.is_null() {
+            spec["authentication"] = authentication.clone();
+        }
+        let bob = user("bob", spec);
+        let mut secret = user_secret(&bob, "kc", "pw").unwrap();
+        secret.metadata.uid = Some("secret-uid".into());
+        secret.metadata.resource_version = Some("7".into());
+        if !owned {
+            secret.metadata.owner_references = None;
+        }
+        let calls = api::reconcile_with(bob, vec![secret]).await;
+        let deletes: Vec<&api::Call> = calls
+            .iter()
+            .filter(|c| c.method == http::Method::DELETE)
+            .collect();
+        let case = format!("owned {owned}, authentication {authentication}");
+        if owned {
+            assert_eq!(deletes.len(), 1, "{case}: {calls:?}");
+            assert!(
+                deletes[0].path.ends_with("/namespaces/ns/secrets/bob"),
+                "{case}"
+            );
+            assert_eq!(
+                deletes[0].body["preconditions"],
+                json!({"uid": "secret-uid", "resourceVersion": "7"}),
+                "{case}"
+            );
+            assert!(
+                events_of(&calls).contains(&"SecretDeleted".to_owned()),
+                "{case}"
+            );
+        } else {
+            assert!(deletes.is_empty(), "{case}: {calls:?}");
+            assert!(
+                !events_of(&calls).contains(&"SecretDeleted".to_owned()),
+                "{case}"
+            );
+        }
+        assert!(
+            calls
+                .iter()
+                .all(|c| !(c.path.contains("/secrets") && c.method == http::Method::PATCH)),
+            "{case}: no Secret written"
+        );
+        let status = status_of(&calls);
+        assert_eq!(status.get("secret"), None, "{case}: {status}");
+    }
+}
+
+/// A SCRAM user whose Secret still holds a certificate (it was `tls`): one merge patch sets
+/// the password and removes the certificate's keys and annotations.
+#[tokio::test]
+async fn a_user_switched_to_scram_has_its_certificate_keys_removed_in_one_patch() {
+    let alice = scram_user();
+    let (ca, cert, expiry) = issued("alice");
+    let mut live = certificate_secret(&alice, "kc", &ca.cert, &cert, expiry).unwrap();
+    live.metadata.resource_version = Some("3".into());
+    let calls = api::reconcile_with(alice, vec![live]).await;
+    let patches: Vec<&api::Call> = calls
+        .iter()
+        .filter(|c| c.path.contains("/secrets/") && c.method == http::Method::PATCH)
+        .collect();
+    assert_eq!(patches.len(), 1, "{calls:?}");
+    let patch = patches[0];
+    assert_eq!(patch.content_type, "application/merge-patch+json");
+    assert_eq!(patch.body["metadata"]["resourceVersion"], "3");
+    for key in TLS_KEYS {
+        assert!(patch.body["data"][key].is_null(), "{key}: {}", patch.body);
+    }
+    for key in SCRAM_KEYS {
+        assert!(patch.body["data"][key].is_string(), "{key}: {}", patch.body);
+    }
+    assert!(events_of(&calls).contains(&"SecretUpdated".to_owned()));
+    assert_eq!(status_of(&calls)["secret"], "alice");
 }

@@ -102,6 +102,64 @@ pub struct KafkaClusterSpec {
     /// admin client, kept on the volume); without it every client may do everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authorization: Option<AuthorizationSpec>,
+    /// The cluster CA, which signs the listener certificate when `listener.tls` names no
+    /// Secret (clients trust `<cluster>-cluster-ca-cert`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_ca: Option<CertificateAuthority>,
+    /// The clients CA, which signs the certificates of KafkaUsers of type `tls` and which the
+    /// brokers trust for client certificates (`listener.authentication.type: tls` with
+    /// `tls: {}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clients_ca: Option<CertificateAuthority>,
+}
+
+/// How the operator keeps one of a cluster's CAs (Strimzi's `clusterCa`/`clientsCa` fields).
+/// A generated CA is renewed `renewalDays` before it expires (or at once when its Secret
+/// `<cluster>-cluster-ca`/`<cluster>-clients-ca` is annotated `kaas.dev/force-renew`): a new
+/// certificate for the same key, so certificates it signed before still chain to it, and every
+/// certificate it signs is issued again. Certificates a CA signs live a year at most and never
+/// past the CA's expiry.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.renewalDays < self.validityDays").message("renewalDays must be less than validityDays: the CA is renewed renewalDays before it expires"))]
+pub struct CertificateAuthority {
+    /// `true` (the default): the operator generates the CA and renews it. `false`: the user
+    /// provides it before the cluster needs it — the certificate as `ca.crt` in
+    /// `<cluster>-cluster-ca-cert` (or `<cluster>-clients-ca-cert`) and its private key (PEM,
+    /// PKCS#8 or SEC1) as `ca.key` in `<cluster>-cluster-ca` (or `<cluster>-clients-ca`) —
+    /// and renews it; the operator only signs with it and never writes either Secret.
+    #[serde(default = "generate_certificate_authority")]
+    pub generate_certificate_authority: bool,
+    /// How long a generated CA certificate is valid, in days (default 365).
+    #[serde(default = "ca_validity_days")]
+    #[schemars(range(min = 2, max = 36500))]
+    pub validity_days: u32,
+    /// How many days before its expiry a generated CA is renewed (default 30).
+    #[serde(default = "ca_renewal_days")]
+    #[schemars(range(min = 1, max = 36499))]
+    pub renewal_days: u32,
+}
+
+fn generate_certificate_authority() -> bool {
+    true
+}
+
+fn ca_validity_days() -> u32 {
+    365
+}
+
+fn ca_renewal_days() -> u32 {
+    30
+}
+
+impl Default for CertificateAuthority {
+    fn default() -> Self {
+        Self {
+            generate_certificate_authority: generate_certificate_authority(),
+            validity_days: ca_validity_days(),
+            renewal_days: ca_renewal_days(),
+        }
+    }
 }
 
 /// How requests are authorized.

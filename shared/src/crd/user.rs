@@ -74,9 +74,10 @@ pub struct UserAuthentication {
     /// operator generates one into a Secret named after the user unless `password` names one.
     /// `tls`: a client certificate the operator issues from the cluster's clients CA (the
     /// listener must be `tls: {}` with `authentication: {type: tls}`) into a Secret named
-    /// after the user (`ca.crt`, `user.crt`, `user.key`), subject `CN=<user name>`.
+    /// after the user (`ca.crt`, `user.crt`, `user.key`, and the PKCS#12 keystore `user.p12`
+    /// with its password `user.password`), subject `CN=<user name>`.
     /// `tls-external`: a client certificate issued outside kaas whose subject is `CN=<user
-    /// name>`. Either way the user is `CN=<name>` to ACLs and quotas.
+    /// name>`; the user has no Secret. Either way the user is `CN=<name>` to ACLs and quotas.
     #[serde(rename = "type")]
     pub kind: UserAuthenticationType,
     /// SCRAM: the password, from a Secret of the user's namespace.
@@ -155,7 +156,8 @@ pub struct KafkaUserStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
     /// SCRAM: the Secret holding the password (`password`, and `sasl.jaas.config` for Java
-    /// clients); `tls`: the Secret holding the certificate (`ca.crt`, `user.crt`, `user.key`).
+    /// clients); `tls`: the Secret holding the certificate (`ca.crt`, `user.crt`, `user.key`,
+    /// and `user.p12` with `user.password` for Java clients). None for other users.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret: Option<String>,
 }
