@@ -201,6 +201,21 @@ func admin(ctx context.Context) error {
 	if resp, err := adm.CreateTopic(ctx, 2, 1, map[string]*string{"retention.ms": &ret}, t); err != nil || resp.Err != nil {
 		return fmt.Errorf("create topic: %w", errors.Join(err, resp.Err))
 	}
+	// kadm's CreatePartitions reads the current count from metadata, which may not have the new
+	// topic yet (Apache Kafka's brokers learn it from the controller a moment after CreateTopics
+	// answers): wait until metadata shows it, as an application would retry.
+	for deadline := time.Now().Add(wait); ; time.Sleep(100 * time.Millisecond) {
+		td, err := adm.ListTopics(ctx, t)
+		if err != nil {
+			return err
+		}
+		if td[t].Err == nil && len(td[t].Partitions) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("metadata shows %d partitions of %s (%v) %s after CreateTopics", len(td[t].Partitions), t, td[t].Err, wait)
+		}
+	}
 	if resp, err := adm.CreatePartitions(ctx, 2, t); err != nil || resp[t].Err != nil {
 		return fmt.Errorf("create partitions: %w", errors.Join(err, resp[t].Err))
 	}
