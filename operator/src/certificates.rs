@@ -50,7 +50,7 @@ use crate::{Error, FIELD_MANAGER, Result};
 pub const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 /// A listener or user certificate is issued again this long before it expires (halfway
 /// through its life if that is shorter).
-pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+pub const RENEW_BEFORE: time::Duration = time::Duration::days(30);
 
 /// The annotation that holds a listener or user certificate's expiry (Unix seconds).
 pub const NOT_AFTER_ANNOTATION: &str = "kaas.dev/not-after";
@@ -209,7 +209,7 @@ impl Expiry {
         let ahead: time::Duration = (not_after - now).max(time::Duration::ZERO) / 2;
         Self {
             not_after,
-            renew_at: not_after - ahead.min(time::Duration::try_from(RENEW_BEFORE).unwrap_or(ahead)),
+            renew_at: not_after - ahead.min(RENEW_BEFORE),
         }
     }
 
@@ -523,25 +523,39 @@ pub async fn ensure(
     Ok(reason)
 }
 
+/// A cluster's CA as read from its two Secrets.
+#[derive(Debug)]
+pub enum LoadedCa {
+    /// Ready to sign.
+    Ready(SigningCa),
+    /// The first part of it that is not there yet: a Secret and its key.
+    Missing { secret: String, key: &'static str },
+}
+
 /// Reads the CA `ca` of a cluster to sign with: its certificate from the `-cert` Secret (what
-/// clients and brokers trust), its key from the other. `None` while either is missing; an
-/// error when they do not make a CA.
-pub async fn load_ca(api: &Api<Secret>, names: &Names, ca: Ca) -> Result<Option<SigningCa>> {
+/// clients and brokers trust), its key from the other; an error when they do not make a CA.
+pub async fn load_ca(api: &Api<Secret>, names: &Names, ca: Ca) -> Result<LoadedCa> {
     let (key_secret, cert_secret) = (ca.secret_name(names), ca.cert_secret_name(names));
-    let key = api.get_opt(&key_secret).await?;
-    let cert = api.get_opt(&cert_secret).await?;
-    let (Some(key), Some(cert)) = (
-        key.as_ref().and_then(|s| text_in(s, "ca.key")),
-        cert.as_ref().and_then(|s| text_in(s, "ca.crt")),
-    ) else {
-        return Ok(None);
+    let read = async |secret: &String, key| {
+        let text = api.get_opt(secret).await?.as_ref().and_then(|s| text_in(s, key));
+        Ok::<_, Error>(text)
     };
-    SigningCa::parse(&cert, &key).map(Some).map_err(|problem| {
-        Error::Certificate(CertificateError::Unusable {
-            what: ca.what(),
-            secrets: format!("{cert_secret}, {key_secret}"),
-            problem,
-        })
+    let Some(cert) = read(&cert_secret, "ca.crt").await? else {
+        return Ok(LoadedCa::Missing { secret: cert_secret, key: "ca.crt" });
+    };
+    let Some(key) = read(&key_secret, "ca.key").await? else {
+        return Ok(LoadedCa::Missing { secret: key_secret, key: "ca.key" });
+    };
+    SigningCa::parse(&cert, &key)
+        .map(LoadedCa::Ready)
+        .map_err(|problem| unusable(ca, format!("{cert_secret}, {key_secret}"), problem))
+}
+
+fn unusable(ca: Ca, secrets: String, problem: String) -> Error {
+    Error::Certificate(CertificateError::Unusable {
+        what: ca.what(),
+        secrets,
+        problem,
     })
 }
 
@@ -559,67 +573,60 @@ async fn ensure_ca(
     if !policy.generate_certificate_authority {
         return provided_ca(api, names, ca, now).await;
     }
-    let stored = api.get_opt(&ca.secret_name(names)).await?;
-    let kept = stored.as_ref().and_then(|s| pem_in(s, "ca.crt", "ca.key"));
-    let signing = kept
-        .as_ref()
-        .and_then(|pem| SigningCa::parse(&pem.cert, &pem.key).ok());
+    let secret = ca.secret_name(names);
+    let stored = api.get_opt(&secret).await?;
     let forced = stored
         .as_ref()
         .is_some_and(|s| s.annotations().contains_key(FORCE_RENEW_ANNOTATION));
     let renew_before = time::Duration::days(i64::from(policy.renewal_days));
-    let why = match (&kept, &signing) {
-        (None, _) => None,
-        (Some(_), None) => Some("its stored certificate or key does not parse"),
-        (Some(_), Some(_)) if forced => Some("its Secret is annotated kaas.dev/force-renew"),
-        (Some(_), Some(signing)) if signing.not_after - now <= renew_before => {
-            Some("it expires within renewalDays")
-        }
-        (Some(_), Some(_)) => None,
-    };
-    let pem = match (kept, why) {
-        (Some(kept), None) => kept,
-        (Some(kept), Some(why)) => {
-            // A key that does not parse cannot be renewed: a new CA.
-            let pem = match renew_ca(ca, names, &kept, policy.validity_days, now) {
-                Ok(pem) => pem,
-                Err(_) => issue_ca(ca, names, policy.validity_days, now)?,
-            };
-            let data = [("ca.crt", &pem.cert), ("ca.key", &pem.key)];
-            apply(api, kc, names, &ca.secret_name(names), "Opaque", &data, None).await?;
-            if forced {
-                let unannotate = json!({"metadata": {"annotations": {FORCE_RENEW_ANNOTATION: null}}});
-                api.patch(
-                    &ca.secret_name(names),
-                    &PatchParams::default(),
-                    &Patch::Merge(&unannotate),
-                )
-                .await?;
+    let (pem, why) = match stored.as_ref().and_then(|s| pem_in(s, "ca.crt", "ca.key")) {
+        None => (issue_ca(ca, names, policy.validity_days, now)?, "created"),
+        Some(kept) => match SigningCa::parse(&kept.cert, &kept.key) {
+            Ok(signing) if !forced && signing.not_after - now > renew_before => {
+                publish_ca(api, kc, names, ca, &signing.pem.cert).await?;
+                return Ok(signing);
             }
-            info!(secret = %ca.secret_name(names), reason = why, "{} renewed", ca.what());
-            pem
-        }
-        (None, _) => {
-            let pem = issue_ca(ca, names, policy.validity_days, now)?;
-            let data = [("ca.crt", &pem.cert), ("ca.key", &pem.key)];
-            apply(api, kc, names, &ca.secret_name(names), "Opaque", &data, None).await?;
-            info!(secret = %ca.secret_name(names), "{} created", ca.what());
-            pem
-        }
+            Ok(_) => {
+                let why = if forced {
+                    "renewed: its Secret is annotated kaas.dev/force-renew"
+                } else {
+                    "renewed: it expires within renewalDays"
+                };
+                (renew_ca(ca, names, &kept, policy.validity_days, now)?, why)
+            }
+            // A certificate or key that does not parse cannot be renewed: a new CA.
+            Err(_) => (
+                issue_ca(ca, names, policy.validity_days, now)?,
+                "created again: its stored certificate or key does not parse",
+            ),
+        },
     };
-    let published = api.get_opt(&ca.cert_secret_name(names)).await?;
-    if published.as_ref().and_then(|s| text_in(s, "ca.crt")) != Some(pem.cert.clone()) {
-        let data = [("ca.crt", &pem.cert)];
-        let name = ca.cert_secret_name(names);
-        apply(api, kc, names, &name, "Opaque", &data, None).await?;
+    let data = [("ca.crt", &pem.cert), ("ca.key", &pem.key)];
+    apply(api, kc, names, &secret, "Opaque", &data, None).await?;
+    if forced {
+        let unannotate = json!({"metadata": {"annotations": {FORCE_RENEW_ANNOTATION: null}}});
+        api.patch(&secret, &PatchParams::default(), &Patch::Merge(&unannotate))
+            .await?;
     }
-    SigningCa::parse(&pem.cert, &pem.key).map_err(|problem| {
-        Error::Certificate(CertificateError::Unusable {
-            what: ca.what(),
-            secrets: ca.secret_name(names),
-            problem,
-        })
-    })
+    info!(%secret, "{} {why}", ca.what());
+    publish_ca(api, kc, names, ca, &pem.cert).await?;
+    SigningCa::parse(&pem.cert, &pem.key).map_err(|problem| unusable(ca, secret, problem))
+}
+
+/// Publishes a generated CA's certificate alone in its `-cert` Secret, if it is not there.
+async fn publish_ca(
+    api: &Api<Secret>,
+    kc: &KafkaCluster,
+    names: &Names,
+    ca: Ca,
+    cert: &String,
+) -> Result<()> {
+    let name = ca.cert_secret_name(names);
+    let published = api.get_opt(&name).await?;
+    if published.as_ref().and_then(|s| text_in(s, "ca.crt")).as_ref() != Some(cert) {
+        apply(api, kc, names, &name, "Opaque", &[("ca.crt", cert)], None).await?;
+    }
+    Ok(())
 }
 
 /// A CA the user provides: read, never written; one that expires soon is logged (renewing it
@@ -630,26 +637,17 @@ async fn provided_ca(
     ca: Ca,
     now: OffsetDateTime,
 ) -> Result<SigningCa> {
-    let Some(signing) = load_ca(api, names, ca).await? else {
-        let cert_secret = ca.cert_secret_name(names);
-        let has_cert = api
-            .get_opt(&cert_secret)
-            .await?
-            .as_ref()
-            .and_then(|s| text_in(s, "ca.crt"))
-            .is_some();
-        let (secret, key) = if has_cert {
-            (ca.secret_name(names), "ca.key")
-        } else {
-            (cert_secret, "ca.crt")
-        };
-        return Err(Error::Certificate(CertificateError::NotProvided {
-            what: ca.what(),
-            secret,
-            key,
-        }));
+    let signing = match load_ca(api, names, ca).await? {
+        LoadedCa::Ready(signing) => signing,
+        LoadedCa::Missing { secret, key } => {
+            return Err(Error::Certificate(CertificateError::NotProvided {
+                what: ca.what(),
+                secret,
+                key,
+            }));
+        }
     };
-    if signing.not_after - now <= time::Duration::try_from(RENEW_BEFORE).unwrap_or_default() {
+    if signing.not_after - now <= RENEW_BEFORE {
         warn!(secret = %ca.cert_secret_name(names), not_after = %signing.not_after, "the user-provided {} expires within 30 days: renew it", ca.what());
     }
     Ok(signing)
@@ -704,274 +702,4 @@ async fn apply(
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use rustls::client::danger::ServerCertVerifier;
-    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-
-    use super::*;
-
-    fn names() -> Names {
-        Names {
-            cluster: "kc".into(),
-            namespace: "prod".into(),
-        }
-    }
-
-    /// The listener certificate chains to the stored CA (rustls' verifier, as a client checks
-    /// it) for every name it must carry, and is valid for a year.
-    #[test]
-    fn the_listener_certificate_chains_to_the_stored_ca_for_its_names() {
-        let now = OffsetDateTime::now_utc();
-        let ca = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
-        // Signed later, by the CA as stored.
-        let signing = SigningCa::parse(&ca.cert, &ca.key).unwrap();
-        let (leaf, expiry) =
-            issue_listener(&names(), &signing, &listener_names(&names()), now).unwrap();
-        assert!(expiry.not_after - now > LEAF_VALIDITY - time::Duration::minutes(1));
-
-        use rustls::pki_types::pem::PemObject;
-        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(der(&ca.cert)).unwrap();
-        let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-            std::sync::Arc::new(roots),
-            std::sync::Arc::new(rustls::crypto::ring::default_provider()),
-        )
-        .build()
-        .unwrap();
-        for name in [
-            "kc-bootstrap.prod.svc",
-            "kc-2.kc-brokers.prod.svc",
-            "kc-0.kc-brokers.prod.svc.cluster.local",
-        ] {
-            let server = ServerName::try_from(name).unwrap();
-            verifier
-                .verify_server_cert(&der(&leaf.cert), &[], &server, &[], UnixTime::now())
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-        }
-        let other = ServerName::try_from("kc-0.other.prod.svc").unwrap();
-        assert!(
-            verifier
-                .verify_server_cert(&der(&leaf.cert), &[], &other, &[], UnixTime::now())
-                .is_err()
-        );
-    }
-
-    /// A user certificate chains to the stored clients CA (rustls' client verifier, as the
-    /// broker checks it) and to no other CA, for client authentication only, with exactly the
-    /// subject `CN=<user>` (the broker's principal is the whole subject).
-    #[test]
-    fn a_user_certificate_chains_to_the_clients_ca_with_exactly_its_name() {
-        use rustls::pki_types::pem::PemObject;
-
-        let now = OffsetDateTime::now_utc();
-        let clients = issue_ca(Ca::Clients, &names(), 365, now).unwrap();
-        let cluster = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
-        // Signed later, by the CA as stored.
-        let signing = SigningCa::parse(&clients.cert, &clients.key).unwrap();
-        let (user, expiry) = issue_user(&signing, "alice", now).unwrap();
-        assert!(expiry.not_after - now > LEAF_VALIDITY - time::Duration::minutes(1));
-        assert!(
-            user.key.starts_with("-----BEGIN PRIVATE KEY-----"),
-            "PKCS#8"
-        );
-
-        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
-        let verifier = |ca: &Pem| {
-            let mut roots = rustls::RootCertStore::empty();
-            roots.add(der(&ca.cert)).unwrap();
-            rustls::server::WebPkiClientVerifier::builder_with_provider(
-                std::sync::Arc::new(roots),
-                std::sync::Arc::new(rustls::crypto::ring::default_provider()),
-            )
-            .build()
-            .unwrap()
-        };
-        verifier(&clients)
-            .verify_client_cert(&der(&user.cert), &[], UnixTime::now())
-            .unwrap();
-        assert!(
-            verifier(&cluster)
-                .verify_client_cert(&der(&user.cert), &[], UnixTime::now())
-                .is_err()
-        );
-
-        let (_, pem) = x509_parser::pem::parse_x509_pem(user.cert.as_bytes()).unwrap();
-        let cert = pem.parse_x509().unwrap();
-        assert_eq!(cert.subject().to_string(), "CN=alice");
-        assert_eq!(cert.subject().iter().count(), 1);
-        let eku = cert.extended_key_usage().unwrap().unwrap().value;
-        assert!(eku.client_auth && !eku.server_auth);
-        let (_, ca_pem) = x509_parser::pem::parse_x509_pem(clients.cert.as_bytes()).unwrap();
-        let ca_cert = ca_pem.parse_x509().unwrap();
-        assert_eq!(cert.issuer(), ca_cert.subject());
-        assert_eq!(
-            ca_cert.subject().to_string(),
-            "O=kaas, CN=clients-ca prod/kc"
-        );
-    }
-
-    #[test]
-    fn the_two_cas_have_their_own_secrets() {
-        assert_eq!(Ca::Cluster.secret_name(&names()), "kc-cluster-ca");
-        assert_eq!(Ca::Cluster.cert_secret_name(&names()), "kc-cluster-ca-cert");
-        assert_eq!(Ca::Clients.secret_name(&names()), "kc-clients-ca");
-        assert_eq!(Ca::Clients.cert_secret_name(&names()), "kc-clients-ca-cert");
-    }
-
-    #[test]
-    fn a_certificate_is_issued_again_before_expiry_or_when_its_names_change() {
-        let now = OffsetDateTime::now_utc();
-        let wanted = listener_names(&names());
-        assert!(renewal_reason(None, &wanted, now).is_some());
-        let fresh = listener_annotations(&wanted, Expiry::of(now, now + LEAF_VALIDITY));
-        assert_eq!(renewal_reason(Some(&fresh), &wanted, now), None);
-        // Eleven months later: 30 days or less left.
-        let later = now + LEAF_VALIDITY - RENEW_BEFORE + time::Duration::hours(1);
-        assert_eq!(
-            renewal_reason(Some(&fresh), &wanted, later),
-            Some("the certificate is due for renewal")
-        );
-        // A Secret from before renewal times were recorded: 30 days before its expiry.
-        let mut old = fresh.clone();
-        old.remove(RENEW_AT_ANNOTATION);
-        assert_eq!(renewal_reason(Some(&old), &wanted, now), None);
-        assert_eq!(
-            renewal_reason(Some(&old), &wanted, later),
-            Some("the certificate is due for renewal")
-        );
-        let renamed = listener_names(&Names {
-            cluster: "kc".into(),
-            namespace: "staging".into(),
-        });
-        assert_eq!(
-            renewal_reason(Some(&fresh), &renamed, now),
-            Some("the names clients connect to changed")
-        );
-    }
-
-    fn der(pem: &str) -> CertificateDer<'static> {
-        use rustls::pki_types::pem::PemObject;
-        CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
-    }
-
-    fn server_verifier(
-        roots: &[&str],
-    ) -> std::sync::Arc<rustls::client::WebPkiServerVerifier> {
-        let mut store = rustls::RootCertStore::empty();
-        for root in roots {
-            store.add(der(root)).unwrap();
-        }
-        rustls::client::WebPkiServerVerifier::builder_with_provider(
-            std::sync::Arc::new(store),
-            std::sync::Arc::new(rustls::crypto::ring::default_provider()),
-        )
-        .build()
-        .unwrap()
-    }
-
-    fn serial(pem: &str) -> Vec<u8> {
-        let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
-        pem.parse_x509().unwrap().raw_serial().to_vec()
-    }
-
-    /// A renewed CA keeps its key and subject: certificates the old one signed verify against
-    /// the renewed certificate, and new ones against the old (clients that still trust it keep
-    /// working); it lives longer, under another serial number.
-    #[test]
-    fn a_renewed_ca_and_its_predecessor_verify_each_others_certificates() {
-        let now = OffsetDateTime::now_utc();
-        let old = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
-        let later = now + time::Duration::days(340);
-        let renewed = renew_ca(Ca::Cluster, &names(), &old, 365, later).unwrap();
-        assert_eq!(renewed.key, old.key);
-        assert_ne!(serial(&renewed.cert), serial(&old.cert));
-        let old_signing = SigningCa::parse(&old.cert, &old.key).unwrap();
-        let new_signing = SigningCa::parse(&renewed.cert, &renewed.key).unwrap();
-        assert!(new_signing.not_after > old_signing.not_after + time::Duration::days(300));
-
-        let wanted = listener_names(&names());
-        let (before, _) = issue_listener(&names(), &old_signing, &wanted, now).unwrap();
-        let (after, _) = issue_listener(&names(), &new_signing, &wanted, now).unwrap();
-        let name = ServerName::try_from("kc-bootstrap.prod.svc").unwrap();
-        for (leaf, root) in [
-            (&before, &renewed.cert),
-            (&after, &old.cert),
-            (&after, &renewed.cert),
-        ] {
-            server_verifier(&[root])
-                .verify_server_cert(&der(&leaf.cert), &[], &name, &[], UnixTime::now())
-                .unwrap();
-        }
-        // Another CA of the same name (a new key) does not.
-        let other = issue_ca(Ca::Cluster, &names(), 365, now).unwrap();
-        assert!(
-            server_verifier(&[&other.cert])
-                .verify_server_cert(&der(&after.cert), &[], &name, &[], UnixTime::now())
-                .is_err()
-        );
-    }
-
-    /// A certificate never outlives its CA, and one that lives less than twice the renewal
-    /// window is renewed halfway (so a short-lived CA does not make every reconcile issue it).
-    #[test]
-    fn a_certificate_lives_no_longer_than_its_ca_and_short_ones_renew_halfway() {
-        let now = OffsetDateTime::now_utc();
-        let ca = issue_ca(Ca::Clients, &names(), 10, now).unwrap();
-        let signing = SigningCa::parse(&ca.cert, &ca.key).unwrap();
-        let (_, expiry) = issue_user(&signing, "alice", now).unwrap();
-        assert_eq!(expiry.not_after, signing.not_after);
-        let half = (expiry.not_after - now) / 2;
-        assert_eq!(expiry.renew_at, expiry.not_after - half);
-        let annotations = user_annotations(expiry);
-        assert_eq!(expiry_reason(&annotations, now + time::Duration::days(4)), None);
-        assert!(expiry_reason(&annotations, now + time::Duration::days(6)).is_some());
-    }
-
-    /// A CA the user provides, made by openssl with a subject of several attributes, signs a
-    /// listener certificate that chains to it; a key of another certificate, or a certificate
-    /// that is not a CA, is refused with what is wrong.
-    #[test]
-    fn a_user_provided_ca_signs_and_a_mismatched_one_is_refused() {
-        let dir = std::env::temp_dir().join(format!("kaas-ca-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let openssl = |args: &[&str]| {
-            let out = std::process::Command::new("openssl")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .expect("openssl must be installed (Debian's openssl package)");
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        };
-        openssl(&[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", "ca.key", "-out", "ca.crt", "-days", "30",
-            "-subj", "/C=DE/O=Example Corp/OU=Platform/CN=Example Kafka CA",
-        ]);
-        openssl(&[
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-            "-keyout", "leaf.key", "-out", "leaf.crt", "-days", "30", "-subj", "/CN=not-a-ca",
-            "-addext", "basicConstraints=critical,CA:FALSE",
-        ]);
-        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
-        let (cert, key) = (read("ca.crt"), read("ca.key"));
-        let signing = SigningCa::parse(&cert, &key).unwrap();
-        let now = OffsetDateTime::now_utc();
-        let wanted = listener_names(&names());
-        let (leaf, expiry) = issue_listener(&names(), &signing, &wanted, now).unwrap();
-        // Capped at the CA's 30 days.
-        assert_eq!(expiry.not_after, signing.not_after);
-        let name = ServerName::try_from("kc-0.kc-brokers.prod.svc").unwrap();
-        server_verifier(&[&cert])
-            .verify_server_cert(&der(&leaf.cert), &[], &name, &[], UnixTime::now())
-            .unwrap();
-
-        let mismatched = SigningCa::parse(&cert, &read("leaf.key")).unwrap_err();
-        assert!(mismatched.contains("not the key"), "{mismatched}");
-        let not_ca = SigningCa::parse(&read("leaf.crt"), &read("leaf.key")).unwrap_err();
-        assert!(not_ca.contains("not a CA"), "{not_ca}");
-        let garbage = SigningCa::parse("nonsense", &key).unwrap_err();
-        assert!(garbage.contains("ca.crt"), "{garbage}");
-        std::fs::remove_dir_all(&dir).ok();
-    }
-}
+mod tests;

@@ -925,7 +925,7 @@ async fn tls_certificate(ctx: &AgentContext, user: &KafkaUser, uid: &str) -> Res
         namespace: ctx.namespace.clone(),
     };
     let ca_secret = Ca::Clients.secret_name(&names);
-    let Some(ca) = certificates::load_ca(&secrets, &names, Ca::Clients).await? else {
+    let certificates::LoadedCa::Ready(ca) = certificates::load_ca(&secrets, &names, Ca::Clients).await? else {
         return Ok(Some(Cond::new(
             READY,
             false,

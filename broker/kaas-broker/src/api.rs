@@ -139,7 +139,7 @@ pub(crate) fn leadership_counts(broker: &Broker) -> (usize, usize) {
 }
 
 #[cfg(test)]
-mod leadership_tests;
+pub(crate) mod leadership_tests;
 
 /// A fenced broker (its heartbeat unacknowledged past the fence timeout) cannot know whether
 /// it still leads: it neither acknowledges writes nor serves reads until the controller

@@ -113,14 +113,12 @@ fn a_tls_users_certificate_is_issued_again_when_missing_lost_expiring_or_from_an
     );
     assert!(is_tls(&bob) && !is_scram(&bob));
     assert_eq!(bob.username(), "CN=bob");
+    let now = time::OffsetDateTime::now_utc();
+    let (ca, cert, expiry) = issued("bob");
     let names = Names {
         cluster: "kc".into(),
         namespace: "ns".into(),
     };
-    let now = time::OffsetDateTime::now_utc();
-    let ca = certificates::issue_ca(Ca::Clients, &names, 365, now).unwrap();
-    let signing = certificates::SigningCa::parse(&ca.cert, &ca.key).unwrap();
-    let (cert, expiry) = certificates::issue_user(&signing, "bob", now).unwrap();
     let secret = certificate_secret(&bob, "kc", &ca.cert, &cert, expiry).unwrap();
     let data = secret.data.as_ref().unwrap();
     assert_eq!(data.keys().collect::<Vec<_>>(), TLS_KEYS);

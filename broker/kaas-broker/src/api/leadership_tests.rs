@@ -15,7 +15,8 @@ use crate::config::BrokerConfig;
 use crate::control_plane::FixedControlPlane;
 use crate::topics::NewTopic;
 
-fn placed(topic_id: Uuid, leader: i32, leader_epoch: i32, version: i64) -> Assignment {
+/// Assignment `version`, placing partition t/0 (topic `topic_id`) on `leader` at `leader_epoch`.
+pub(crate) fn placed(topic_id: Uuid, leader: i32, leader_epoch: i32, version: i64) -> Assignment {
     Assignment {
         assignment_version: version,
         partitions: BTreeMap::from([(partition_key("t", 0), PartitionAssignment { topic_id, leader, leader_epoch })]),

@@ -6,27 +6,21 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kaas_shared::assignment::{Assignment, PartitionAssignment};
-use kaas_shared::names::partition_key;
+use kaas_shared::assignment::Assignment;
 use kaas_storage::testing::BatchBuilder;
 use kaas_storage::{AppendOptions, Marker, MarkerKind};
 use kafka_protocol::ResponseError as E;
-use uuid::Uuid;
 
 use super::deliver_marker;
+use crate::api::leadership_tests::placed;
 use crate::broker::{Broker, now_ms};
 use crate::config::BrokerConfig;
 use crate::control_plane::FixedControlPlane;
 use crate::topics::NewTopic;
 
-fn assignment(version: i64, placed: Option<Uuid>) -> Assignment {
-    Assignment {
-        assignment_version: version,
-        partitions: placed
-            .map(|topic_id| BTreeMap::from([(partition_key("t", 0), PartitionAssignment { topic_id, leader: 0, leader_epoch: 1 })]))
-            .unwrap_or_default(),
-        ..Assignment::default()
-    }
+/// Assignment `version`, placing no partition.
+fn unplaced(version: i64) -> Assignment {
+    Assignment { assignment_version: version, ..Assignment::default() }
 }
 
 #[tokio::test]
@@ -38,7 +32,7 @@ async fn a_marker_waits_for_an_assignment_that_places_its_partition_and_skips_a_
     let cluster = broker.cluster.as_ref().unwrap();
     control.acknowledged_now();
     // The leader's side: the partition taken over and a transactional batch written to it.
-    cluster.view.apply_if_new(assignment(2, Some(topic.id))).unwrap();
+    cluster.view.apply_if_new(placed(topic.id, 0, 1, 2)).unwrap();
     broker.topics.take_over("t", topic.id, 0, 1).unwrap();
     let p = broker.topics.partition("t", 0).unwrap();
     let mut batch = BatchBuilder::new().timestamps(now_ms()).producer(7, 0, 0).attributes(0x10).records(3, 8).build();
@@ -48,7 +42,7 @@ async fn a_marker_waits_for_an_assignment_that_places_its_partition_and_skips_a_
 
     // This broker, as the coordinator, applies a later assignment that does not place it (as
     // one that lags the leader's does not yet).
-    cluster.view.apply_if_new(assignment(3, None)).unwrap();
+    cluster.view.apply_if_new(unplaced(3)).unwrap();
     let marker = Marker { producer_id: 7, producer_epoch: 0, kind: MarkerKind::Commit, coordinator_epoch: 0 };
     assert_eq!(
         deliver_marker(&broker, "t", 0, &marker).await,
@@ -58,12 +52,12 @@ async fn a_marker_waits_for_an_assignment_that_places_its_partition_and_skips_a_
     assert_eq!(p.last_stable_offset(), 0);
 
     // Placed (here) once the assignment catches up: the marker lands and the transaction is visible.
-    cluster.view.apply_if_new(assignment(4, Some(topic.id))).unwrap();
+    cluster.view.apply_if_new(placed(topic.id, 0, 1, 4)).unwrap();
     deliver_marker(&broker, "t", 0, &marker).await.unwrap();
     assert_eq!(p.last_stable_offset(), 4, "three records and the commit marker are stable");
 
     // A deleted topic's partition needs no marker.
     broker.topics.delete("t").unwrap();
-    cluster.view.apply_if_new(assignment(5, None)).unwrap();
+    cluster.view.apply_if_new(unplaced(5)).unwrap();
     assert_eq!(deliver_marker(&broker, "t", 0, &marker).await, Ok(()));
 }
