@@ -13,6 +13,7 @@ pub mod config_value;
 pub mod crd;
 pub mod brokers;
 pub mod epochs;
+pub mod external_addresses;
 pub mod fs;
 pub mod identity;
 pub mod interbroker_key;

@@ -47,6 +47,8 @@ pub struct Broker {
     pub authorizer: Option<crate::authz::Authorizer>,
     /// Client quotas (produce and fetch byte rates); with none configured nothing is counted.
     pub quotas: crate::quota::ClientQuotas,
+    /// The external listener's addresses (`--external-listen`); `None` without one.
+    pub external: Option<crate::external::External>,
     /// The cluster's KafkaUsers (credentials, ACLs, quotas), as the volume agent wrote them.
     kafka_users: crate::kafka_users::KafkaUsers,
 }
@@ -97,6 +99,7 @@ impl Broker {
         };
         let quotas = crate::quota::ClientQuotas::open(engine.fs().clone(), engine.layout())?;
         let kafka_users = crate::kafka_users::KafkaUsers::new(engine.fs().clone(), engine.layout());
+        let external = config.external.clone().map(|e| crate::external::External::new(e, config.node_id));
         let broker = Arc::new(Broker {
             config,
             engine,
@@ -114,8 +117,12 @@ impl Broker {
             metrics,
             authorizer,
             quotas,
+            external,
             kafka_users,
         });
+        if let Some(Err(e)) = broker.external.as_ref().map(crate::external::External::refresh) {
+            warn!(error = %e, "reading the external listener's addresses failed; they are read again every second");
+        }
         if broker.cluster.is_some() {
             // The KafkaUsers are served from the start, not a second later.
             if let Err(e) = broker.refresh_kafka_users() {

@@ -62,6 +62,9 @@ pub struct BrokerConfig {
     /// The `host:port` clients are told to connect to (Metadata, FindCoordinator).
     pub advertise_host: String,
     pub advertise_port: u16,
+    /// A second Kafka listener for clients outside the network `advertise_host` is reached
+    /// in (`--external-listen`), secured like the first; `None`: none.
+    pub external: Option<crate::external::ExternalListenerConfig>,
     /// The cluster id reported in Metadata and DescribeCluster.
     pub cluster_id: String,
     pub storage: StorageMode,
@@ -139,6 +142,7 @@ impl BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise_host: "127.0.0.1".to_string(),
             advertise_port: 0,
+            external: None,
             cluster_id: "kaas-local".to_string(),
             storage: StorageMode::InMemory,
             volume_fs: None,

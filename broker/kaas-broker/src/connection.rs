@@ -88,7 +88,7 @@ pub async fn serve(
     // NB: the inter-broker listener has neither TLS nor SASL: what it serves is proven by the
     // cluster's key, request by request (`interbroker::from_a_broker`).
     let tls = match role {
-        ListenerRole::Client => broker.config.security.tls.clone(),
+        ListenerRole::Client | ListenerRole::External => broker.config.security.tls.clone(),
         ListenerRole::InterBroker => None,
     };
     let Some(tls) = tls else {
@@ -139,7 +139,7 @@ async fn serve_stream<S>(
     let limits = &broker.config.connections;
     let activity = slot.activity().clone();
     let sasl = match role {
-        ListenerRole::Client => broker.config.security.sasl.clone(),
+        ListenerRole::Client | ListenerRole::External => broker.config.security.sasl.clone(),
         ListenerRole::InterBroker => None,
     };
     let session = Arc::new(Mutex::new(Session::for_connection(sasl, certificate_user)));
@@ -305,6 +305,7 @@ pub async fn handle_frame(
         user,
         size,
         mute: mute.clone(),
+        listener: role,
     };
     Ok(router::dispatch(broker, ctx, frame).await?)
 }

@@ -19,6 +19,7 @@ pub mod control_plane;
 pub mod controller_file;
 pub mod error;
 pub mod error_codes;
+pub mod external;
 pub mod fetch_session;
 pub mod frame;
 pub mod http;

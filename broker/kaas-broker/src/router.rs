@@ -85,6 +85,8 @@ pub struct RequestContext {
     pub size: usize,
     /// The connection's mute: a throttled request stops it reading for a while.
     pub mute: Arc<crate::quota::Mute>,
+    /// The listener the request came in on: which addresses its answers announce.
+    pub listener: crate::server::ListenerRole,
 }
 
 /// One routed API: the versions this broker answers.

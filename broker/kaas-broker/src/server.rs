@@ -27,6 +27,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 pub enum ListenerRole {
     /// The Kafka listener clients use, secured as `--security-protocol` says.
     Client,
+    /// The listener for clients outside the client listener's network (`--external-listen`):
+    /// secured and served like the client listener, announcing the brokers' external addresses
+    /// ([`crate::external`]).
+    External,
     /// Where the brokers of a cluster send each other what only brokers send (WriteTxnMarkers,
     /// AddPartitionsToTxn verification, ACL and quota changes forwarded to the controller), whatever the
     /// client listener's TLS and SASL: it serves only those (and ApiVersions), each proven a broker's by its inter-broker token, and its
@@ -39,7 +43,7 @@ impl ListenerRole {
     pub fn serves(self, key: kafka_protocol::messages::ApiKey) -> bool {
         use kafka_protocol::messages::ApiKey as K;
         match self {
-            ListenerRole::Client => true,
+            ListenerRole::Client | ListenerRole::External => true,
             ListenerRole::InterBroker => {
                 matches!(
                     key,
@@ -65,6 +69,11 @@ impl Server {
         Server { listener, broker, role: ListenerRole::Client }
     }
 
+    /// Serves `broker`'s clients from outside on an already bound external listener.
+    pub fn external(listener: TcpListener, broker: Arc<Broker>) -> Server {
+        Server { listener, broker, role: ListenerRole::External }
+    }
+
     /// Serves the other brokers of `broker`'s cluster on an already bound listener.
     pub fn inter_broker(listener: TcpListener, broker: Arc<Broker>) -> Server {
         Server { listener, broker, role: ListenerRole::InterBroker }
@@ -73,7 +82,8 @@ impl Server {
     /// This listener's connection counters.
     fn metrics(&self) -> &ListenerMetrics {
         match self.role {
-            ListenerRole::Client => &self.broker.listener_metrics,
+            // NB: the external listener's clients are clients: counted with the client listener's.
+            ListenerRole::Client | ListenerRole::External => &self.broker.listener_metrics,
             ListenerRole::InterBroker => &self.broker.interbroker_listener_metrics,
         }
     }
@@ -88,7 +98,7 @@ impl Server {
         let (stop_tx, _) = broadcast::channel::<()>(1);
         let mut connections = JoinSet::new();
         let mut creation_rate = match self.role {
-            ListenerRole::Client => self.broker.config.connections.max_connection_creation_rate.map(CreationRate::new),
+            ListenerRole::Client | ListenerRole::External => self.broker.config.connections.max_connection_creation_rate.map(CreationRate::new),
             ListenerRole::InterBroker => None,
         };
         tokio::pin!(shutdown);
@@ -136,7 +146,7 @@ impl Server {
         // a connection open for the throttle time before closing it; kaas closes it at once,
         // so a flood holds no descriptors.)
         let throttle = match self.role {
-            ListenerRole::Client => self.broker.quotas.record_connection(peer.ip(), tokio::time::Instant::now()),
+            ListenerRole::Client | ListenerRole::External => self.broker.quotas.record_connection(peer.ip(), tokio::time::Instant::now()),
             ListenerRole::InterBroker => Duration::ZERO,
         };
         if !throttle.is_zero() {

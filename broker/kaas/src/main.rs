@@ -42,6 +42,18 @@ struct Args {
     /// host:port clients are told to connect to [default: the listener's address].
     #[arg(long, env = "KAAS_ADVERTISE")]
     advertise: Option<String>,
+    /// Address a second Kafka listener binds, for clients outside the network `--advertise`
+    /// is reached in (Kafka's EXTERNAL listener); secured like the first. Needs
+    /// `--external-advertise` or `--external-addresses`.
+    #[arg(long, env = "KAAS_EXTERNAL_LISTEN", value_parser = kaas_shared::listen_address::parse)]
+    external_listen: Option<SocketAddr>,
+    /// host:port clients of the external listener are told to connect to (this broker's).
+    #[arg(long, env = "KAAS_EXTERNAL_ADVERTISE", conflicts_with = "external_addresses", requires = "external_listen")]
+    external_advertise: Option<String>,
+    /// A JSON file of every broker's external host and port, read again every second (on
+    /// Kubernetes the operator's ConfigMap `<cluster>-external-addresses`).
+    #[arg(long, env = "KAAS_EXTERNAL_ADDRESSES", requires = "external_listen")]
+    external_addresses: Option<PathBuf>,
     /// Directory of the on-disk storage (created if missing).
     #[arg(long, env = "KAAS_DATA_DIR", default_value = "./kaas-data")]
     data_dir: PathBuf,
@@ -272,6 +284,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let listener = listen::bind(args.listen).await?;
     let bound = listener.local_addr()?;
     let (advertise_host, advertise_port) = listen::advertised(args.advertise.as_deref(), bound)?;
+    let external = external_listener(&args)?;
     let mut log_defaults = kaas_storage::LogConfig::default();
     if let Some(bytes) = args.log_segment_bytes {
         log_defaults.segment_bytes = bytes;
@@ -298,6 +311,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         listen: bound,
         advertise_host,
         advertise_port,
+        external,
         cluster_id: args.cluster_id,
         storage,
         auto_create_topics: args.auto_create_topics.unwrap_or(args.pod_name.is_none()),
@@ -350,6 +364,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }).await;
     });
     println!("kaas probes and metrics on http://{http_bound} (/healthz, /readyz, /metrics)");
+    let external_task = match &broker.external {
+        Some(external) => {
+            let listener = listen::bind(external.listen()).await.context("binding the external listener (--external-listen)")?;
+            println!("kaas external listener on {}", listener.local_addr()?);
+            let follow = tokio::spawn(kaas_broker::external::follow(broker.clone(), stop_rx.clone()));
+            let mut stop = stop_rx.clone();
+            let serve = tokio::spawn(Server::external(listener, broker.clone()).run(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            }));
+            Some((follow, serve))
+        }
+        None => None,
+    };
     // Tests and scripts wait for this line.
     println!("kaas listening on {bound} (advertised as {}; storage: {}; security: {})", config.advertised_address(), describe(&config.storage), config.security.protocol());
     let draining = broker.clone();
@@ -367,10 +394,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _ = transactions.await;
     while cluster_tasks.join_next().await.is_some() {}
     let _ = http_task.await;
+    if let Some((follow, serve)) = external_task {
+        let _ = follow.await;
+        let _ = serve.await;
+    }
     let closing = broker.clone();
     tokio::task::spawn_blocking(move || closing.close()).await?;
     info!("kaas stopped");
     Ok(())
+}
+
+/// The external listener the flags ask for: a bind address and where its addresses come from.
+fn external_listener(args: &Args) -> anyhow::Result<Option<kaas_broker::external::ExternalListenerConfig>> {
+    use kaas_broker::external::{ExternalAdvertised, ExternalListenerConfig};
+    let Some(listen) = args.external_listen else { return Ok(None) };
+    let advertised = match (&args.external_advertise, &args.external_addresses) {
+        (Some(value), _) => {
+            let (host, port) = listen::advertised(Some(value), listen).context("--external-advertise")?;
+            ExternalAdvertised::This(kaas_shared::external_addresses::ExternalAddress { host, port })
+        }
+        (None, Some(file)) => ExternalAdvertised::File(file.clone()),
+        (None, None) => anyhow::bail!("--external-listen needs --external-advertise (host:port) or --external-addresses (a file)"),
+    };
+    Ok(Some(ExternalListenerConfig { listen, advertised }))
 }
 
 /// Cluster settings from the flags, with the Lease in the pod's namespace.

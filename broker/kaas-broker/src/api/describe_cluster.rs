@@ -18,7 +18,7 @@ use crate::router::{Reply, RequestContext};
 const BROKERS: i8 = 1;
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DescribeClusterRequest) -> Reply<DescribeClusterResponse> {
-    let (brokers, controller) = brokers_and_controller(broker);
+    let (brokers, controller) = brokers_and_controller(broker, ctx.listener);
     let ops = authorized_operations(broker, ctx, request.include_cluster_authorized_operations, Resource::Cluster, CLUSTER_NAME);
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(BROKERS)

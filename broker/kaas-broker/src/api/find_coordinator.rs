@@ -11,6 +11,7 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 
 use super::access::{Op, Resource, check};
+use super::metadata::{BrokerEndpoint, announced};
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
@@ -48,33 +49,50 @@ fn find(broker: &Broker, ctx: &RequestContext, key_type: i8, key: String) -> Coo
     }
     let error = match key_type {
         KEY_TYPE_GROUP if key.is_empty() => Some((ResponseError::InvalidRequest, "the group id is empty")),
-        KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, answer, &key, |a| &a.consumer_groups),
+        KEY_TYPE_GROUP if broker.cluster.is_some() => return in_cluster(broker, ctx, answer, &key, |a| &a.consumer_groups),
         KEY_TYPE_GROUP if !broker.groups.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the group's shard is not loaded here")),
         KEY_TYPE_GROUP => None,
         KEY_TYPE_TRANSACTION if key.is_empty() => Some((ResponseError::InvalidRequest, "the transactional id is empty")),
-        KEY_TYPE_TRANSACTION if broker.cluster.is_some() => return in_cluster(broker, answer, &key, |a| &a.transactions),
+        KEY_TYPE_TRANSACTION if broker.cluster.is_some() => return in_cluster(broker, ctx, answer, &key, |a| &a.transactions),
         KEY_TYPE_TRANSACTION if !broker.txns.coordinates(&key) => Some((ResponseError::CoordinatorNotAvailable, "the transactional id's shard is not loaded here")),
         KEY_TYPE_TRANSACTION => None,
         _ => Some((ResponseError::InvalidRequest, "unknown key type")),
     };
     match error {
         Some((e, message)) => answer.with_error_code(e.code()).with_error_message(Some(str_bytes(message))),
+        None => {
+            let me = BrokerEndpoint { id: broker.config.node_id, host: broker.config.advertise_host.clone(), port: broker.config.advertise_port };
+            at(broker, ctx, answer, me)
+        }
+    }
+}
+
+/// `answer` naming `coordinator` as `ctx`'s listener announces it; on the external listener a
+/// coordinator without an external address yet is not available (the client asks again).
+fn at(broker: &Broker, ctx: &RequestContext, answer: Coordinator, coordinator: BrokerEndpoint) -> Coordinator {
+    match announced(broker, ctx.listener, coordinator) {
+        Some(e) => answer.with_node_id(BrokerId(e.id)).with_host(str_bytes(e.host)).with_port(i32::from(e.port)),
         None => answer
-            .with_node_id(BrokerId(broker.config.node_id))
-            .with_host(str_bytes(broker.config.advertise_host.clone()))
-            .with_port(i32::from(broker.config.advertise_port)),
+            .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+            .with_error_message(Some(str_bytes("the coordinator has no external address yet"))),
     }
 }
 
 /// Cluster mode: the coordinator is whoever assignment.json places the key's shard on
 /// (`shards` picks the group or the transaction shards).
-fn in_cluster(broker: &Broker, answer: Coordinator, key: &str, shards: fn(&Assignment) -> &BTreeMap<u32, ShardAssignment>) -> Coordinator {
+fn in_cluster(
+    broker: &Broker,
+    ctx: &RequestContext,
+    answer: Coordinator,
+    key: &str,
+    shards: fn(&Assignment) -> &BTreeMap<u32, ShardAssignment>,
+) -> Coordinator {
     let Some(cluster) = &broker.cluster else { return answer };
     let assignment = cluster.view.current();
     let shard = kaas_coordinator::shard_of(key);
     let placed = shards(&assignment).get(&shard).and_then(|s| assignment.endpoint(s.coordinator).map(|e| (s.coordinator, e)));
     match placed {
-        Some((id, endpoint)) => answer.with_node_id(BrokerId(id)).with_host(str_bytes(endpoint.host.clone())).with_port(i32::from(endpoint.port)),
+        Some((id, endpoint)) => at(broker, ctx, answer, BrokerEndpoint { id, host: endpoint.host.clone(), port: endpoint.port }),
         None => answer
             .with_error_code(ResponseError::CoordinatorNotAvailable.code())
             .with_error_message(Some(str_bytes("the key's shard is not placed yet"))),

@@ -14,6 +14,7 @@ use super::metadata::brokers_and_controller;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
+use crate::server::ListenerRole;
 
 /// Kafka's `ConfigResource.Type` codes of the two types kaas keeps no configs of: it has no
 /// client-metrics subscriptions (KIP-714 telemetry) and no group configs (KIP-848's
@@ -41,7 +42,8 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ListCon
     let resource =
         |resource_type: i8, name: String| ConfigResource::default().with_resource_type(resource_type).with_resource_name(str_bytes(name));
     let mut resources = Vec::new();
-    let (brokers, _) = brokers_and_controller(broker);
+    // Every broker's configs, whatever the listener announces.
+    let (brokers, _) = brokers_and_controller(broker, ListenerRole::Client);
     for resource_type in [BROKER_LOGGER, BROKER] {
         if wanted.contains(&resource_type) {
             resources.extend(brokers.iter().map(|b| resource(resource_type, b.id.to_string())));

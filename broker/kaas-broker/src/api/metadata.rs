@@ -13,6 +13,7 @@ use super::{str_bytes, topic_name};
 use crate::authz::model::CLUSTER_NAME;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
+use crate::server::ListenerRole;
 use crate::topics::{NewTopic, Topic};
 
 /// How long one Metadata request waits, in all, for topics the catalog has but this broker does
@@ -20,7 +21,7 @@ use crate::topics::{NewTopic, Topic};
 const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: MetadataRequest) -> Reply<MetadataResponse> {
-    let (brokers, controller) = brokers_and_controller(broker);
+    let (brokers, controller) = brokers_and_controller(broker, ctx.listener);
     let brokers = brokers
         .into_iter()
         .map(|b| MetadataResponseBroker::default().with_node_id(BrokerId(b.id)).with_host(str_bytes(b.host)).with_port(i32::from(b.port)))
@@ -203,16 +204,29 @@ pub(crate) struct BrokerEndpoint {
     pub port: u16,
 }
 
-/// The brokers clients may connect to and the controller id: this broker alone in local mode,
-/// the assignment's brokers (and always this one) in a cluster.
-pub(crate) fn brokers_and_controller(broker: &Broker) -> (Vec<BrokerEndpoint>, i32) {
+/// The brokers clients may connect to on `listener` and the controller id: this broker alone in
+/// local mode, the assignment's brokers (and always this one) in a cluster — on the external
+/// listener only those with an external address yet.
+pub(crate) fn brokers_and_controller(broker: &Broker, listener: ListenerRole) -> (Vec<BrokerEndpoint>, i32) {
     let me = BrokerEndpoint { id: broker.config.node_id, host: broker.config.advertise_host.clone(), port: broker.config.advertise_port };
-    let Some(cluster) = &broker.cluster else { return (vec![me], broker.config.node_id) };
+    let Some(cluster) = &broker.cluster else { return (announced(broker, listener, me).into_iter().collect(), broker.config.node_id) };
     let assignment = cluster.view.current();
     let mut all: Vec<BrokerEndpoint> =
         assignment.brokers.iter().map(|(id, e)| BrokerEndpoint { id: *id, host: e.host.clone(), port: e.port }).collect();
     if !all.iter().any(|b| b.id == me.id) {
         all.push(me);
     }
-    (all, assignment.controller_id)
+    (all.into_iter().filter_map(|b| announced(broker, listener, b)).collect(), assignment.controller_id)
+}
+
+/// Where clients on `listener` are told to reach the broker whose client endpoint is `endpoint`:
+/// there, or on the external listener at its external address (`None` while it has none).
+pub(crate) fn announced(broker: &Broker, listener: ListenerRole, endpoint: BrokerEndpoint) -> Option<BrokerEndpoint> {
+    match listener {
+        ListenerRole::External => {
+            let address = broker.external.as_ref()?.address(endpoint.id)?;
+            Some(BrokerEndpoint { id: endpoint.id, host: address.host, port: address.port })
+        }
+        ListenerRole::Client | ListenerRole::InterBroker => Some(endpoint),
+    }
 }

@@ -95,6 +95,7 @@ impl Cluster {
             listen: addr,
             advertise_host: "127.0.0.1".into(),
             advertise_port: addr.port(),
+            external: None,
             storage: StorageMode::Disk(self.data.clone()),
             volume_fs: Some(volume),
             auto_create_topics: true,
