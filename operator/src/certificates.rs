@@ -486,6 +486,7 @@ pub async fn ensure(
     kc: &KafkaCluster,
     names: &Names,
     clients_ca: bool,
+    external_hosts: &[String],
 ) -> Result<Option<&'static str>> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &names.namespace);
     let now = OffsetDateTime::now_utc();
@@ -494,7 +495,10 @@ pub async fn ensure(
         ensure_ca(&api, kc, names, Ca::Clients, now).await?;
     }
 
-    let dns_names = listener_names(names);
+    // The external listener's hosts (node addresses, load balancers, overrides) too: a new one
+    // re-issues the certificate, which brokers load without a restart.
+    let mut dns_names = listener_names(names);
+    dns_names.extend(external_hosts.iter().filter(|h| !dns_names.contains(h)).cloned().collect::<Vec<_>>());
     let listener = api.get_opt(&listener_secret_name(names)).await?;
     let reason = held_reason(listener.as_ref(), &ca.pem.cert, &LISTENER_HELD).or_else(|| {
         let annotations = listener.as_ref().and_then(|s| s.metadata.annotations.as_ref());

@@ -33,7 +33,9 @@ use crate::conditions::{Cond, RECONCILED, failed, merge};
 use crate::install::{self, Claim, Install};
 use crate::metrics::ReconcileMetrics;
 use crate::resources::{self, Names};
-use crate::{Error, FIELD_MANAGER, Result, certificates, diagnosis, events, validate, versions};
+use crate::{
+    Error, FIELD_MANAGER, Result, certificates, diagnosis, events, external, validate, versions,
+};
 
 /// What the manager's reconcilers share.
 #[derive(Clone)]
@@ -355,7 +357,7 @@ pub fn rollout_decision(
     }
 }
 
-async fn apply<K>(client: &Client, ns: &str, obj: &K) -> Result<K>
+pub(crate) async fn apply<K>(client: &Client, ns: &str, obj: &K) -> Result<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -559,6 +561,8 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
     )
     .await?;
     apply(client, &names.namespace, &resources::pdb(&kc, &names)?).await?;
+    // Before the StatefulSet: brokers mount the addresses ConfigMap it writes.
+    let external = external::reconcile(client, &kc, &names).await?;
     // A TLS listener that names no Secret gets the operator's certificate, issued (again)
     // before brokers mount it; a renewal keeps the Secret's name, so it restarts no broker.
     let tls = kc.spec.listener.tls.as_ref();
@@ -566,7 +570,7 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
     // With client certificates too, a clients CA, which signs KafkaUsers' certificates.
     let clients_ca = resources::issues_clients_ca(&kc.spec.listener);
     if issues_certificate
-        && let Some(reason) = certificates::ensure(client, &kc, &names, clients_ca).await?
+        && let Some(reason) = certificates::ensure(client, &kc, &names, clients_ca, &external.hosts).await?
     {
         events::publish(
             &ctx.recorder,
@@ -674,6 +678,7 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
             .map(|m| format!("{}-{}", names.cluster, m.spec.controller_id)),
         assignment_version: mirror.as_ref().map(|m| m.spec.assignment_version),
         bootstrap_servers: Some(resources::bootstrap_servers(&kc, &names)),
+        external_bootstrap_servers: external.bootstrap_servers.clone(),
         replicas: sts_status.map_or(0, |s| s.replicas),
         selector: Some(resources::selector_string(&names, "broker")),
         pod_template_hash: hash,
@@ -688,7 +693,7 @@ async fn converge(kc: &Arc<KafkaCluster>, ctx: &Context) -> Result<Action> {
     // backstop for the assignment mirror, which is not owned, and for what a diagnosis reads
     // (claims and pods are not watched), so a fixed problem clears within seconds.
     Ok(Action::requeue(Duration::from_secs(
-        if degraded || ready < kc.spec.replicas {
+        if degraded || ready < kc.spec.replicas || external.incomplete {
             10
         } else {
             60

@@ -28,6 +28,7 @@ pub mod conditions;
 pub mod crdgen;
 pub mod diagnosis;
 pub mod events;
+pub mod external;
 pub mod install;
 pub mod leader;
 pub mod metrics;

@@ -125,7 +125,8 @@ pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
         rule("apps", &["statefulsets", "deployments"], MANAGE),
         rule(
             "",
-            &["services", "serviceaccounts", "persistentvolumeclaims"],
+            // configmaps: the external listener's addresses, which brokers mount.
+            &["services", "serviceaccounts", "persistentvolumeclaims", "configmaps"],
             MANAGE,
         ),
         rule("", &["pods"], &["get", "list", "watch"]),

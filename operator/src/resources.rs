@@ -14,15 +14,15 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kaas_shared::crd::KafkaCluster;
 use kaas_shared::crd::cluster::{
-    Advertise, AuthenticationType, AuthorizationSpec, AuthorizationType, Bind,
-    ListenerAuthentication, ListenerSpec, PodTemplateOverrides,
+    Advertise, AuthenticationType, AuthorizationSpec, AuthorizationType, Bind, ExternalListener,
+    ExternalListenerType, ListenerAuthentication, ListenerSpec, PodTemplateOverrides,
 };
 use kube::Resource;
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::{Error, Result, rbac, validate, versions};
+use crate::{Error, Result, external, rbac, validate, versions};
 
 /// Where the shared volume is mounted in brokers and the volume agent.
 pub const DATA_DIR: &str = "/data";
@@ -177,9 +177,17 @@ struct PodInputs<'a> {
 
 /// The hash of a cluster's pod inputs (hex SHA-256, 16 characters).
 pub fn inputs_hash(kc: &KafkaCluster, names: &Names) -> Result<String> {
-    // NB: who may reach the Kafka port is the NetworkPolicy's business, not the pods'.
+    // NB: who may reach the Kafka port is the NetworkPolicy's business, not the pods'; of the
+    // external listener, pods see only its port (its Services and addresses change no pod).
     let listener = kaas_shared::crd::cluster::ListenerSpec {
         network_policy_peers: Vec::new(),
+        external: kc.spec.listener.external.as_ref().map(|e| ExternalListener {
+            kind: ExternalListenerType::Nodeport,
+            port: e.port,
+            bootstrap: None,
+            brokers: Vec::new(),
+            annotations: BTreeMap::new(),
+        }),
         ..kc.spec.listener.clone()
     };
     let inputs = PodInputs {
@@ -315,6 +323,10 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         json!({"name": "KAAS_FENCE_TIMEOUT_MS", "value": spec.timeouts.fence_timeout_ms.to_string()}),
         json!({"name": "KAAS_SESSION_TIMEOUT_MS", "value": spec.timeouts.session_timeout_ms.to_string()}),
     ];
+    if let Some(external) = &spec.listener.external {
+        env.push(json!({"name": "KAAS_EXTERNAL_LISTEN", "value": format!("{bind}:{}", external.port)}));
+        env.push(json!({"name": "KAAS_EXTERNAL_ADDRESSES", "value": format!("{}/{}", external::ADDRESSES_DIR, kaas_shared::external_addresses::FILE_NAME)}));
+    }
     let (security_env, security_volumes) = listener_security(&spec.listener, names);
     env.extend(security_env);
     if let Some(authorization) = &spec.authorization {
@@ -349,17 +361,25 @@ pub fn broker_pod_template(kc: &KafkaCluster, names: &Names) -> Result<PodTempla
         mounts.push(json!({"name": name, "mountPath": dir, "readOnly": true}));
         volumes.push(json!({"name": name, "secret": {"secretName": secret}}));
     }
+    let mut ports = vec![
+        json!({"name": "kafka", "containerPort": port}),
+        json!({"name": "heartbeat", "containerPort": HEARTBEAT_PORT}),
+        json!({"name": "interbroker", "containerPort": INTERBROKER_PORT}),
+        json!({"name": "http", "containerPort": HTTP_PORT}),
+    ];
+    if let Some(external) = &spec.listener.external {
+        ports.push(json!({"name": "external", "containerPort": external.port}));
+        mounts.push(json!({"name": "external-addresses", "mountPath": external::ADDRESSES_DIR, "readOnly": true}));
+        // NB: optional, so a pod never waits for it; the operator writes it before the
+        // StatefulSet, and brokers read it again as the kubelet refreshes it.
+        volumes.push(json!({"name": "external-addresses", "configMap": {"name": external::addresses_config_map_name(names), "optional": true}}));
+    }
     let probe = |path: &str, period: i32, failures: i32| json!({"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures});
     let mut container = json!({
         "name": "kaas",
         "image": versions::broker_image(&spec.version, spec.image.as_deref()),
         "env": env,
-        "ports": [
-            {"name": "kafka", "containerPort": port},
-            {"name": "heartbeat", "containerPort": HEARTBEAT_PORT},
-            {"name": "interbroker", "containerPort": INTERBROKER_PORT},
-            {"name": "http", "containerPort": HTTP_PORT},
-        ],
+        "ports": ports,
         "volumeMounts": mounts,
         // Startup covers recovery of torn segment tails; readiness is the broker's own "settled"
         // answer (assignment applied, partitions led), which paces rolling restarts.
@@ -719,13 +739,16 @@ pub fn pdb(kc: &KafkaCluster, names: &Names) -> Result<PodDisruptionBudget> {
 /// docs/security.md), nothing else.
 pub fn network_policy(kc: &KafkaCluster, names: &Names) -> Result<NetworkPolicy> {
     let brokers = json!({"matchLabels": selector(names, "broker")});
-    let kafka = json!({"protocol": "TCP", "port": kc.spec.listener.port});
+    let mut kafka = vec![json!({"protocol": "TCP", "port": kc.spec.listener.port})];
+    if let Some(external) = &kc.spec.listener.external {
+        kafka.push(json!({"protocol": "TCP", "port": external.port}));
+    }
     let http = json!({"protocol": "TCP", "port": HTTP_PORT});
     let peers = &kc.spec.listener.network_policy_peers;
     let mut ingress = vec![
-        // NB: the first rule keeps its shape when no peers are named (the Kafka port open too).
+        // NB: the first rule keeps its shape when no peers are named (the Kafka ports open too).
         match peers.is_empty() {
-            true => json!({"ports": [kafka, http]}),
+            true => json!({"ports": kafka.iter().chain([&http]).collect::<Vec<_>>()}),
             false => json!({"ports": [http]}),
         },
         json!({
@@ -738,7 +761,7 @@ pub fn network_policy(kc: &KafkaCluster, names: &Names) -> Result<NetworkPolicy>
     ];
     if !peers.is_empty() {
         ingress.push(
-            json!({"from": to_json("listener.networkPolicyPeers", peers)?, "ports": [kafka]}),
+            json!({"from": to_json("listener.networkPolicyPeers", peers)?, "ports": kafka}),
         );
     }
     parse(

@@ -233,6 +233,9 @@ async fn a_refused_spec_keeps_the_brokers_template_and_reconciles_the_rest() {
                     "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "prod", "namespace": "ns"},
                     "spec": {"replicas": 3, "selector": {}, "serviceName": "prod-brokers", "template": live},
                 })));
+            } else if method == http::Method::GET && path.ends_with("/services") {
+                // No external Services (the cluster has no external listener).
+                send.send_response(ok(&json!({"apiVersion": "v1", "kind": "ServiceList", "metadata": {}, "items": []})));
             } else if method == http::Method::GET {
                 // The assignment mirror: none yet.
                 send.send_response(not_found());

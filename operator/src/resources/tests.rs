@@ -679,3 +679,33 @@ fn authorization_reaches_the_brokers() {
         "turning ACLs on rolls the brokers"
     );
 }
+
+#[test]
+fn an_external_listener_adds_its_port_and_addresses_and_only_its_port_rolls_brokers() {
+    let with = |external: serde_json::Value| {
+        let mut spec = base();
+        spec["listener"] = json!({"external": external});
+        cluster(spec)
+    };
+    let kc = with(json!({"type": "nodeport"}));
+    let t = template_of(&kc);
+    let e = env(&t);
+    assert_eq!(e["KAAS_EXTERNAL_LISTEN"], "[::]:9093");
+    assert_eq!(e["KAAS_EXTERNAL_ADDRESSES"], "/etc/kaas/external/addresses.json");
+    let spec = t.spec.as_ref().unwrap();
+    let ports = spec.containers[0].ports.as_ref().unwrap();
+    assert!(ports.iter().any(|p| p.name.as_deref() == Some("external") && p.container_port == 9093));
+    let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "external-addresses").unwrap();
+    let config_map = volume.config_map.as_ref().unwrap();
+    assert_eq!((config_map.name.as_str(), config_map.optional), ("prod-external-addresses", Some(true)));
+
+    let names = Names::of(&kc).unwrap();
+    let hash = |kc: &KafkaCluster| inputs_hash(kc, &names).unwrap();
+    let without = cluster(base());
+    assert_ne!(hash(&kc), hash(&without), "adding the listener rolls the brokers");
+    let other_services = with(json!({"type": "loadbalancer", "annotations": {"a": "b"}, "brokers": [{"broker": 0, "advertisedHost": "k0.example"}]}));
+    assert_eq!(hash(&kc), hash(&other_services), "Services and addresses change no pod");
+    assert_ne!(hash(&kc), hash(&with(json!({"type": "nodeport", "port": 9099}))), "the port is the pods'");
+    // Clusters without one keep their hash (an operator upgrade restarts no broker).
+    assert!(!serde_json::to_string(&without.spec.listener).unwrap().contains("external"));
+}

@@ -206,6 +206,7 @@ pub struct StorageSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || has(self.tls)").message("listener.authentication type tls needs listener.tls: client certificates are presented in the TLS handshake; with tls: {} they are checked against the operator's clients CA (which issues KafkaUsers of type tls their certificates), with tls.secretName against that Secret's ca.crt"))]
+#[x_kube(validation = Rule::new("!has(self.external) || !(self.external.port in [self.port, 9091, 9094, 9095])").message("listener.external.port must differ from listener.port and from the brokers' own ports 9091 (inter-broker), 9094 (heartbeat) and 9095 (probes and metrics)"))]
 #[x_kube(validation = Rule::new("!has(self.tls) || has(self.tls.secretName) || !has(self.advertise) || self.advertise != 'PodIp'").message("listener.tls without a secretName needs advertise: PodDns: the operator's certificate names DNS names, and pod IPs change with each pod; name a Secret with a certificate for the pod IPs instead"))]
 pub struct ListenerSpec {
     /// Kafka protocol port.
@@ -236,6 +237,90 @@ pub struct ListenerSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub network_policy_peers: Vec<NetworkPolicyPeer>,
+    /// A second listener for clients outside the Kubernetes cluster, secured like this one:
+    /// one Service per broker and a bootstrap Service of the type asked for; each broker
+    /// announces its own Service's address on it. `status.externalBootstrapServers` says where
+    /// to connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalListener>,
+}
+
+/// How clients outside the cluster reach the brokers (Strimzi's `nodeport` and `loadbalancer`
+/// listener types).
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type == 'nodeport' || ((!has(self.bootstrap) || !has(self.bootstrap.nodePort)) && (!has(self.brokers) || self.brokers.all(b, !has(b.nodePort))))").message("listener.external nodePort fields are for type nodeport"))]
+pub struct ExternalListener {
+    /// `nodeport`: every node forwards a port per broker (clients dial a node's address);
+    /// `loadbalancer`: a load balancer per broker (and one for bootstrapping).
+    #[serde(rename = "type")]
+    pub kind: ExternalListenerType,
+    /// The brokers' external listener port, and the load balancers' port.
+    #[serde(default = "default_external_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// The bootstrap Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<ExternalBootstrap>,
+    /// Per broker: a fixed node port, the address to announce instead of the one the Service
+    /// gives (a DNS name in front of a node or load balancer), Service annotations.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1000))]
+    #[x_kube(validation = Rule::new("self.all(b, self.exists_one(c, c.broker == b.broker))").message("listener.external.brokers names a broker twice"))]
+    pub brokers: Vec<ExternalBrokerOverride>,
+    /// Annotations on every external Service (a cloud's load balancer settings).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The external listener's Service types.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ExternalListenerType {
+    Nodeport,
+    Loadbalancer,
+}
+
+/// The external bootstrap Service's settings.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalBootstrap {
+    /// A fixed node port (type nodeport); none: Kubernetes picks one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub node_port: Option<i32>,
+    /// Annotations on the bootstrap Service.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// One broker's external settings.
+#[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalBrokerOverride {
+    /// The broker id (its pod's ordinal).
+    #[schemars(range(min = 0))]
+    pub broker: i32,
+    /// A fixed node port (type nodeport); none: Kubernetes picks one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub node_port: Option<i32>,
+    /// The host clients are told to dial for this broker, instead of its node's address or
+    /// its load balancer's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub advertised_host: Option<String>,
+    /// The port clients are told to dial, instead of the node port or load balancer port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub advertised_port: Option<i32>,
+    /// Annotations on this broker's Service.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+fn default_external_port() -> i32 {
+    9093
 }
 
 impl Default for ListenerSpec {
@@ -247,6 +332,7 @@ impl Default for ListenerSpec {
             tls: None,
             authentication: None,
             network_policy_peers: Vec::new(),
+            external: None,
         }
     }
 }
@@ -513,6 +599,10 @@ pub struct KafkaClusterStatus {
     /// `host:port,...` of every broker, for clients.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bootstrap_servers: Option<String>,
+    /// Where clients outside the cluster bootstrap from (`listener.external`), once the
+    /// external Services have addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_bootstrap_servers: Option<String>,
     /// Brokers that exist (ready or not): the scale subresource's status replicas.
     #[serde(default)]
     pub replicas: i32,
