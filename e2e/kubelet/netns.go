@@ -1,15 +1,10 @@
 package kubelet
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // Each pod that is not hostNetwork gets a network namespace of its own, as a CNI plugin gives
@@ -72,53 +67,4 @@ func setupPodNetwork(ip, nodeIP string) error {
 func teardownPodNetwork(ip string) {
 	_ = exec.Command("ip", "netns", "del", netnsName(ip)).Run()
 	_ = exec.Command("ip", "link", "del", hostVeth(ip)).Run()
-}
-
-// dialInNetns connects to addr from inside the network namespace at path (e.g. localhost in a
-// pod). setns(2) moves only the calling thread, so the dial runs on a locked thread that is
-// moved back to the kubelet's namespace before it is unlocked. It must never be left to die
-// locked (Go ends such a thread): a container the kubelet started from that thread would get
-// its parent-death signal, SIGKILL.
-func dialInNetns(ctx context.Context, path, addr string) (net.Conn, error) {
-	type result struct {
-		conn net.Conn
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		home, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("open this thread's network namespace: %w", err)}
-			return
-		}
-		defer unix.Close(home)
-		if err := setnsNet(path); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
-		}
-		var d net.Dialer
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		if unix.Setns(home, unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		} // else: the thread stays locked in the pod's namespace and ends with this goroutine
-		done <- result{conn, err}
-	}()
-	r := <-done
-	return r.conn, r.err
-}
-
-// setnsNet moves the calling thread into the network namespace at path.
-func setnsNet(path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("setns %s: %w", path, err)
-	}
-	return nil
 }

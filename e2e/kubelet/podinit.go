@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"kaas/e2e/netns"
 )
 
 // PodInitArg is argv[1] of the process kubelet when it re-executes itself as a container's
@@ -69,7 +71,7 @@ func podInit() error {
 		// setns(2) moves only this thread into the pod's network namespace: keep the goroutine
 		// on it, so that the exec below, which runs on it, starts the program there.
 		runtime.LockOSThread()
-		if err := setnsNet(spec.Netns); err != nil {
+		if err := netns.Enter(spec.Netns); err != nil {
 			return err
 		}
 	}

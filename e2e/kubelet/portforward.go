@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
+
+	"kaas/e2e/netns"
 )
 
 // How long an idle forward stays open and how long a client may take to open a stream: the
@@ -55,7 +57,7 @@ func (d podDialer) PortForward(ctx context.Context, name string, _ string, port 
 	var err error
 	if ns := d.w.netns(ip); ns != "" {
 		// As a real kubelet: localhost in the pod's network namespace.
-		conn, err = dialInNetns(ctx, ns, net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
+		conn, err = netns.Dial(ctx, ns, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))))
 	} else {
 		var dialer net.Dialer
 		conn, err = dialer.DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(int(port))))
