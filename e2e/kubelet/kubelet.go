@@ -6,6 +6,7 @@ package kubelet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
@@ -314,13 +315,16 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 	return k.updateNodeStatus(ctx)
 }
 
+// updateNodeStatus patches the node's status, as the real kubelet does, rather than writing back
+// a copy it read: the node lifecycle controller taints a node that was just registered (again),
+// and NodeRestriction refuses a copy whose taints are stale ("not allowed to modify taints")
+// before the apiserver would report the conflict.
 func (k *Kubelet) updateNodeStatus(ctx context.Context) error {
-	node, err := k.client.CoreV1().Nodes().Get(ctx, k.cfg.NodeName, metav1.GetOptions{})
+	patch, err := json.Marshal(map[string]any{"status": k.nodeStatus()})
 	if err != nil {
 		return err
 	}
-	node.Status = k.nodeStatus()
-	_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+	_, err = k.client.CoreV1().Nodes().Patch(ctx, k.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
 	return err
 }
 
