@@ -68,6 +68,10 @@ type Env struct {
 	// DNS is the address of the cluster DNS server (port 53), the kubelets' --cluster-dns; ""
 	// outside the network namespace, where there is none.
 	DNS string
+	// LoadBalancerPool is where the service proxy gives LoadBalancer Services their address
+	// (status.loadBalancer.ingress), 172.30.<k>.0/24 for the k-th cluster of the process; ""
+	// outside the network namespace, where there is no service proxy.
+	LoadBalancerPool string
 
 	k8sBin, etcdBin, tools string
 	pki                    *pki
@@ -133,11 +137,13 @@ func Launch(opts Options) (*Env, error) {
 		}
 	}
 	// Addresses: inside the private netns every cluster of this process gets its own 10.(100+k)/16,
-	// node i is 10.(100+k).(i+1).1 and its pods .2-.254 of that /24. Without the netns the
-	// apiserver and pods fall back to 127.x (and EndpointSlices will refuse pod addresses).
+	// node i is 10.(100+k).(i+1).1 and its pods .2-.254 of that /24; its load-balancer pool is
+	// 172.30.k.0/24, outside every 10.x range. Without the netns the apiserver and pods fall back
+	// to 127.x (and EndpointSlices will refuse pod addresses).
 	seq := clusterSeq.Add(1)
 	if InNetns() {
 		c.subnet = fmt.Sprintf("10.%d", 100+seq)
+		c.LoadBalancerPool = fmt.Sprintf("172.30.%d.0/24", seq)
 		c.APIServerHost = c.subnet + ".0.1"
 		if err := addLoopbackAddr(c.APIServerHost); err != nil {
 			return c, err

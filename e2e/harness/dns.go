@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,16 +125,20 @@ func (c *Env) Resolver() *net.Resolver {
 	}}
 }
 
-// startServiceProxy makes the cluster's Service IPs reachable inside the network namespace
-// (svcproxy: a TCP relay per cluster IP and port, kube-proxy's old userspace mode): the service
-// range is routed to `lo` as local addresses, so that the relays can bind any cluster IP.
+// startServiceProxy makes the cluster's Services reachable inside the network namespace
+// (svcproxy: a TCP relay per cluster IP, node address and load-balancer address and port,
+// kube-proxy's old userspace mode, and a load-balancer controller): the service range and the
+// load-balancer pool are routed to `lo` as local addresses, so that the relays can bind any
+// address of them (node addresses are on `lo` already).
 func (c *Env) startServiceProxy() error {
 	if !InNetns() {
 		return nil
 	}
-	out, err := exec.Command("ip", "route", "replace", "local", serviceCIDR, "dev", "lo").CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ip route replace local %s dev lo: %v: %s", serviceCIDR, err, out)
+	for _, cidr := range []string{serviceCIDR, c.LoadBalancerPool} {
+		out, err := exec.Command("ip", "route", "replace", "local", cidr, "dev", "lo").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip route replace local %s dev lo: %v: %s", cidr, err, out)
+		}
 	}
 	f, err := os.OpenFile(c.logPath("service-proxy"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -141,7 +146,8 @@ func (c *Env) startServiceProxy() error {
 	}
 	logger := log.New(f, "", log.LstdFlags|log.Lmicroseconds)
 	pctx, cancel := context.WithCancel(context.Background())
-	if _, err := svcproxy.Start(pctx, c.Client, logger.Printf); err != nil {
+	opts := svcproxy.Options{LoadBalancerPool: netip.MustParsePrefix(c.LoadBalancerPool), Logf: logger.Printf}
+	if _, err := svcproxy.Start(pctx, c.Client, opts); err != nil {
 		cancel()
 		f.Close()
 		return err

@@ -1,8 +1,11 @@
-// Package svcproxy makes Services' cluster IPs reachable inside the harness' network namespace,
-// as kube-proxy's former userspace mode did: one TCP listener per cluster IP and port, each
-// connection relayed to a ready endpoint of the Service (round robin, the next one when a dial
-// fails). The namespace routes the service range to `lo` as local addresses, so a listener can
-// bind any cluster IP. See e2e/README.md ("Service virtual IPs").
+// Package svcproxy makes Services reachable inside the harness' network namespace, as
+// kube-proxy's former userspace mode did: one TCP listener per cluster IP and port, per node
+// address and node port (NodePort and LoadBalancer Services) and per load-balancer ingress
+// address and port, each connection relayed to a ready endpoint of the Service (round robin, the
+// next one when a dial fails). The namespace routes the service range and the load-balancer
+// pool to `lo` as local addresses, so a listener can bind any of them; node addresses are on
+// `lo` already. It is also the cluster's load-balancer controller (loadbalancer.go): it gives
+// LoadBalancer Services an address of the pool. See e2e/README.md ("Service virtual IPs").
 package svcproxy
 
 import (
@@ -11,6 +14,8 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,19 +30,38 @@ import (
 	"kaas/e2e/clusterdns"
 )
 
-// Proxy relays connections to cluster IPs until its context ends.
+// Options configure a Proxy.
+type Options struct {
+	// LoadBalancerPool is where LoadBalancer Services get their address from; the zero prefix
+	// disables the load balancer (such Services are then served on their node ports only).
+	LoadBalancerPool netip.Prefix
+	// Logf reports listeners, relays that fail and load-balancer addresses (default log.Printf).
+	Logf func(format string, args ...any)
+}
+
+// Proxy relays connections to Services until its context ends.
 type Proxy struct {
+	ctx      context.Context
+	client   kubernetes.Interface
 	services cache.Indexer
 	slices   cache.Indexer
+	nodes    cache.Store
+	pool     netip.Prefix
 	logf     func(format string, args ...any)
 	next     atomic.Uint64 // round robin over endpoints
+	poke     func()        // asks for a sync
+
+	// Owned by the sync goroutine: the load balancer's addresses (loadbalancer.go).
+	held   map[string]holding // "namespace/name" → its address
+	warned map[string]string  // "namespace/name" → the last reason it got no address, logged once
 
 	mu        sync.Mutex
 	listeners map[string]*listener // "ip:port" → its listener
 	stopped   bool
 }
 
-// listener serves one cluster IP and port of one Service.
+// listener serves one address (cluster IP, node address or load-balancer ingress) and port of
+// one Service.
 type listener struct {
 	l         net.Listener
 	namespace string
@@ -45,33 +69,46 @@ type listener struct {
 	port      string // the Service port's name, which its EndpointSlice ports carry
 }
 
-// Start watches client's Services and EndpointSlices and serves every TCP port of every cluster
-// IP until ctx ends; logf reports listeners and relays that fail.
-func Start(ctx context.Context, client kubernetes.Interface, logf func(format string, args ...any)) (*Proxy, error) {
-	if logf == nil {
-		logf = log.Printf
+// Start watches client's Services, EndpointSlices and Nodes and serves every TCP port of every
+// cluster IP, node port and load-balancer address until ctx ends.
+func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Proxy, error) {
+	if opts.Logf == nil {
+		opts.Logf = log.Printf
 	}
 	f := informers.NewSharedInformerFactory(client, 0)
 	svc := f.Core().V1().Services().Informer()
 	eps := f.Discovery().V1().EndpointSlices().Informer()
+	nodes := f.Core().V1().Nodes().Informer()
 	_ = eps.AddIndexers(cache.Indexers{clusterdns.BySlicesService: clusterdns.SlicesByService})
-	p := &Proxy{services: svc.GetIndexer(), slices: eps.GetIndexer(), logf: logf, listeners: map[string]*listener{}}
+	p := &Proxy{ctx: ctx, client: client, services: svc.GetIndexer(), slices: eps.GetIndexer(),
+		nodes: nodes.GetStore(), pool: opts.LoadBalancerPool.Masked(), logf: opts.Logf,
+		held: map[string]holding{}, warned: map[string]string{}, listeners: map[string]*listener{}}
 	changed := make(chan struct{}, 1)
-	poke := func() {
+	p.poke = func() {
 		select {
 		case changed <- struct{}{}:
 		default:
 		}
 	}
 	_, _ = svc.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
+		AddFunc:    func(any) { p.poke() },
+		UpdateFunc: func(any, any) { p.poke() },
+		DeleteFunc: func(any) { p.poke() },
+	})
+	// Nodes: only a change of addresses matters (their status is rewritten every 30 s).
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { p.poke() },
+		UpdateFunc: func(old, cur any) {
+			if !slices.Equal(nodeAddresses(old.(*corev1.Node)), nodeAddresses(cur.(*corev1.Node))) {
+				p.poke()
+			}
+		},
+		DeleteFunc: func(any) { p.poke() },
 	})
 	f.Start(ctx.Done())
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), svc.HasSynced, eps.HasSynced) {
+	if !cache.WaitForCacheSync(sctx.Done(), svc.HasSynced, eps.HasSynced, nodes.HasSynced) {
 		return nil, errors.New("service proxy: caches not synced")
 	}
 	p.sync()
@@ -89,28 +126,11 @@ func Start(ctx context.Context, client kubernetes.Interface, logf func(format st
 	return p, nil
 }
 
-// sync opens a listener for every cluster IP and TCP port that has none and closes those whose
-// Service or port is gone.
+// sync gives LoadBalancer Services their addresses, opens a listener for every address and TCP
+// port that has none and closes those whose Service, port, node or address is gone.
 func (p *Proxy) sync() {
-	want := map[string]listener{}
-	for _, obj := range p.services.List() {
-		svc := obj.(*corev1.Service)
-		if svc.Spec.Type == corev1.ServiceTypeExternalName {
-			continue
-		}
-		for _, ip := range svc.Spec.ClusterIPs {
-			if net.ParseIP(ip) == nil {
-				continue // "None": headless
-			}
-			for _, port := range svc.Spec.Ports {
-				if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
-					continue
-				}
-				want[net.JoinHostPort(ip, strconv.Itoa(int(port.Port)))] = listener{
-					namespace: svc.Namespace, service: svc.Name, port: port.Name}
-			}
-		}
-	}
+	p.balance()
+	want := p.wanted()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
@@ -135,6 +155,58 @@ func (p *Proxy) sync() {
 		p.listeners[addr] = &w
 		go p.serve(&w)
 	}
+}
+
+// wanted is every address and port to listen on, with the Service port it leads to: the cluster
+// IPs, and for NodePort and LoadBalancer Services each node address with the node port and each
+// load-balancer address of the pool with the port.
+func (p *Proxy) wanted() map[string]listener {
+	var nodeIPs []string
+	for _, obj := range p.nodes.List() {
+		nodeIPs = append(nodeIPs, nodeAddresses(obj.(*corev1.Node))...)
+	}
+	want := map[string]listener{}
+	for _, obj := range p.services.List() {
+		svc := obj.(*corev1.Service)
+		if svc.Spec.Type == corev1.ServiceTypeExternalName {
+			continue
+		}
+		ips := ingressAddresses(svc, p.pool)
+		nodePorts := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+		for _, port := range svc.Spec.Ports {
+			if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
+				continue
+			}
+			to := listener{namespace: svc.Namespace, service: svc.Name, port: port.Name}
+			for _, ip := range svc.Spec.ClusterIPs {
+				if net.ParseIP(ip) != nil { // not "None": headless
+					want[net.JoinHostPort(ip, strconv.Itoa(int(port.Port)))] = to
+				}
+			}
+			for _, ip := range ips {
+				want[net.JoinHostPort(ip, strconv.Itoa(int(port.Port)))] = to
+			}
+			if nodePorts && port.NodePort != 0 {
+				for _, ip := range nodeIPs {
+					want[net.JoinHostPort(ip, strconv.Itoa(int(port.NodePort)))] = to
+				}
+			}
+		}
+	}
+	return want
+}
+
+// nodeAddresses are a Node's InternalIPs: what its pods see as status.hostIP, and where the
+// node serves node ports (kube-proxy serves them on every address of its node; here every node's
+// address is on the one namespace's `lo`, and one proxy serves them all).
+func nodeAddresses(n *corev1.Node) []string {
+	var out []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP && net.ParseIP(a.Address) != nil {
+			out = append(out, a.Address)
+		}
+	}
+	return out
 }
 
 func (p *Proxy) stop() {
