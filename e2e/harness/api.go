@@ -318,3 +318,40 @@ func (c *Cluster) PortForward(ns, target string, ports ...string) {
 		c.t.Fatalf("kubectl %s: not listening after 30 s: %s", strings.Join(args[2:], " "), stderr.String())
 	}
 }
+
+// NodeIP is a node's InternalIP from its Node object: what its pods see as status.hostIP, and
+// where it serves NodePort Services (nodeIP:nodePort, also from the laptop).
+func (c *Cluster) NodeIP(node string) string {
+	c.t.Helper()
+	n, err := c.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	c.t.Fatalf("node %s has no InternalIP: %v", node, n.Status.Addresses)
+	return ""
+}
+
+// LoadBalancerIP waits until the LoadBalancer Service ns/name has an address
+// (status.loadBalancer.ingress[0].ip, from the service proxy's pool: Env.LoadBalancerPool) and
+// returns it.
+func (c *Cluster) LoadBalancerIP(ns, name string, timeout time.Duration) string {
+	c.t.Helper()
+	var ip string
+	c.Eventually(timeout, "a load-balancer address for Service "+ns+"/"+name, func() (bool, error) {
+		svc, err := c.Client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if ing := svc.Status.LoadBalancer.Ingress; len(ing) > 0 && ing[0].IP != "" {
+			ip = ing[0].IP
+			return true, nil
+		}
+		return false, fmt.Errorf("status.loadBalancer is %+v", svc.Status.LoadBalancer)
+	})
+	return ip
+}

@@ -75,7 +75,9 @@ type Env struct {
 
 	k8sBin, etcdBin, tools string
 	pki                    *pki
-	subnet                 string // e.g. "10.101" inside the netns
+	seq                    int32             // k: this is the process' k-th cluster
+	subnet                 string            // e.g. "10.101" inside the netns
+	nodeIPs                map[string]string // node name → the address the harness gave it
 	mu                     sync.Mutex
 	procs                  []*proc
 	kubelets               map[string]*proc
@@ -83,6 +85,9 @@ type Env struct {
 	mirrors                []string // registry=host:port for the kubelets
 	stopDNS                func()
 	stopProxy              func()
+	stopLaptop             func()
+	laptopMu               sync.Mutex
+	laptop                 *Laptop
 	stopOnce               sync.Once
 }
 
@@ -125,7 +130,7 @@ func Launch(opts Options) (*Env, error) {
 		return nil, err
 	}
 	c := &Env{
-		Dir: dir, kubelets: map[string]*proc{}, kubeletArgs: map[string][]string{},
+		Dir: dir, kubelets: map[string]*proc{}, kubeletArgs: map[string][]string{}, nodeIPs: map[string]string{},
 		k8sBin: os.Getenv(envK8sBin), etcdBin: os.Getenv(envEtcdBin), tools: os.Getenv(envTools),
 	}
 	live.Lock()
@@ -138,9 +143,11 @@ func Launch(opts Options) (*Env, error) {
 	}
 	// Addresses: inside the private netns every cluster of this process gets its own 10.(100+k)/16,
 	// node i is 10.(100+k).(i+1).1 and its pods .2-.254 of that /24; its load-balancer pool is
-	// 172.30.k.0/24, outside every 10.x range. Without the netns the apiserver and pods fall back
-	// to 127.x (and EndpointSlices will refuse pod addresses).
+	// 172.30.k.0/24 and its laptop 192.168.k.2 (laptop.go), both outside every 10.x range. Without
+	// the netns the apiserver and pods fall back to 127.x (and EndpointSlices will refuse pod
+	// addresses).
 	seq := clusterSeq.Add(1)
+	c.seq = seq
 	if InNetns() {
 		c.subnet = fmt.Sprintf("10.%d", 100+seq)
 		c.LoadBalancerPool = fmt.Sprintf("172.30.%d.0/24", seq)
@@ -211,7 +218,7 @@ func (c *Env) Stop() {
 			procs[i].stop(10 * time.Second)
 		}
 		c.mu.Lock()
-		stops := []func(){c.stopDNS, c.stopProxy}
+		stops := []func(){c.stopLaptop, c.stopDNS, c.stopProxy}
 		c.mu.Unlock()
 		for _, stop := range stops {
 			if stop != nil {

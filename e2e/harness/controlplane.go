@@ -280,6 +280,9 @@ func (c *Env) startKubelet(name, podPrefix, images string) error {
 			return err
 		}
 	}
+	c.mu.Lock()
+	c.nodeIPs[name] = nodeIP
+	c.mu.Unlock()
 	root := filepath.Join(c.Dir, "kubelet", name)
 	resolvConf, err := c.nodeResolvConf()
 	if err != nil {
