@@ -5,12 +5,14 @@
 // next one when a dial fails). The namespace routes the service range and the load-balancer
 // pool to `lo` as local addresses, so a listener can bind any of them; node addresses are on
 // `lo` already. It is also the cluster's load-balancer controller (loadbalancer.go): it gives
-// LoadBalancer Services an address of the pool. See e2e/README.md ("Service virtual IPs").
+// LoadBalancer Services an address of the pool; and an ingress controller for TLS passthrough
+// (ingress.go). See e2e/README.md ("Service virtual IPs").
 package svcproxy
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -35,6 +37,8 @@ type Options struct {
 	// LoadBalancerPool is where LoadBalancer Services get their address from; the zero prefix
 	// disables the load balancer (such Services are then served on their node ports only).
 	LoadBalancerPool netip.Prefix
+	// Ingress configures the ingress controller (ingress.go); without classes there is none.
+	Ingress IngressOptions
 	// Logf reports listeners, relays that fail and load-balancer addresses (default log.Printf).
 	Logf func(format string, args ...any)
 }
@@ -55,22 +59,34 @@ type Proxy struct {
 	held   map[string]holding // "namespace/name" → its address
 	warned map[string]string  // "namespace/name" → the last reason it got no address, logged once
 
+	// The ingress controller's (ingress.go); ingresses is nil without one.
+	ingress   IngressOptions
+	ingresses cache.Indexer
+	described map[string]string // "namespace/name" → what the log last said of the Ingress
+
 	mu        sync.Mutex
 	listeners map[string]*listener // "ip:port" → its listener
+	ingressL  net.Listener         // the ingress controller's, nil without one
 	stopped   bool
 }
 
 // listener serves one address (cluster IP, node address or load-balancer ingress) and port of
 // one Service.
 type listener struct {
-	l         net.Listener
+	l net.Listener
+	target
+}
+
+// target is a port of a Service that connections are relayed to.
+type target struct {
 	namespace string
 	service   string
 	port      string // the Service port's name, which its EndpointSlice ports carry
 }
 
-// Start watches client's Services, EndpointSlices and Nodes and serves every TCP port of every
-// cluster IP, node port and load-balancer address until ctx ends.
+// Start watches client's Services, EndpointSlices and Nodes (and Ingresses, with an ingress
+// controller) and serves every TCP port of every cluster IP, node port and load-balancer address
+// (and the ingress controller's address) until ctx ends.
 func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Proxy, error) {
 	if opts.Logf == nil {
 		opts.Logf = log.Printf
@@ -81,8 +97,9 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Pro
 	nodes := f.Core().V1().Nodes().Informer()
 	_ = eps.AddIndexers(cache.Indexers{clusterdns.BySlicesService: clusterdns.SlicesByService})
 	p := &Proxy{ctx: ctx, client: client, services: svc.GetIndexer(), slices: eps.GetIndexer(),
-		nodes: nodes.GetStore(), pool: opts.LoadBalancerPool.Masked(), logf: opts.Logf,
-		held: map[string]holding{}, warned: map[string]string{}, listeners: map[string]*listener{}}
+		nodes: nodes.GetStore(), pool: opts.LoadBalancerPool.Masked(), logf: opts.Logf, ingress: opts.Ingress,
+		held: map[string]holding{}, warned: map[string]string{}, described: map[string]string{},
+		listeners: map[string]*listener{}}
 	changed := make(chan struct{}, 1)
 	p.poke = func() {
 		select {
@@ -90,11 +107,18 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Pro
 		default:
 		}
 	}
-	_, _ = svc.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	pokes := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { p.poke() },
 		UpdateFunc: func(any, any) { p.poke() },
 		DeleteFunc: func(any) { p.poke() },
-	})
+	}
+	_, _ = svc.AddEventHandler(pokes)
+	synced := []cache.InformerSynced{svc.HasSynced, eps.HasSynced, nodes.HasSynced}
+	if len(opts.Ingress.Classes) > 0 {
+		ing := f.Networking().V1().Ingresses().Informer()
+		_, _ = ing.AddEventHandler(pokes)
+		p.ingresses, synced = ing.GetIndexer(), append(synced, ing.HasSynced)
+	}
 	// Nodes: only a change of addresses matters (their status is rewritten every 30 s).
 	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { p.poke() },
@@ -108,8 +132,16 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Pro
 	f.Start(ctx.Done())
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if !cache.WaitForCacheSync(sctx.Done(), svc.HasSynced, eps.HasSynced, nodes.HasSynced) {
+	if !cache.WaitForCacheSync(sctx.Done(), synced...) {
 		return nil, errors.New("service proxy: caches not synced")
+	}
+	if p.ingresses != nil {
+		l, err := net.Listen("tcp", opts.Ingress.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("ingress controller: %w", err)
+		}
+		p.ingressL = l
+		go p.serveIngress(l)
 	}
 	p.sync()
 	go func() {
@@ -126,10 +158,12 @@ func Start(ctx context.Context, client kubernetes.Interface, opts Options) (*Pro
 	return p, nil
 }
 
-// sync gives LoadBalancer Services their addresses, opens a listener for every address and TCP
-// port that has none and closes those whose Service, port, node or address is gone.
+// sync gives LoadBalancer Services their addresses and served Ingresses the ingress
+// controller's, opens a listener for every address and TCP port that has none and closes those
+// whose Service, port, node or address is gone.
 func (p *Proxy) sync() {
 	p.balance()
+	p.publish()
 	want := p.wanted()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -137,7 +171,7 @@ func (p *Proxy) sync() {
 		return
 	}
 	for addr, l := range p.listeners {
-		if w, ok := want[addr]; !ok || w.namespace != l.namespace || w.service != l.service || w.port != l.port {
+		if w, ok := want[addr]; !ok || w.target != l.target {
 			l.l.Close()
 			delete(p.listeners, addr)
 		}
@@ -177,7 +211,7 @@ func (p *Proxy) wanted() map[string]listener {
 			if port.Protocol != "" && port.Protocol != corev1.ProtocolTCP {
 				continue
 			}
-			to := listener{namespace: svc.Namespace, service: svc.Name, port: port.Name}
+			to := listener{target: target{namespace: svc.Namespace, service: svc.Name, port: port.Name}}
 			for _, ip := range svc.Spec.ClusterIPs {
 				if net.ParseIP(ip) != nil { // not "None": headless
 					want[net.JoinHostPort(ip, strconv.Itoa(int(port.Port)))] = to
@@ -213,6 +247,9 @@ func (p *Proxy) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped = true
+	if p.ingressL != nil {
+		p.ingressL.Close()
+	}
 	for addr, l := range p.listeners {
 		l.l.Close()
 		delete(p.listeners, addr)
@@ -225,20 +262,20 @@ func (p *Proxy) serve(l *listener) {
 		if err != nil {
 			return // closed
 		}
-		go p.relay(l, conn)
+		go p.relay(l.target, conn, nil)
 	}
 }
 
 // backends are the addresses of the Service's ready endpoints for the port, starting at the
 // next one in round-robin order.
-func (p *Proxy) backends(l *listener) []string {
-	objs, _ := p.slices.ByIndex(clusterdns.BySlicesService, l.namespace+"/"+l.service)
+func (p *Proxy) backends(to target) []string {
+	objs, _ := p.slices.ByIndex(clusterdns.BySlicesService, to.namespace+"/"+to.service)
 	var out []string
 	for _, obj := range objs {
 		s := obj.(*discoveryv1.EndpointSlice)
 		var port int32
 		for _, sp := range s.Ports {
-			if sp.Port != nil && (sp.Name == nil && l.port == "" || sp.Name != nil && *sp.Name == l.port) {
+			if sp.Port != nil && (sp.Name == nil && to.port == "" || sp.Name != nil && *sp.Name == to.port) {
 				port = *sp.Port
 			}
 		}
@@ -258,12 +295,13 @@ func (p *Proxy) backends(l *listener) []string {
 	return out
 }
 
-// relay connects conn to the first backend that accepts and copies both ways, passing on each
+// relay connects conn to the first backend of to that accepts, sends it first (what was read
+// from conn already: the ingress controller's ClientHello) and copies both ways, passing on each
 // side's end of stream; with no backend the connection is closed.
-func (p *Proxy) relay(l *listener, conn net.Conn) {
+func (p *Proxy) relay(to target, conn net.Conn, first []byte) {
 	defer conn.Close()
 	var up net.Conn
-	for _, addr := range p.backends(l) {
+	for _, addr := range p.backends(to) {
 		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
 		if err == nil {
 			up = c
@@ -271,10 +309,13 @@ func (p *Proxy) relay(l *listener, conn net.Conn) {
 		}
 	}
 	if up == nil {
-		p.logf("service proxy: %s/%s: no ready endpoint accepted a connection", l.namespace, l.service)
+		p.logf("service proxy: %s/%s: no ready endpoint accepted a connection", to.namespace, to.service)
 		return
 	}
 	defer up.Close()
+	if _, err := up.Write(first); err != nil {
+		return
+	}
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		if _, err := io.Copy(dst, src); err != nil {
