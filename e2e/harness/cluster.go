@@ -39,6 +39,11 @@ type Options struct {
 	Registry       bool
 	RegistryImages map[string]string
 	Mirrors        []string
+	// IngressClasses are the IngressClasses the harness' ingress controller serves (TLS
+	// passthrough, as ingress-nginx with --enable-ssl-passthrough: ingress.go); an IngressClass
+	// object of each is created with ingress-nginx's controller name. nil: DefaultIngressClass
+	// ("nginx"); empty: no ingress controller.
+	IngressClasses []string
 }
 
 // Cluster is a running harness bound to one test; For rebinds it to a subtest. All its files
@@ -83,6 +88,7 @@ type Env struct {
 	kubelets               map[string]*proc
 	kubeletArgs            map[string][]string
 	mirrors                []string // registry=host:port for the kubelets
+	ingressIP              string   // the ingress controller's address (IngressIP)
 	stopDNS                func()
 	stopProxy              func()
 	stopLaptop             func()
@@ -121,6 +127,9 @@ func Launch(opts Options) (*Env, error) {
 	}
 	if opts.Volumes == nil {
 		opts.Volumes = []string{"shared"}
+	}
+	if opts.IngressClasses == nil {
+		opts.IngressClasses = []string{DefaultIngressClass}
 	}
 	if err := prepareBinaries(); err != nil {
 		return nil, err
@@ -170,7 +179,7 @@ func Launch(opts Options) (*Env, error) {
 	if err := c.startDNS(ctx); err != nil {
 		return c, err
 	}
-	if err := c.startServiceProxy(); err != nil {
+	if err := c.startServiceProxy(ctx, opts.IngressClasses); err != nil {
 		return c, err
 	}
 	if err := c.createVolumes(ctx, opts.Volumes); err != nil {

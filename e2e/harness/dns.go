@@ -127,10 +127,11 @@ func (c *Env) Resolver() *net.Resolver {
 
 // startServiceProxy makes the cluster's Services reachable inside the network namespace
 // (svcproxy: a TCP relay per cluster IP, node address and load-balancer address and port,
-// kube-proxy's old userspace mode, and a load-balancer controller): the service range and the
-// load-balancer pool are routed to `lo` as local addresses, so that the relays can bind any
-// address of them (node addresses are on `lo` already).
-func (c *Env) startServiceProxy() error {
+// kube-proxy's old userspace mode, a load-balancer controller, and an ingress controller for
+// ingressClasses: ingress.go): the service range and the load-balancer pool are routed to `lo`
+// as local addresses, so that the relays can bind any address of them (node addresses are on
+// `lo` already).
+func (c *Env) startServiceProxy(ctx context.Context, ingressClasses []string) error {
 	if !InNetns() {
 		return nil
 	}
@@ -140,13 +141,17 @@ func (c *Env) startServiceProxy() error {
 			return fmt.Errorf("ip route replace local %s dev lo: %v: %s", cidr, err, out)
 		}
 	}
+	ingress, err := c.ingressOptions(ingressClasses)
+	if err != nil {
+		return err
+	}
 	f, err := os.OpenFile(c.logPath("service-proxy"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	logger := log.New(f, "", log.LstdFlags|log.Lmicroseconds)
 	pctx, cancel := context.WithCancel(context.Background())
-	opts := svcproxy.Options{LoadBalancerPool: netip.MustParsePrefix(c.LoadBalancerPool), Logf: logger.Printf}
+	opts := svcproxy.Options{LoadBalancerPool: netip.MustParsePrefix(c.LoadBalancerPool), Ingress: ingress, Logf: logger.Printf}
 	if _, err := svcproxy.Start(pctx, c.Client, opts); err != nil {
 		cancel()
 		f.Close()
@@ -158,5 +163,5 @@ func (c *Env) startServiceProxy() error {
 		f.Close()
 	}
 	c.mu.Unlock()
-	return nil
+	return c.installIngress(ctx, ingress)
 }

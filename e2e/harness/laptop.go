@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"kaas/e2e/netns"
@@ -26,8 +27,9 @@ import (
 // load-balancer pool. Pod IPs, cluster IPs, the apiserver and the cluster DNS have no route
 // there, so a dial to them fails at once (ENETUNREACH), as from a laptop whose router knows only
 // the nodes and the load balancers. Its programs also get a mount namespace of their own where
-// /etc/resolv.conf names no cluster DNS and /etc/hosts only localhost: clients on the laptop
-// dial addresses, not cluster names.
+// /etc/resolv.conf names no cluster DNS and /etc/hosts only localhost and what AddHost adds:
+// clients on the laptop dial addresses, or the names a user's DNS would know (an Ingress host
+// at the ingress controller's address), never cluster names.
 //
 // Both namespaces are held by one process that only sleeps, as a pod's pause container holds
 // a pod's: the laptop is /proc/<pid>/ns/{net,mnt}. (A mount namespace kept by a bind mount of
@@ -47,10 +49,11 @@ type Laptop struct {
 	// its connections come from as the harness' namespace sees them.
 	IP string
 
-	veth   string    // the harness' end of its veth pair
-	dir    string    // its resolv.conf and hosts
-	holder *exec.Cmd // the process that holds its namespaces
-	ns     string    // /proc/<holder>/ns/
+	veth    string     // the harness' end of its veth pair
+	dir     string     // its resolv.conf and hosts
+	holder  *exec.Cmd  // the process that holds its namespaces
+	ns      string     // /proc/<holder>/ns/
+	hostsMu sync.Mutex // orders AddHost's appends and DialContext's reads of the hosts file
 }
 
 // Laptop returns the cluster's laptop, making it on first use. It needs the harness' network
@@ -184,18 +187,68 @@ func (l *Laptop) Command(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// DialContext connects from the laptop to addr, an IP address and port (the laptop resolves no
-// names), for clients in the test process: http.Transport.DialContext, franz-go's kgo.Dialer.
-// The socket lives in the laptop's network namespace (netns.Dial).
+// DialContext connects from the laptop to addr, an IP address and port or a name of the laptop's
+// hosts file (AddHost; it has no DNS), for clients in the test process: http.Transport's
+// DialContext, franz-go's kgo.Dialer. The socket lives in the laptop's network namespace
+// (netns.Dial).
 func (l *Laptop) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("laptop: dial %s: %w", addr, err)
 	}
 	if _, err := netip.ParseAddr(host); err != nil {
-		return nil, fmt.Errorf("laptop: dial %s: not an IP address (the laptop resolves no names)", addr)
+		ip, err := l.lookupHost(host)
+		if err != nil {
+			return nil, fmt.Errorf("laptop: dial %s: %w", addr, err)
+		}
+		addr = net.JoinHostPort(ip, port)
 	}
 	return netns.Dial(ctx, l.ns+"net", network, addr)
+}
+
+// AddHost makes name resolve to ip on the laptop, as a user's DNS would name a cluster's
+// external hosts (an Ingress host at the ingress controller's address, IngressIP): a line of
+// the laptop's own hosts file, which its programs see as /etc/hosts and DialContext reads.
+func (l *Laptop) AddHost(name, ip string) error {
+	if _, err := netip.ParseAddr(ip); err != nil {
+		return fmt.Errorf("laptop: add host %s: %w", name, err)
+	}
+	if name == "" || strings.ContainsAny(name, " \t\r\n#") {
+		return fmt.Errorf("laptop: add host %q: not a host name", name)
+	}
+	l.hostsMu.Lock()
+	defer l.hostsMu.Unlock()
+	// Appended to, never replaced: the holder's bind over /etc/hosts holds this file's inode.
+	f, err := os.OpenFile(filepath.Join(l.dir, "hosts"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("laptop: add host %s: %w", name, err)
+	}
+	if _, err := fmt.Fprintf(f, "%s\t%s\n", ip, name); err != nil {
+		f.Close()
+		return fmt.Errorf("laptop: add host %s: %w", name, err)
+	}
+	return f.Close()
+}
+
+// lookupHost is name's address in the laptop's hosts file: the first line naming it, as glibc's
+// files source answers.
+func (l *Laptop) lookupHost(name string) (string, error) {
+	l.hostsMu.Lock()
+	b, err := os.ReadFile(filepath.Join(l.dir, "hosts"))
+	l.hostsMu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		for i := 1; i < len(f); i++ {
+			if strings.EqualFold(f[i], strings.TrimSuffix(name, ".")) {
+				return f[0], nil
+			}
+		}
+	}
+	return "", fmt.Errorf("%s: not in the laptop's hosts file (Laptop.AddHost; the laptop has no DNS)", name)
 }
 
 // run runs a command, its output in the error.
