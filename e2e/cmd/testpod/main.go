@@ -1,6 +1,7 @@
 // Command testpod is the harness self-test's container program: it prints its environment and
-// the files under the directories it is told to show, serves /healthz on its pod address, and
-// logs the signals it gets, so that tests can check what the process kubelet gave it.
+// the files under the directories it is told to show, serves /healthz on its pod address (over
+// TLS with --tls-cert and --tls-key), and logs the signals it gets, so that tests can check what
+// the process kubelet gave it.
 package main
 
 import (
@@ -29,6 +30,8 @@ func main() {
 	show := flag.String("show", "", "comma-separated directories whose files to print")
 	drain := flag.Duration("drain", time.Second, "how long to keep serving after SIGTERM")
 	apiCheck := flag.Bool("api-check", false, "ask the apiserver who we are, with the in-cluster service-account credentials")
+	tlsCert := flag.String("tls-cert", "", "serve HTTPS with this PEM certificate (chain) file, and --tls-key")
+	tlsKey := flag.String("tls-key", "", "the PEM private key of --tls-cert")
 	flag.Parse()
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetOutput(os.Stdout)
@@ -63,8 +66,13 @@ func main() {
 	if err != nil {
 		log.Fatalf("listen %s: %v", addr, err)
 	}
-	log.Printf("serving on %s", l.Addr())
-	go func() { _ = srv.Serve(l) }()
+	if *tlsCert != "" {
+		log.Printf("serving HTTPS on %s", l.Addr())
+		go func() { log.Print(srv.ServeTLS(l, *tlsCert, *tlsKey)) }()
+	} else {
+		log.Printf("serving on %s", l.Addr())
+		go func() { _ = srv.Serve(l) }()
+	}
 
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
