@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::networking::v1::Ingress;
 use kaas_shared::crd::KafkaCluster;
 use kaas_shared::crd::cluster::{ExternalListener, ExternalListenerType};
 use kaas_shared::external_addresses::{ExternalAddress, ExternalAddresses, FILE_NAME};
@@ -24,6 +25,11 @@ use tracing::info;
 use crate::resources::{self, Names};
 use crate::{Error, Result};
 
+/// The port an ingress controller passes TLS through on.
+const INGRESS_PORT: u16 = 443;
+/// ingress-nginx's annotation for TLS passthrough by server name (the controller must run with
+/// `--enable-ssl-passthrough`).
+const SSL_PASSTHROUGH: &str = "nginx.ingress.kubernetes.io/ssl-passthrough";
 /// Where brokers mount the addresses ConfigMap.
 pub const ADDRESSES_DIR: &str = "/etc/kaas/external";
 /// The label the StatefulSet controller puts on each pod: its name.
@@ -50,6 +56,8 @@ fn service_type(external: &ExternalListener) -> &'static str {
     match external.kind {
         ExternalListenerType::Nodeport => "NodePort",
         ExternalListenerType::Loadbalancer => "LoadBalancer",
+        // Reached through the ingress controller only.
+        ExternalListenerType::Ingress => "ClusterIP",
     }
 }
 
@@ -110,6 +118,61 @@ pub fn services(
     Ok(out)
 }
 
+/// The external Ingresses (type ingress): the bootstrap one first, then one per broker, each
+/// routing its host to the Service of the same name, TLS passed through.
+pub fn ingresses(
+    kc: &KafkaCluster,
+    names: &Names,
+    external: &ExternalListener,
+) -> Result<Vec<Ingress>> {
+    let ingress = |name: String, host: &str, annotations: &BTreeMap<String, String>| {
+        let mut meta = resources::meta(kc, names, &name, COMPONENT);
+        let mut all = BTreeMap::from([(SSL_PASSTHROUGH.to_owned(), "true".to_owned())]);
+        all.extend(external.annotations.clone());
+        all.extend(annotations.clone());
+        meta["annotations"] = json!(all);
+        let backend = json!({"service": {"name": name, "port": {"number": external.port}}});
+        let mut spec = json!({
+            "tls": [{"hosts": [host]}],
+            "rules": [{"host": host, "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": backend}]}}],
+        });
+        if let Some(class) = &external.class {
+            spec["ingressClassName"] = json!(class);
+        }
+        serde_json::from_value::<Ingress>(json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": meta, "spec": spec,
+        }))
+        .map_err(|source| Error::Serialize {
+            what: "external ingress",
+            source,
+        })
+    };
+    let bootstrap = external.bootstrap.clone().unwrap_or_default();
+    // NB: the CRD requires the hosts for type ingress; a missing one (an object stored before
+    // the rule) gets no Ingress, and its broker no address.
+    let mut out = Vec::new();
+    if let Some(host) = &bootstrap.host {
+        out.push(ingress(
+            bootstrap_name(names),
+            host,
+            &bootstrap.annotations,
+        )?);
+    }
+    for ordinal in 0..kc.spec.replicas {
+        let settings = external.brokers.iter().find(|b| b.broker == ordinal);
+        if let Some((host, annotations)) =
+            settings.and_then(|b| Some((b.host.as_ref()?, &b.annotations)))
+        {
+            out.push(ingress(
+                broker_service_name(names, ordinal),
+                host,
+                annotations,
+            )?);
+        }
+    }
+    Ok(out)
+}
+
 /// Where a Service is reached from outside: its load balancer's first ingress (IP or host name)
 /// at the Service port, or `node` at its node port.
 fn service_address(
@@ -138,7 +201,18 @@ fn service_address(
             host: node?.to_owned(),
             port: u16::try_from(port.node_port?).ok()?,
         }),
+        // Not reached directly: clients dial the Ingress's host.
+        ExternalListenerType::Ingress => None,
     }
+}
+
+/// Where clients dial an Ingress of the external listener: its host, at the ingress
+/// controller's TLS port.
+fn ingress_address(host: Option<&String>) -> Option<ExternalAddress> {
+    host.map(|host| ExternalAddress {
+        host: host.clone(),
+        port: INGRESS_PORT,
+    })
 }
 
 /// Every broker's external address that is known: `services[i]` is broker i's live Service and
@@ -154,11 +228,16 @@ pub fn addresses(
             break;
         };
         let settings = external.brokers.iter().find(|b| b.broker == id);
-        let found = service_address(
-            external,
-            service,
-            nodes.get(ordinal).and_then(Option::as_deref),
-        );
+        let found = match external.kind {
+            ExternalListenerType::Ingress => {
+                ingress_address(settings.and_then(|b| b.host.as_ref()))
+            }
+            _ => service_address(
+                external,
+                service,
+                nodes.get(ordinal).and_then(Option::as_deref),
+            ),
+        };
         let host = settings
             .and_then(|b| b.advertised_host.clone())
             .or_else(|| found.as_ref().map(|a| a.host.clone()));
@@ -189,6 +268,11 @@ pub fn bootstrap_servers(
             .into_iter()
             .filter_map(|h| service_address(external, bootstrap, Some(h)))
             .collect(),
+        ExternalListenerType::Ingress => {
+            ingress_address(external.bootstrap.as_ref().and_then(|b| b.host.as_ref()))
+                .into_iter()
+                .collect()
+        }
     };
     let joined: Vec<String> = addresses
         .iter()
@@ -242,11 +326,37 @@ pub async fn reconcile(client: &Client, kc: &KafkaCluster, names: &Names) -> Res
     let keep: BTreeSet<String> = wanted.iter().map(ResourceExt::name_any).collect();
     let selector = resources::selector_string(names, COMPONENT);
     let mut removed = 0;
-    for stale in service_api
+    let wanted_ingresses = match &kc.spec.listener.external {
+        Some(external) if external.kind == ExternalListenerType::Ingress => {
+            ingresses(kc, names, external)?
+        }
+        _ => Vec::new(),
+    };
+    let ingress_api: Api<Ingress> = Api::namespaced(client.clone(), &names.namespace);
+    // NB: listed only where an external listener is or was (its Services were there), so a
+    // cluster without one costs one list call, of Services.
+    let mut stale_ingresses = Vec::new();
+    let listed = service_api
         .list(&ListParams::default().labels(&selector))
         .await?
-        .items
-    {
+        .items;
+    if kc.spec.listener.external.is_some() || !listed.is_empty() {
+        let keep_ingresses: BTreeSet<String> =
+            wanted_ingresses.iter().map(ResourceExt::name_any).collect();
+        stale_ingresses = ingress_api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .into_iter()
+            .map(|i| i.name_any())
+            .filter(|name| !keep_ingresses.contains(name))
+            .collect();
+    }
+    for name in stale_ingresses {
+        info!(ingress = %name, "removing an external Ingress the spec no longer asks for");
+        delete_ignoring_missing(&ingress_api, &name).await?;
+    }
+    for stale in listed {
         if !keep.contains(&stale.name_any()) {
             info!(service = %stale.name_any(), "removing an external Service the spec no longer asks for");
             delete_ignoring_missing(&service_api, &stale.name_any()).await?;
@@ -266,6 +376,9 @@ pub async fn reconcile(client: &Client, kc: &KafkaCluster, names: &Names) -> Res
     let mut live = Vec::with_capacity(wanted.len());
     for service in &wanted {
         live.push(crate::cluster::apply(client, &names.namespace, service).await?);
+    }
+    for ingress in &wanted_ingresses {
+        crate::cluster::apply(client, &names.namespace, ingress).await?;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &names.namespace);
     let mut nodes = Vec::new();
@@ -292,6 +405,7 @@ pub async fn reconcile(client: &Client, kc: &KafkaCluster, names: &Names) -> Res
     .await?;
     let mut hosts: BTreeSet<String> = known.brokers.values().map(|a| a.host.clone()).collect();
     hosts.extend(service_address(external, bootstrap, None).map(|a| a.host));
+    hosts.extend(external.bootstrap.as_ref().and_then(|b| b.host.clone()));
     hosts.extend(nodes.iter().flatten().cloned());
     Ok(Outcome {
         bootstrap_servers: bootstrap_servers(external, bootstrap, &nodes),

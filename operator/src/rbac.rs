@@ -143,7 +143,8 @@ pub fn namespaced_operator_rules() -> Vec<PolicyRule> {
             MANAGE,
         ),
         rule("policy", &["poddisruptionbudgets"], MANAGE),
-        rule("networking.k8s.io", &["networkpolicies"], MANAGE),
+        // ingresses: the external listener of type ingress.
+        rule("networking.k8s.io", &["networkpolicies", "ingresses"], MANAGE),
         // The manager's own Lease (leader election), and to grant them to brokers and agents.
         rule(
             "coordination.k8s.io",

@@ -183,6 +183,7 @@ pub fn inputs_hash(kc: &KafkaCluster, names: &Names) -> Result<String> {
         network_policy_peers: Vec::new(),
         external: kc.spec.listener.external.as_ref().map(|e| ExternalListener {
             kind: ExternalListenerType::Nodeport,
+            class: None,
             port: e.port,
             bootstrap: None,
             brokers: Vec::new(),

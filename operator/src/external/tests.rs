@@ -199,3 +199,72 @@ fn the_config_map_holds_what_brokers_read() {
         known
     );
 }
+
+#[test]
+fn ingress_routes_each_host_to_its_broker_and_announces_the_hosts_at_443() {
+    let kc = external_cluster(json!({
+        "type": "ingress",
+        "class": "nginx",
+        "bootstrap": {"host": "bootstrap.kafka.example"},
+        "brokers": [{"broker": 0, "host": "b0.kafka.example"}, {"broker": 1, "host": "b1.kafka.example", "annotations": {"x": "y"}}],
+    }));
+    let names = Names::of(&kc).unwrap();
+    let external = external_of(&kc);
+    let services = services(&kc, &names, external).unwrap();
+    assert!(
+        services
+            .iter()
+            .all(|s| s.spec.as_ref().unwrap().type_.as_deref() == Some("ClusterIP")),
+        "reached through the ingress only"
+    );
+    let ingresses = ingresses(&kc, &names, external).unwrap();
+    let route = |i: &Ingress| {
+        let spec = i.spec.as_ref().unwrap();
+        let rule = &spec.rules.as_ref().unwrap()[0];
+        let backend = rule.http.as_ref().unwrap().paths[0]
+            .backend
+            .service
+            .as_ref()
+            .unwrap();
+        (
+            rule.host.clone().unwrap(),
+            backend.name.clone(),
+            backend.port.as_ref().unwrap().number,
+            spec.ingress_class_name.clone(),
+        )
+    };
+    assert_eq!(
+        route(&ingresses[0]),
+        (
+            "bootstrap.kafka.example".into(),
+            "prod-external-bootstrap".into(),
+            Some(9093),
+            Some("nginx".into())
+        )
+    );
+    assert_eq!(
+        route(&ingresses[2]),
+        (
+            "b1.kafka.example".into(),
+            "prod-external-1".into(),
+            Some(9093),
+            Some("nginx".into())
+        )
+    );
+    let annotations = ingresses[2].metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[SSL_PASSTHROUGH], "true");
+    assert_eq!(annotations["x"], "y");
+
+    let known = addresses(external, &services[1..], &[None, None]);
+    assert_eq!(
+        known.get(1),
+        Some(&ExternalAddress {
+            host: "b1.kafka.example".into(),
+            port: 443
+        })
+    );
+    assert_eq!(
+        bootstrap_servers(external, &services[0], &[]).as_deref(),
+        Some("bootstrap.kafka.example:443")
+    );
+}

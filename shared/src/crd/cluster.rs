@@ -206,6 +206,7 @@ pub struct StorageSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.authentication) || self.authentication.type != 'tls' || has(self.tls)").message("listener.authentication type tls needs listener.tls: client certificates are presented in the TLS handshake; with tls: {} they are checked against the operator's clients CA (which issues KafkaUsers of type tls their certificates), with tls.secretName against that Secret's ca.crt"))]
+#[x_kube(validation = Rule::new("!has(self.external) || self.external.type != 'ingress' || has(self.tls)").message("listener.external type ingress passes TLS through to the brokers by its server name (SNI): it needs listener.tls"))]
 #[x_kube(validation = Rule::new("!has(self.external) || !(self.external.port in [self.port, 9091, 9094, 9095])").message("listener.external.port must differ from listener.port and from the brokers' own ports 9091 (inter-broker), 9094 (heartbeat) and 9095 (probes and metrics)"))]
 #[x_kube(validation = Rule::new("!has(self.tls) || has(self.tls.secretName) || !has(self.advertise) || self.advertise != 'PodIp'").message("listener.tls without a secretName needs advertise: PodDns: the operator's certificate names DNS names, and pod IPs change with each pod; name a Secret with a certificate for the pod IPs instead"))]
 pub struct ListenerSpec {
@@ -250,11 +251,19 @@ pub struct ListenerSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.type == 'nodeport' || ((!has(self.bootstrap) || !has(self.bootstrap.nodePort)) && (!has(self.brokers) || self.brokers.all(b, !has(b.nodePort))))").message("listener.external nodePort fields are for type nodeport"))]
+#[x_kube(validation = Rule::new("self.type != 'ingress' || (has(self.bootstrap) && has(self.bootstrap.host) && has(self.brokers) && self.brokers.all(b, has(b.host)))").message("listener.external type ingress needs bootstrap.host and a host for every broker (brokers[].host): the ingress controller routes by those names"))]
+#[x_kube(validation = Rule::new("self.type == 'ingress' || ((!has(self.bootstrap) || !has(self.bootstrap.host)) && (!has(self.brokers) || self.brokers.all(b, !has(b.host))) && !has(self.class))").message("listener.external host and class fields are for type ingress"))]
 pub struct ExternalListener {
     /// `nodeport`: every node forwards a port per broker (clients dial a node's address);
-    /// `loadbalancer`: a load balancer per broker (and one for bootstrapping).
+    /// `loadbalancer`: a load balancer per broker (and one for bootstrapping); `ingress`: an
+    /// Ingress per broker whose controller passes TLS through by server name (ingress-nginx
+    /// with `--enable-ssl-passthrough`), clients dialing `<host>:443`.
     #[serde(rename = "type")]
     pub kind: ExternalListenerType,
+    /// The Ingresses' `ingressClassName` (type ingress); none: the cluster's default class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub class: Option<String>,
     /// The brokers' external listener port, and the load balancers' port.
     #[serde(default = "default_external_port")]
     #[schemars(range(min = 1, max = 65535))]
@@ -279,12 +288,18 @@ pub struct ExternalListener {
 pub enum ExternalListenerType {
     Nodeport,
     Loadbalancer,
+    Ingress,
 }
 
 /// The external bootstrap Service's settings.
 #[derive(KubeSchema, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ExternalBootstrap {
+    /// The bootstrap host name (type ingress), which a DNS record must point at the ingress
+    /// controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub host: Option<String>,
     /// A fixed node port (type nodeport); none: Kubernetes picks one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
@@ -301,6 +316,11 @@ pub struct ExternalBrokerOverride {
     /// The broker id (its pod's ordinal).
     #[schemars(range(min = 0))]
     pub broker: i32,
+    /// This broker's host name (type ingress), which a DNS record must point at the ingress
+    /// controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub host: Option<String>,
     /// A fixed node port (type nodeport); none: Kubernetes picks one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535))]
