@@ -2,6 +2,7 @@ package images
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,10 +21,15 @@ const guideHeading = "## Install on Kubernetes"
 // skipMarker, on the line before a block, leaves that block out of the test (with the reason).
 const skipMarker = "<!-- install-test: skip"
 
+// laptopMarker, on the line before a block, runs that block's kcat on the harness' laptop: a
+// machine outside the cluster that reaches only the nodes and the load balancers.
+const laptopMarker = "<!-- install-test: laptop"
+
 // guideBlock is one ```sh block of the guide.
 type guideBlock struct {
 	script string
 	skip   bool
+	laptop bool
 }
 
 // guideBlocks returns the ```sh blocks of the README section under guideHeading, in order.
@@ -42,7 +48,7 @@ func guideBlocks(readme string) ([]guideBlock, error) {
 	for _, line := range strings.Split(section, "\n") {
 		switch {
 		case current == nil && line == "```sh":
-			current = &guideBlock{skip: strings.HasPrefix(previous, skipMarker)}
+			current = &guideBlock{skip: strings.HasPrefix(previous, skipMarker), laptop: strings.HasPrefix(previous, laptopMarker)}
 		case current != nil && line == "```":
 			blocks = append(blocks, *current)
 			current = nil
@@ -121,8 +127,14 @@ spec:
 		}
 		ran++
 		start := time.Now()
-		cmd := exec.Command("bash", "-e", "-o", "pipefail", "-c", b.script)
+		// A block that hangs fails the test rather than the whole run's time budget.
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", b.script)
 		cmd.Dir, cmd.Env = root, env
+		if b.laptop {
+			cmd.Env = append(env, "PATH="+laptopKcat(t, c)+":"+filepath.Dir(c.KubectlBinary())+":"+os.Getenv("PATH"))
+		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
@@ -137,6 +149,13 @@ spec:
 				t.Fatalf("the consumer read back %q distinct records, want 1000", lines)
 			}
 			checkPortForward(t, c)
+		}
+		// From the laptop, through the external listener: the same records.
+		if b.laptop {
+			lines := strings.Fields(strings.TrimSpace(out.String()))
+			if len(lines) == 0 || lines[len(lines)-1] != "1000" {
+				t.Fatalf("the laptop read %q records through the external listener, want 1000", lines)
+			}
 		}
 	}
 	if ran < 4 {
@@ -165,6 +184,33 @@ func checkPortForward(t *testing.T, c *harness.Cluster) {
 		out, err := exec.Command("kcat", "-b", "127.0.0.1:19092", "-L", "-m", "10").CombinedOutput()
 		return err == nil && strings.Contains(string(out), "3 brokers:"), fmt.Errorf("kcat -L: %v\n%s", err, out)
 	})
+}
+
+// laptopKcat is a directory with a `kcat` that runs the machine's kcat on the cluster's laptop
+// (the rest of a laptop block — kubectl — runs as the other blocks do: a laptop reaches the API
+// server too, which the harness' laptop namespace does not route).
+func laptopKcat(t *testing.T, c *harness.Cluster) string {
+	t.Helper()
+	laptop, err := c.Laptop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The machine's kcat by its path: the wrapper is first on the block's PATH.
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := laptop.Command(kcat)
+	quoted := []string{"'" + cmd.Path + "'"}
+	for _, arg := range cmd.Args[1:] {
+		quoted = append(quoted, "'"+strings.ReplaceAll(arg, "'", `'\''`)+"'")
+	}
+	dir := t.TempDir()
+	script := "#!/bin/sh\nexec " + strings.Join(quoted, " ") + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "kcat"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func indent(s string) string {

@@ -2,6 +2,8 @@ package scenarios
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -18,7 +20,9 @@ import (
 // its own node port, and records produced there are read back in a consumer group (whose
 // coordinator is found through the external listener too). Then type loadbalancer: only
 // Services and the addresses ConfigMap change — no broker restarts — and the same records are
-// read back through the load balancers' addresses.
+// read back through the load balancers' addresses. Then type ingress with the operator's TLS:
+// the records again, through an ingress controller passing TLS through by server name, each
+// broker's certificate checked against its host.
 func TestExternalListener(t *testing.T) {
 	c := startWithOperator(t)
 	laptop, err := c.Laptop()
@@ -82,6 +86,42 @@ func TestExternalListener(t *testing.T) {
 		t.Fatalf("switching the external listener's type restarted brokers: pods %q -> %q, generation %s -> %s", uids, u, generation, g)
 	}
 
+	// Type ingress: TLS (the operator's certificate, which then names the ingress hosts) passed
+	// through by an ingress controller that routes by server name; the laptop's DNS points the
+	// hosts at the controller. Adding TLS rolls the brokers.
+	hosts := []string{"bootstrap.kafka.example", "b0.kafka.example", "b1.kafka.example", "b2.kafka.example"}
+	for _, host := range hosts {
+		if err := laptop.AddHost(host, c.IngressIP()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Apply(kaastest.Cluster(`  listener:
+    tls: {}
+    external:
+      type: ingress
+      class: nginx
+      bootstrap: {host: bootstrap.kafka.example}
+      brokers: [{broker: 0, host: b0.kafka.example}, {broker: 1, host: b1.kafka.example}, {broker: 2, host: b2.kafka.example}]
+`))
+	// The operator writes the new bootstrap after the StatefulSet's new template: from then on
+	// the rollout's status is the roll's.
+	ingressBootstrap := externalBootstrap(c, lbBootstrap)
+	c.MustKubectl("-n", ns, "rollout", "status", "statefulset/kc", "--timeout=5m")
+	if ingressBootstrap != "bootstrap.kafka.example:443" {
+		t.Fatalf("externalBootstrapServers %q, want the bootstrap host at 443", ingressBootstrap)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, []byte(secretData(t, c, "kc-cluster-ca-cert", "ca.crt")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// librdkafka checks each broker's certificate against the host it dials.
+	tlsArgs := []string{"-X", "security.protocol=ssl", "-X", "ssl.ca.location=" + caFile}
+	brokers = announcedFromLaptop(c, laptop, ingressBootstrap, func(address string) bool {
+		return address == "b0.kafka.example:443" || address == "b1.kafka.example:443" || address == "b2.kafka.example:443"
+	}, tlsArgs...)
+	t.Logf("ingress: bootstrap %s, brokers %v", ingressBootstrap, brokers)
+	readBack(t, laptop, ingressBootstrap, "outside-ingress", want, tlsArgs...)
+
 }
 
 // externalBootstrap waits for status.externalBootstrapServers to be set and differ from was.
@@ -98,10 +138,10 @@ func externalBootstrap(c *harness.Cluster, was string) string {
 
 // announcedFromLaptop waits until kcat's metadata through bootstrap, asked from the laptop, lists
 // three brokers at three distinct addresses each of which ok accepts, and returns them.
-func announcedFromLaptop(c *harness.Cluster, laptop *harness.Laptop, bootstrap string, ok func(string) bool) []string {
+func announcedFromLaptop(c *harness.Cluster, laptop *harness.Laptop, bootstrap string, ok func(string) bool, extra ...string) []string {
 	var addresses []string
 	c.Eventually(3*time.Minute, "metadata from the laptop lists three brokers at external addresses", func() (bool, error) {
-		out, err := laptop.Command("kcat", "-b", bootstrap, "-L", "-m", "10").CombinedOutput()
+		out, err := laptop.Command("kcat", append([]string{"-b", bootstrap, "-L", "-m", "10"}, extra...)...).CombinedOutput()
 		if err != nil {
 			return false, fmt.Errorf("kcat -L: %v\n%s", err, out)
 		}
@@ -127,11 +167,15 @@ func announcedFromLaptop(c *harness.Cluster, laptop *harness.Laptop, bootstrap s
 
 // readBack consumes topic outside in group from the laptop until the end and checks it read
 // exactly want, in some order.
-func readBack(t *testing.T, laptop *harness.Laptop, bootstrap, group string, want []string) {
+func readBack(t *testing.T, laptop *harness.Laptop, bootstrap, group string, want []string, extra ...string) {
 	t.Helper()
-	out, err := laptop.Command("kcat", "-b", bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-e", "-q", "outside").Output()
+	args := append([]string{"-b", bootstrap, "-G", group, "-X", "auto.offset.reset=earliest", "-e", "-q"}, extra...)
+	cmd := laptop.Command("kcat", append(args, "outside")...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kcat -G %s from the laptop: %v\n%s", group, err, out)
+		t.Fatalf("kcat -G %s from the laptop: %v\n%s", group, err, stderr.String())
 	}
 	got := strings.Fields(string(out))
 	sort.Strings(got)
