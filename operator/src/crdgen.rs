@@ -791,6 +791,22 @@ mod tests {
     }
 
     #[test]
+    fn the_committed_crds_and_config_are_what_the_types_generate() {
+        // The CRDs and RBAC that kubectl applies (config/, crds/) are generated; one left behind
+        // a change to the types or the rules fails here rather than as a refused call on a
+        // real cluster.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for (path, text) in repo_files() {
+            let committed = std::fs::read_to_string(root.join(&path)).unwrap_or_default();
+            assert!(
+                committed == text,
+                "{} is not what the types generate: run `make crds`",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
     fn the_csv_has_an_upgrade_graph_related_images_and_descriptors_and_claims_no_seamless_upgrades()
     {
         let csv = csv("img:1");
