@@ -60,10 +60,7 @@ fn find(broker: &Broker, ctx: &RequestContext, key_type: i8, key: String) -> Coo
     };
     match error {
         Some((e, message)) => answer.with_error_code(e.code()).with_error_message(Some(str_bytes(message))),
-        None => {
-            let me = BrokerEndpoint { id: broker.config.node_id, host: broker.config.advertise_host.clone(), port: broker.config.advertise_port };
-            at(broker, ctx, answer, me)
-        }
+        None => at(broker, ctx, answer, BrokerEndpoint::this(broker)),
     }
 }
 

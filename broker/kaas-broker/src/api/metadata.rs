@@ -204,11 +204,18 @@ pub(crate) struct BrokerEndpoint {
     pub port: u16,
 }
 
+impl BrokerEndpoint {
+    /// This broker's client endpoint.
+    pub(crate) fn this(broker: &Broker) -> BrokerEndpoint {
+        BrokerEndpoint { id: broker.config.node_id, host: broker.config.advertise_host.clone(), port: broker.config.advertise_port }
+    }
+}
+
 /// The brokers clients may connect to on `listener` and the controller id: this broker alone in
 /// local mode, the assignment's brokers (and always this one) in a cluster — on the external
 /// listener only those with an external address yet.
 pub(crate) fn brokers_and_controller(broker: &Broker, listener: ListenerRole) -> (Vec<BrokerEndpoint>, i32) {
-    let me = BrokerEndpoint { id: broker.config.node_id, host: broker.config.advertise_host.clone(), port: broker.config.advertise_port };
+    let me = BrokerEndpoint::this(broker);
     let Some(cluster) = &broker.cluster else { return (announced(broker, listener, me).into_iter().collect(), broker.config.node_id) };
     let assignment = cluster.view.current();
     let mut all: Vec<BrokerEndpoint> =
