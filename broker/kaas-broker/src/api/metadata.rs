@@ -36,7 +36,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Metadat
     let topics = if all_topics {
         // Kafka lists only the topics the principal may describe.
         let describable = broker.topics.list().into_iter().filter(|t| allowed(broker, ctx, Op::Describe, Resource::Topic, &t.name));
-        describable.map(|t| with_ops(describe_topic(broker, &t))).collect()
+        describable.filter_map(|t| listed_topic(broker, &t)).map(with_ops).collect()
     } else {
         let auto_create = broker.config.auto_create_topics && (ctx.version < 4 || request.allow_auto_topic_creation);
         // Kafka: auto-creation needs CREATE on the cluster or on the topic.
@@ -142,7 +142,31 @@ fn lookup_by_id(broker: &Broker, id: Uuid) -> MetadataResponseTopic {
 }
 
 fn describe_topic(broker: &Broker, topic: &Topic) -> MetadataResponseTopic {
-    let partitions = partition_leaders(broker, topic)
+    describe_partitions(topic, partition_leaders(broker, topic))
+}
+
+/// A topic as a listing of all topics shows it. Cluster mode leaves out the partitions the
+/// assignment does not place from the first such one on, and a topic with none placed: they are
+/// being created (a new topic, or CreatePartitions), or their topic is being deleted (the
+/// controller drops a deleted topic's partitions before every broker's registry drops the topic).
+/// Kafka's metadata has a partition only once it has a leader and none once it is deleted, and
+/// clients that list every topic (KafkaJS) fail on a partition error in any of them. Asked for by
+/// name, such a topic is answered with LEADER_NOT_AVAILABLE, which clients wait on.
+// NB: a placed partition is moved, never unplaced, while a broker is alive to take it.
+fn listed_topic(broker: &Broker, topic: &Topic) -> Option<MetadataResponseTopic> {
+    let mut leaders = partition_leaders(broker, topic);
+    if broker.cluster.is_some() {
+        let placed = leaders.iter().take_while(|p| p.leader.is_some()).count();
+        leaders.truncate(placed);
+        if leaders.is_empty() {
+            return None;
+        }
+    }
+    Some(describe_partitions(topic, leaders))
+}
+
+fn describe_partitions(topic: &Topic, leaders: Vec<PartitionLeader>) -> MetadataResponseTopic {
+    let partitions = leaders
         .into_iter()
         .map(|p| {
             let response = MetadataResponsePartition::default().with_partition_index(p.index);
@@ -235,5 +259,49 @@ pub(crate) fn announced(broker: &Broker, listener: ListenerRole, endpoint: Broke
             Some(BrokerEndpoint { id: endpoint.id, host: address.host, port: address.port })
         }
         ListenerRole::Client | ListenerRole::InterBroker => Some(endpoint),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use kaas_shared::assignment::{Assignment, PartitionAssignment};
+    use kaas_shared::names::partition_key;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::control_plane::FixedControlPlane;
+
+    /// A listing of all topics shows a cluster's topic only with the partitions placed, from the
+    /// first on; asked for by name it shows every partition, unplaced ones LEADER_NOT_AVAILABLE.
+    #[test]
+    fn a_listing_leaves_out_partitions_not_placed_yet() {
+        let tmp = tempfile::tempdir().unwrap();
+        let broker = Broker::open(BrokerConfig::cluster_for_tests(tmp.path(), Arc::new(FixedControlPlane::default()))).unwrap();
+        let topic = broker.topics.create(NewTopic { name: "t".into(), partitions: 3, configs: BTreeMap::new() }).unwrap();
+        let place = |indexes: &[i32], version: i64| {
+            let partitions = indexes
+                .iter()
+                .map(|i| (partition_key("t", *i), PartitionAssignment { topic_id: topic.id, leader: 0, leader_epoch: 0 }))
+                .collect();
+            let assignment = Assignment { assignment_version: version, partitions, ..Assignment::default() };
+            broker.cluster.as_ref().unwrap().view.apply_if_new(assignment).unwrap();
+        };
+        let listed = |broker: &Broker| listed_topic(broker, &broker.topics.get("t").unwrap()).map(|t| t.partitions.len());
+        let by_name_errors = |broker: &Broker| {
+            describe_topic(broker, &broker.topics.get("t").unwrap()).partitions.iter().map(|p| p.error_code).collect::<Vec<_>>()
+        };
+        let unavailable = ResponseError::LeaderNotAvailable.code();
+
+        assert_eq!(listed(&broker), None, "nothing placed: being created (or deleted)");
+        assert_eq!(by_name_errors(&broker), vec![unavailable; 3]);
+        place(&[0, 2], 1);
+        assert_eq!(listed(&broker), Some(1), "partitions from the first unplaced one on are left out");
+        assert_eq!(by_name_errors(&broker), vec![0, unavailable, 0]);
+        place(&[0, 1, 2], 2);
+        assert_eq!(listed(&broker), Some(3));
     }
 }
