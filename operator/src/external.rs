@@ -406,7 +406,11 @@ pub async fn reconcile(client: &Client, kc: &KafkaCluster, names: &Names) -> Res
     let mut hosts: BTreeSet<String> = known.brokers.values().map(|a| a.host.clone()).collect();
     hosts.extend(service_address(external, bootstrap, None).map(|a| a.host));
     hosts.extend(external.bootstrap.as_ref().and_then(|b| b.host.clone()));
-    hosts.extend(nodes.iter().flatten().cloned());
+    // NB: node addresses only where clients dial them (the bootstrap node port), so that a pod
+    // moving nodes re-issues no certificate of a load-balancer or ingress listener.
+    if external.kind == ExternalListenerType::Nodeport {
+        hosts.extend(nodes.iter().flatten().cloned());
+    }
     Ok(Outcome {
         bootstrap_servers: bootstrap_servers(external, bootstrap, &nodes),
         incomplete,
