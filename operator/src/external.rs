@@ -380,18 +380,23 @@ pub async fn reconcile(client: &Client, kc: &KafkaCluster, names: &Names) -> Res
     for ingress in &wanted_ingresses {
         crate::cluster::apply(client, &names.namespace, ingress).await?;
     }
+    // One list of the broker pods, not a read per broker.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &names.namespace);
-    let mut nodes = Vec::new();
-    for ordinal in 0..kc.spec.replicas {
-        let pod = pods
-            .get_opt(&format!("{}-{ordinal}", names.cluster))
-            .await?;
-        nodes.push(
-            pod.and_then(|p| p.status)
-                .and_then(|s| s.host_ip)
-                .filter(|ip| !ip.is_empty()),
-        );
-    }
+    let selector = resources::selector_string(names, "broker");
+    let host_ips: BTreeMap<String, String> = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| Some((p.name_any(), p.status?.host_ip.filter(|ip| !ip.is_empty())?)))
+        .collect();
+    let nodes: Vec<Option<String>> = (0..kc.spec.replicas)
+        .map(|ordinal| {
+            host_ips
+                .get(&format!("{}-{ordinal}", names.cluster))
+                .cloned()
+        })
+        .collect();
     let (bootstrap, brokers) = live
         .split_first()
         .ok_or(Error::MissingField("the external bootstrap Service"))?;

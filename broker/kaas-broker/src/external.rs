@@ -48,7 +48,7 @@ pub enum Error {
 #[derive(Debug)]
 pub struct External {
     config: ExternalListenerConfig,
-    addresses: RwLock<Arc<ExternalAddresses>>,
+    addresses: RwLock<ExternalAddresses>,
     /// The file's bytes last served, so an unchanged file is not parsed again.
     read: Mutex<Option<Vec<u8>>>,
 }
@@ -60,7 +60,7 @@ impl External {
         if let ExternalAdvertised::This(address) = &config.advertised {
             addresses.brokers.insert(node_id, address.clone());
         }
-        External { config, addresses: RwLock::new(Arc::new(addresses)), read: Mutex::new(None) }
+        External { config, addresses: RwLock::new(addresses), read: Mutex::new(None) }
     }
 
     pub fn listen(&self) -> SocketAddr {
@@ -93,7 +93,7 @@ impl External {
             ExternalAddresses::from_json(&bytes).map_err(|source| Error::Parse { path: path.clone(), source })?
         };
         info!(brokers = ?addresses.brokers, "external listener addresses changed");
-        *self.addresses.write() = Arc::new(addresses);
+        *self.addresses.write() = addresses;
         *read = Some(bytes);
         Ok(())
     }
