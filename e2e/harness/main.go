@@ -41,7 +41,27 @@ func Main(m *testing.M) {
 		os.Exit(code)
 	}
 	stopOnSignal()
-	os.Exit(m.Run())
+	code = m.Run()
+	atExit.Lock()
+	for _, f := range atExit.funcs {
+		f()
+	}
+	atExit.Unlock()
+	os.Exit(code)
+}
+
+// atExit is what AtExit registered.
+var atExit struct {
+	sync.Mutex
+	funcs []func()
+}
+
+// AtExit runs f when the package's tests have all run (Main's caller only): for what a whole
+// test process shares, such as built images, which no single test's cleanup may remove.
+func AtExit(f func()) {
+	atExit.Lock()
+	defer atExit.Unlock()
+	atExit.funcs = append(atExit.funcs, f)
 }
 
 // live is every harness of this process that has not been stopped, for stopOnSignal.

@@ -36,55 +36,13 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(wd, "..", "..")
 }
 
-// layouts returns the OCI layouts of the broker and operator images: KAAS_E2E_IMAGES_DIR's, or
-// built here from the cargo binaries with the Dockerfiles' runtime layout (checked).
-func layouts(t *testing.T, root string) (broker, operator string) {
-	if dir := os.Getenv("KAAS_E2E_IMAGES_DIR"); dir != "" {
-		return filepath.Join(dir, "kaas"), filepath.Join(dir, "kaas-operator")
-	}
-	out := t.TempDir()
-	for _, im := range []struct{ name, env, dockerfile string }{
-		{"kaas", "KAAS_BIN", "operator/broker.Dockerfile"},
-		{"kaas-operator", "KAAS_OPERATOR_BIN", "operator/Dockerfile"},
-	} {
-		start := time.Now()
-		df, err := imagebuild.ParseDockerfile(filepath.Join(root, im.dockerfile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		img, err := imagebuild.Build(imagebuild.Spec{
-			Binary: harness.CargoBinary(t, im.env, im.name), Path: df.Copies[len(df.Copies)-1],
-			Entrypoint: df.Entrypoint, Cmd: df.Cmd, Title: im.name, Version: "0.1.0", Revision: "e2e",
-			Source: "kaas e2e", StripDebug: true,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bad, err := imagebuild.Verify(img, df); err != nil || len(bad) > 0 {
-			t.Fatalf("%s does not match %s: %v %v", im.name, im.dockerfile, err, bad)
-		}
-		if err := imagebuild.WriteLayout(filepath.Join(out, im.name), img, "ghcr.io/kaas/"+im.name, []string{"0.1.0"}); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("built %s in %s", im.name, time.Since(start).Round(time.Millisecond))
-	}
-	return filepath.Join(out, "kaas"), filepath.Join(out, "kaas-operator")
-}
-
 func TestImages(t *testing.T) {
 	root := repoRoot(t)
-	brokerLayout, operatorLayout := layouts(t, root)
 	// No image table entry for ghcr.io/kaas: every kaas pod is pulled.
-	c := harness.Start(t, harness.Options{
-		Registry:       true,
-		RegistryImages: map[string]string{brokerLayout: "kaas/kaas", operatorLayout: "kaas/kaas-operator"},
-		Mirrors:        []string{"ghcr.io"},
-	})
+	c := harness.Start(t, kaastest.Pulled(t, harness.Options{}))
 	// The shared volume is an export the nonroot user 65532 may write, as an NFS export for
 	// these images must be.
-	if err := os.Chown(c.VolumeDir("shared"), imagebuild.NonrootUID, imagebuild.NonrootUID); err != nil {
-		t.Fatal(err)
-	}
+	kaastest.WritableByImages(t, c.VolumeDir("shared"))
 	c.MustKubectl("apply", "-k", filepath.Join(root, "config", "default"))
 	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
 		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"kaas/e2e/harness"
-	"kaas/e2e/imagebuild"
+	"kaas/e2e/kaastest"
 )
 
 // guideHeading is the README section TestInstallGuide follows.
@@ -81,22 +81,14 @@ func TestInstallGuide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	brokerLayout, operatorLayout := layouts(t, root)
-	c := harness.Start(t, harness.Options{
-		Registry:       true,
-		RegistryImages: map[string]string{brokerLayout: "kaas/kaas", operatorLayout: "kaas/kaas-operator"},
-		Mirrors:        []string{"ghcr.io"},
-		Images:         map[string]string{"edenhill/kcat*": "host"},
-	})
+	c := harness.Start(t, kaastest.Pulled(t, harness.Options{Images: map[string]string{"edenhill/kcat*": "host"}}))
 
 	// The StorageClass the sample names, with one volume, as an NFS provisioner would make it.
 	export := c.VolumeDir("nfs-export")
 	if err := os.MkdirAll(export, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(export, imagebuild.NonrootUID, imagebuild.NonrootUID); err != nil {
-		t.Fatal(err)
-	}
+	kaastest.WritableByImages(t, export)
 	c.Apply(fmt.Sprintf(`
 apiVersion: storage.k8s.io/v1
 kind: StorageClass

@@ -2,29 +2,53 @@
 // claim and KafkaCluster, and KafkaTopics.
 package kaastest
 
-import "fmt"
+import (
+	"fmt"
+
+	"kaas/e2e/harness"
+)
 
 // Namespace is the namespace every kaas e2e test deploys into.
 const Namespace = "demo"
 
-// Cluster is a Namespace, an RWX claim `shared` on the harness' pre-created volume, and a
-// 3-broker KafkaCluster `kc` on it with spec lines extra (indented two spaces) added. Brokers
-// listen as by default, on every address of their pods' own network namespaces, and advertise
-// their pod DNS names (`<pod>.kc-brokers.demo.svc`), which the harness' cluster DNS serves.
+// Cluster is a Namespace and a 3-broker KafkaCluster `kc` on a claim the operator creates, as
+// the README's sample is (`storage: {size, storageClassName}`), with spec lines extra (indented
+// two spaces) added. The claim binds to the harness' pre-created volume of its class, so use it
+// where the harness has one volume (the default, "shared"). Brokers listen as by default, on
+// every address of their pods' own network namespaces, and advertise their pod DNS names
+// (`<pod>.kc-brokers.demo.svc`), which the harness' cluster DNS serves.
 func Cluster(extra string) string {
-	return `
-apiVersion: v1
-kind: Namespace
-metadata: {name: ` + Namespace + `}
----` + Claim("shared") + `---
+	return namespace() + `---
 apiVersion: kaas.dev/v1alpha1
 kind: KafkaCluster
 metadata: {name: kc, namespace: ` + Namespace + `}
 spec:
   replicas: 3
   version: 0.1.0
-  storage: {existingClaim: shared}
+  storage: {size: 1Gi, storageClassName: ` + harness.StorageClass + `}
 ` + extra
+}
+
+// ClusterOnClaim is Cluster on an existing claim of that name (Claim) instead, bound to the
+// pre-created volume of the same name: for a harness with several volumes.
+func ClusterOnClaim(claim, extra string) string {
+	return namespace() + `---` + Claim(claim) + `---
+apiVersion: kaas.dev/v1alpha1
+kind: KafkaCluster
+metadata: {name: kc, namespace: ` + Namespace + `}
+spec:
+  replicas: 3
+  version: 0.1.0
+  storage: {existingClaim: ` + claim + `}
+` + extra
+}
+
+func namespace() string {
+	return `
+apiVersion: v1
+kind: Namespace
+metadata: {name: ` + Namespace + `}
+`
 }
 
 // Claim is an RWX claim in Namespace bound to the harness' pre-created volume of the same name:

@@ -35,7 +35,7 @@ apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass
 metadata: {name: kaas-e2e-brokers}
 value: 1000
----` + kaastest.Cluster(`  config: {log.retention.ms: "600000"}
+---` + kaastest.ClusterOnClaim("shared", `  config: {log.retention.ms: "600000"}
   podTemplate:
     securityContext: {runAsUser: 65532, runAsGroup: 65532, fsGroup: 65532}
     env: [{name: RUST_BACKTRACE, value: "1"}]
@@ -45,16 +45,16 @@ value: 1000
 
 func TestOperator(t *testing.T) {
 	root := repoRoot(t)
-	c := harness.Start(t, harness.Options{
-		Images: map[string]string{
-			"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
-			"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
-		},
+	// The operator and brokers run from their images, pulled from the harness registry.
+	c := harness.Start(t, kaastest.Pulled(t, harness.Options{
 		// "spare" backs the claim of a cluster whose broker pods cannot be created, "unmounted"
 		// one whose pods cannot mount their listener Secret, "clients" one with the operator's TLS
 		// and client certificates.
 		Volumes: []string{"shared", "spare", "unmounted", "clients"},
-	})
+	}))
+	for _, v := range []string{"shared", "spare", "unmounted", "clients"} {
+		kaastest.WritableByImages(t, c.VolumeDir(v))
+	}
 	volume := c.VolumeDir("shared")
 
 	// Install exactly as a user would: CRDs, RBAC and the operator Deployment from config/.
@@ -266,7 +266,7 @@ func TestOperator(t *testing.T) {
 	t.Run("an operator rollout to a new image and re-applied CRDs restart no broker", func(t *testing.T) {
 		c := c.For(t)
 		before, generation := kaastest.BrokerPods(c)
-		kaastest.UpgradeOperator(c, root, "ghcr.io/kaas/kaas-operator:0.1.1-e2e")
+		kaastest.UpgradeOperator(c, root, kaastest.NextOperatorImage)
 		if after, got := kaastest.BrokerPods(c); after != before || got != generation {
 			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)
 		}

@@ -75,15 +75,14 @@ type seedsEnv struct {
 	nfs    *nfs
 }
 
-// seeds are the three brokers' Kafka addresses: the names they advertise (listener.advertise
-// PodDns, the default), which the test process resolves through the cluster DNS.
-func (e *seedsEnv) seeds() []string {
-	var out []string
-	for i := range 3 {
-		out = append(out, fmt.Sprintf("kc-%d.kc-brokers.%s.svc:9092", i, ns))
-	}
-	return out
-}
+// bootstrap is what the cluster's status.bootstrapServers says: its bootstrap Service, a
+// cluster IP the harness' service proxy forwards to a ready broker, by its cluster DNS name.
+var bootstrap = fmt.Sprintf("kc-bootstrap.%s.svc:9092", ns)
+
+// seeds are what a client in the cluster is given, as a user's is: the bootstrap Service. The
+// brokers it then learns are the names they advertise (listener.advertise PodDns, the default),
+// which the test process resolves through the cluster DNS too.
+func (e *seedsEnv) seeds() []string { return []string{bootstrap} }
 
 // leaderOf is the broker leading topic/partition in the current assignment.
 func (e *seedsEnv) leaderOf(t testing.TB, topic string, partition int) (int, int) {
@@ -140,8 +139,6 @@ func (e *seedsEnv) waitBrokersReady(timeout time.Duration) {
 // plane, the operator from config/ and the 3-broker KafkaCluster, and waits until it is Ready.
 func startCluster(t testing.TB) *seedsEnv {
 	root := repoRoot(t)
-	kaasBin := harness.CargoBinary(t, "KAAS_BIN", "kaas")
-	operatorBin := harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator")
 	nfsBin := harness.CargoBinary(t, "KAAS_NFSFS_BIN", "kaas-nfsfs")
 
 	// The NFS export, served through one mount per node; started before the cluster so that
@@ -151,13 +148,14 @@ func startCluster(t testing.TB) *seedsEnv {
 	if err := os.MkdirAll(export, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The export is writable by the images' user, as a user's NFS export for kaas must be.
+	kaastest.WritableByImages(t, export)
 	nodes := []string{"kaas-e2e-node-0", "kaas-e2e-node-1", "kaas-e2e-node-2"}
 	server := startNFS(t, nfsBin, export, work, nodes)
 
-	c := harness.Start(t, harness.Options{Nodes: 3, Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": operatorBin,
-		"ghcr.io/kaas/kaas:*":          kaasBin,
-	}})
+	// The operator, its volume agent and the brokers run from their images, pulled from the
+	// harness registry under their published names.
+	c := harness.Start(t, kaastest.Pulled(t, harness.Options{Nodes: 3}))
 	for _, node := range c.Nodes {
 		c.MapVolume(node, "shared", server.mounts[node])
 	}
@@ -170,6 +168,13 @@ func startCluster(t testing.TB) *seedsEnv {
 	c.Apply(clusterYAML)
 	e.WaitJSONPath(4*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
 	e.waitBrokersReady(2 * time.Minute)
+	if got := e.JSONPath(ns, "kafkacluster", "kc", ".status.bootstrapServers"); got != bootstrap {
+		t.Fatalf("status.bootstrapServers = %q, want %q", got, bootstrap)
+	}
+	// The claim is the one the operator made, bound to the harness' volume.
+	if got := e.JSONPath(ns, "persistentvolumeclaim", "kc-data", ".spec.volumeName"); got != "shared" {
+		t.Fatalf("claim kc-data bound to %q, want the volume shared", got)
+	}
 	return e
 }
 
@@ -420,7 +425,7 @@ func TestSeeds(t *testing.T) {
 		e := &seedsEnv{Cluster: c.For(t), export: export, nfs: server}
 		before, generation := kaastest.BrokerPods(e.Cluster)
 		l := e.whileProducing(t, "operator-upgrade", func() {
-			kaastest.UpgradeOperator(e.Cluster, repoRoot(t), "ghcr.io/kaas/kaas-operator:0.1.1-e2e")
+			kaastest.UpgradeOperator(e.Cluster, repoRoot(t), kaastest.NextOperatorImage)
 		})
 		if after, got := kaastest.BrokerPods(e.Cluster); after != before || got != generation {
 			t.Errorf("brokers restarted or StatefulSet rewritten: pods %q → %q, generation %s → %s", before, after, generation, got)

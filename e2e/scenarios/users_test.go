@@ -346,13 +346,12 @@ func pemDER(t *testing.T, text string) []byte {
 }
 
 // startWithOperator starts a control plane (one node) with the operator installed from
-// config/default and its CRDs established; the images are the dev build's binaries.
+// config/default and its CRDs established; the operator and the brokers run from their images
+// (pulled from the harness registry), on the one volume, which their user may write.
 func startWithOperator(t *testing.T) *harness.Cluster {
 	t.Helper()
-	c := harness.Start(t, harness.Options{Images: map[string]string{
-		"ghcr.io/kaas/kaas-operator:*": harness.CargoBinary(t, "KAAS_OPERATOR_BIN", "kaas-operator"),
-		"ghcr.io/kaas/kaas:*":          harness.CargoBinary(t, "KAAS_BIN", "kaas"),
-	}})
+	c := harness.Start(t, kaastest.Pulled(t, harness.Options{}))
+	kaastest.WritableByImages(t, c.VolumeDir("shared"))
 	c.MustKubectl("apply", "-k", filepath.Join(repoRoot(t), "config", "default"))
 	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkausers", "kafkaclusterassignments"} {
 		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
