@@ -3,14 +3,15 @@
 #  - Debian packages: cmake and compilers for librdkafka (the rdkafka crate builds it), curl and
 #    ssl headers it probes for, kcat (a stock client the tests drive), FUSE for the NFS tests,
 #    ip and nsenter for the e2e harness's network namespace, openssl (a test makes a CA with
-#    it as a user would), and a JRE unless keytool is there
+#    it as a user would), containerd, runc, the CNI plugins and iptables for the e2e harness's
+#    real-kubelet leg (e2e/images/realkubelet_test.go), and a JRE unless keytool is there
 #    (the operator's tests read its KafkaUsers' PKCS#12 keystores with Java's keytool).
 #  - A Python virtualenv in the cache with kafka-python, aiokafka and confluent-kafka (the Python
 #    binding of librdkafka, which its wheel bundles): stock clients the tests drive.
 set -euo pipefail
 
 cache="${KAAS_CACHE:-$HOME/.cache/kaas}"
-apt_packages=(build-essential cmake pkg-config libcurl4-openssl-dev libssl-dev zlib1g-dev kcat fuse3 libfuse3-dev iproute2 util-linux openssl)
+apt_packages=(build-essential cmake pkg-config libcurl4-openssl-dev libssl-dev zlib1g-dev kcat fuse3 libfuse3-dev iproute2 util-linux openssl containerd runc containernetworking-plugins iptables)
 command -v keytool >/dev/null || apt_packages+=(default-jre-headless)
 kafka_python_version="3.0.12"
 # confluent-kafka's wheels bundle librdkafka (2.16.1 bundles librdkafka 2.16.0, the newest): this

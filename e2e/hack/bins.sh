@@ -39,7 +39,9 @@ build() { # build <module dir> <out dir> <name> <package>
 }
 
 build "$here/etcd" "$etcd_bin" etcd go.etcd.io/etcd/server/v3
-for c in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+# The kubelet is only for the real-kubelet leg (images/realkubelet_test.go), which runs it with
+# containerd; the harness' own nodes are process kubelets (cmd/process-kubelet).
+for c in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet; do
   build "$here" "$k8s_bin" "$c" "k8s.io/kubernetes/cmd/$c"
 done
 

@@ -23,7 +23,7 @@ func moduleDir() (string, error) {
 }
 
 // prepareBinaries makes sure the control-plane binaries (hack/bins.sh, cached by version) and the
-// harness' own tools (process-kubelet, testpod) are built, and exports their directories in the
+// harness' own tools (process-kubelet, testpod, imagebuild, pause) are built, and exports their directories in the
 // environment for the inner process. It runs outside the network namespace because a first
 // build downloads modules.
 func prepareBinaries() error {
@@ -55,7 +55,7 @@ func prepareBinaries() error {
 		}
 		// `go build` is incremental, so this costs a second or two once the build cache is warm.
 		cmd := exec.Command("nice", "-n", "19", "go", "build", "-o", tools+"/",
-			"./cmd/process-kubelet", "./cmd/testpod", "./cmd/imagebuild")
+			"./cmd/process-kubelet", "./cmd/testpod", "./cmd/imagebuild", "./cmd/pause")
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("build harness tools: %w", err)
@@ -76,3 +76,7 @@ func cacheDir() string {
 // TestpodBinary is the path of the harness' own test program (cmd/testpod), which the default
 // image table maps the image "kaas-e2e/testpod" to.
 func TestpodBinary() string { return filepath.Join(os.Getenv(envTools), "testpod") }
+
+// PauseBinary is cmd/pause, a static program that waits for a signal: the sandbox image of a
+// real container runtime (images/realkubelet_test.go).
+func PauseBinary() string { return filepath.Join(os.Getenv(envTools), "pause") }

@@ -310,3 +310,15 @@ func ipList(ips ...string) []net.IP {
 	}
 	return out
 }
+
+// NodeKubeconfig writes a kubeconfig with a node client certificate (system:node:<name> in
+// system:nodes) for a kubelet the test runs itself, such as a real kubelet
+// (images/realkubelet_test.go): the Node authorizer and NodeRestriction limit it as they limit
+// the harness' own kubelets.
+func (c *Env) NodeKubeconfig(name string) (string, error) {
+	cert, err := c.pki.issue("node-"+name, "system:node:"+name, []string{"system:nodes"}, nil, nil, false)
+	if err != nil {
+		return "", err
+	}
+	return c.kubeconfig("node-"+name, cert)
+}
