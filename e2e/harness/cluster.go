@@ -92,6 +92,7 @@ type Env struct {
 	stopDNS                func()
 	stopProxy              func()
 	stopLaptop             func()
+	onStop                 []func() // OnStop's, run first by Stop
 	laptopMu               sync.Mutex
 	laptop                 *Laptop
 	stopOnce               sync.Once
@@ -221,6 +222,12 @@ func (c *Env) Stop() {
 		delete(live.envs, c)
 		live.Unlock()
 		c.mu.Lock()
+		onStop := append([]func(){}, c.onStop...)
+		c.mu.Unlock()
+		for i := len(onStop) - 1; i >= 0; i-- {
+			onStop[i]()
+		}
+		c.mu.Lock()
 		procs := append([]*proc(nil), c.procs...)
 		c.mu.Unlock()
 		for i := len(procs) - 1; i >= 0; i-- {
@@ -240,6 +247,16 @@ func (c *Env) Stop() {
 		}
 		_ = os.RemoveAll(c.Dir)
 	})
+}
+
+// OnStop registers f to run when the cluster stops, before anything of the harness stops (last
+// registered first): for what a test runs beside the harness, such as a real kubelet and its
+// container runtime (images/realkubelet_test.go), whose shims and containers would outlive the
+// test process. Unlike t.Cleanup it also runs on Ctrl-C and SIGTERM (stopOnSignal).
+func (c *Env) OnStop(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.onStop = append(c.onStop, f)
 }
 
 func (c *Env) addProc(p *proc) {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ var kubeletSysctls = []string{"vm/overcommit_memory", "vm/panic_on_oom", "kernel
 // v1Hierarchies are the cgroup v1 hierarchies mounted.
 func v1Hierarchies(t *testing.T) []string {
 	t.Helper()
-	out := cgroupMounts(t, "cgroup")
+	out := cgroupMounts("cgroup")
 	if len(out) == 0 {
 		t.Fatal("no cgroup v1 hierarchy is mounted: the real kubelet here runs with the cgroupfs driver on cgroup v1")
 	}
@@ -52,11 +53,10 @@ func v1Hierarchies(t *testing.T) []string {
 // cgroupMounts are the mount points of the cgroup file systems of the given types ("cgroup" for
 // v1, "cgroup2" for v2, also the "unified" hierarchy of a hybrid setup, where the kubelet makes
 // its cgroup root too).
-func cgroupMounts(t *testing.T, types ...string) []string {
-	t.Helper()
+func cgroupMounts(types ...string) []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		t.Fatal(err)
+		return nil
 	}
 	defer f.Close()
 	var out []string
@@ -95,7 +95,26 @@ func startRealNode(t *testing.T, c *harness.Cluster, name, ip, podCIDR string, m
 	}
 	n := &realNode{name: name, ip: ip, podCIDR: podCIDR, dir: dir, cgroup: fmt.Sprintf("kaas-e2e-%d", os.Getpid()),
 		exited: map[*exec.Cmd]chan struct{}{}}
-	t.Cleanup(func() { n.stop(t, c) })
+	// Torn down by the test's cleanup, or by the harness' Stop on Ctrl-C or SIGTERM, when no
+	// cleanup runs (and the shims and containers would outlive the test process).
+	var once sync.Once
+	teardown := func(errorf func(format string, args ...any)) { once.Do(func() { n.stop(c.Env, errorf) }) }
+	c.OnStop(func() {
+		teardown(func(format string, args ...any) { fmt.Fprintf(os.Stderr, "real node: "+format+"\n", args...) })
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, name := range []string{"containerd", "kubelet"} {
+				if b, err := os.ReadFile(filepath.Join(n.dir, name+".log")); err == nil {
+					t.Logf("===== real node %s.log (last 100 lines) =====\n%s", name, lastLines(string(b), 100))
+				}
+			}
+		}
+		teardown(t.Errorf)
+		if os.Getenv("KAAS_E2E_KEEP") == "1" {
+			t.Logf("KAAS_E2E_KEEP=1, leaving %s", n.dir)
+		}
+	})
 
 	hierarchies := v1Hierarchies(t)
 	for _, h := range hierarchies {
@@ -309,18 +328,12 @@ func (n *realNode) eventually(t *testing.T, c *harness.Cluster, timeout time.Dur
 
 // stop tears the node down: its pods deleted through the API while the kubelet still runs, then
 // the kubelet and containerd stopped, whatever is left in their cgroups killed (shims,
-// containers), the mounts under dir removed, the cgroups and dir too.
-func (n *realNode) stop(t *testing.T, c *harness.Cluster) {
-	if t.Failed() {
-		for _, name := range []string{"containerd", "kubelet"} {
-			if b, err := os.ReadFile(filepath.Join(n.dir, name+".log")); err == nil {
-				t.Logf("===== real node %s.log (last 100 lines) =====\n%s", name, lastLines(string(b), 100))
-			}
-		}
-	}
+// containers), the mounts under dir removed, the cgroups and dir too (dir stays with
+// KAAS_E2E_KEEP=1). It reports what it could not undo through errorf.
+func (n *realNode) stop(c *harness.Env, errorf func(format string, args ...any)) {
 	if n.kubelet != nil {
 		if out, err := c.Kubectl("delete", "pods", "-A", "--field-selector", "spec.nodeName="+n.name, "--wait=true", "--timeout=60s"); err != nil {
-			t.Logf("deleting the pods of %s: %v: %s", n.name, err, out)
+			errorf("deleting the pods of %s: %v: %s", n.name, err, out)
 		}
 	}
 	for _, cmd := range []*exec.Cmd{n.kubelet, n.containerd} {
@@ -335,7 +348,7 @@ func (n *realNode) stop(t *testing.T, c *harness.Cluster) {
 			<-n.exited[cmd]
 		}
 	}
-	hierarchies := cgroupMounts(t, "cgroup", "cgroup2")
+	hierarchies := cgroupMounts("cgroup", "cgroup2")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		pids := n.leftoverPIDs(hierarchies)
@@ -343,7 +356,7 @@ func (n *realNode) stop(t *testing.T, c *harness.Cluster) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("processes of the real node still running after SIGKILL: %v", pids)
+			errorf("processes of the real node still running after SIGKILL: %v", pids)
 			break
 		}
 		for _, pid := range pids {
@@ -353,7 +366,7 @@ func (n *realNode) stop(t *testing.T, c *harness.Cluster) {
 	}
 	for _, mp := range mountsUnder(n.dir) {
 		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL {
-			t.Errorf("umount %s: %v", mp, err)
+			errorf("umount %s: %v", mp, err)
 		}
 	}
 	for _, h := range hierarchies {
@@ -375,17 +388,16 @@ func (n *realNode) stop(t *testing.T, c *harness.Cluster) {
 				time.Sleep(100 * time.Millisecond)
 			}
 			if err != nil && !os.IsNotExist(err) {
-				t.Errorf("rmdir %s: %v", d, err)
+				errorf("rmdir %s: %v", d, err)
 			}
 		}
 	}
 	_ = exec.Command("ip", "addr", "del", n.ip+"/32", "dev", "lo").Run()
 	if os.Getenv("KAAS_E2E_KEEP") == "1" {
-		t.Logf("KAAS_E2E_KEEP=1, leaving %s", n.dir)
 		return
 	}
 	if err := os.RemoveAll(n.dir); err != nil {
-		t.Errorf("remove %s: %v", n.dir, err)
+		errorf("remove %s: %v", n.dir, err)
 	}
 }
 
