@@ -10,7 +10,8 @@
 #   make bundle images-bundle        the OLM bundle image of bundle/ → build/images/kaas-operator-bundle
 #   make images-push IMAGES_PUSH=...  push the layouts already built (the bundle's too, if built)
 #   make images-e2e                  the broker and operator pods run from images pulled from the
-#                                    harness registry (e2e/images), produce/consume through them
+#                                    harness registry (e2e/images), produce/consume through them;
+#                                    and the broker on a real kubelet with containerd (TestRealKubelet)
 #
 # Tags: the crate version (broker/kaas, operator) and version-<12 hex of the commit>, with
 # -dirty when the work tree had changes. IMAGES_CARGO= (empty) takes the binaries in
@@ -67,5 +68,5 @@ images-push: images-tool
 # build/images after `make images`).
 images-e2e: e2e-bins
 	$(DEV_BUILD)
-	cd e2e && nice -n 19 go vet ./images/ ./imagebuild/ ./cmd/imagebuild/
+	cd e2e && nice -n 19 go vet ./images/ ./imagebuild/ ./cmd/imagebuild/ ./cmd/pause/
 	cd e2e && go test $(E2E_GOTEST_FLAGS) -v ./images/

@@ -29,7 +29,7 @@ import (
 type realNode struct {
 	name, ip, podCIDR string
 	dir               string // all files: containerd's root and state, the kubelet's root, logs
-	cgroup            string // "kaas-e2e-<pid>": the kubelet's cgroupRoot, containerd's pids cgroup
+	cgroup            string // realNodePrefix+<pid>: the kubelet's cgroupRoot, containerd's pids cgroup
 	containerd        *exec.Cmd
 	kubelet           *exec.Cmd
 	exited            map[*exec.Cmd]chan struct{}
@@ -93,11 +93,13 @@ func startRealNode(t *testing.T, c *harness.Cluster, name, ip, podCIDR string, m
 			t.Fatalf("the real-kubelet leg needs %s (Debian: containerd runc containernetworking-plugins; scripts/install-deps.sh installs them; the kubelet comes from e2e/hack/bins.sh): %v", bin, err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "kaas-e2e-realnode-")
+	sweepDead(t)
+	cgroup := fmt.Sprintf("%s%d", realNodePrefix, os.Getpid())
+	dir, err := os.MkdirTemp("", cgroup+"-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &realNode{name: name, ip: ip, podCIDR: podCIDR, dir: dir, cgroup: fmt.Sprintf("kaas-e2e-%d", os.Getpid()),
+	n := &realNode{name: name, ip: ip, podCIDR: podCIDR, dir: dir, cgroup: cgroup,
 		exited: map[*exec.Cmd]chan struct{}{}}
 	// Torn down by the test's cleanup, or by the harness' Stop on Ctrl-C or SIGTERM, when no
 	// cleanup runs (and the shims and containers would outlive the test process).
@@ -351,10 +353,25 @@ func (n *realNode) stop(c *harness.Env, errorf func(format string, args ...any))
 			<-n.exited[cmd]
 		}
 	}
+	killAndRemove(n.cgroup, n.dir, errorf)
+	_ = exec.Command("ip", "addr", "del", n.ip+"/32", "dev", "lo").Run()
+	if os.Getenv("KAAS_E2E_KEEP") == "1" {
+		return
+	}
+	if err := os.RemoveAll(n.dir); err != nil {
+		errorf("remove %s: %v", n.dir, err)
+	}
+}
+
+// killAndRemove kills what is left of a real node: the processes in the cgroup trees named
+// cgroup (any hierarchy) and those whose command line names dir (a shim's -address), until
+// none is left; then it unmounts what is mounted under dir in this mount namespace and removes
+// the cgroup trees. It reports what it could not undo through errorf.
+func killAndRemove(cgroup, dir string, errorf func(format string, args ...any)) {
 	hierarchies := cgroupMounts("cgroup", "cgroup2")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		pids := n.leftoverPIDs(hierarchies)
+		pids := leftoverPIDs(hierarchies, cgroup, dir)
 		if len(pids) == 0 {
 			break
 		}
@@ -367,14 +384,14 @@ func (n *realNode) stop(c *harness.Env, errorf func(format string, args ...any))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	for _, mp := range mountsUnder(n.dir) {
+	for _, mp := range mountsUnder(dir) {
 		if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil && err != syscall.EINVAL {
 			errorf("umount %s: %v", mp, err)
 		}
 	}
 	for _, h := range hierarchies {
 		var dirs []string
-		_ = filepath.Walk(filepath.Join(h, n.cgroup), func(p string, info os.FileInfo, err error) error {
+		_ = filepath.Walk(filepath.Join(h, cgroup), func(p string, info os.FileInfo, err error) error {
 			if err == nil && info.IsDir() {
 				dirs = append(dirs, p)
 			}
@@ -395,21 +412,58 @@ func (n *realNode) stop(c *harness.Env, errorf func(format string, args ...any))
 			}
 		}
 	}
-	_ = exec.Command("ip", "addr", "del", n.ip+"/32", "dev", "lo").Run()
-	if os.Getenv("KAAS_E2E_KEEP") == "1" {
-		return
+}
+
+// sweepDead removes what the real node of a test process that was killed outright (a -timeout
+// panic, SIGKILL: no cleanup ran) left behind: its cgroup trees with their shims and containers,
+// and its directory. Both are named after the test process' PID.
+func sweepDead(t *testing.T) {
+	t.Helper()
+	dead := map[int]bool{}
+	for _, h := range cgroupMounts("cgroup", "cgroup2") {
+		cgs, _ := filepath.Glob(filepath.Join(h, realNodePrefix+"*"))
+		for _, cg := range cgs {
+			if pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(cg), realNodePrefix)); err == nil && !alive(pid) {
+				dead[pid] = true
+			}
+		}
 	}
-	if err := os.RemoveAll(n.dir); err != nil {
-		errorf("remove %s: %v", n.dir, err)
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), realNodePrefix+"*-*"))
+	for _, d := range dirs {
+		f := strings.SplitN(strings.TrimPrefix(filepath.Base(d), realNodePrefix), "-", 2)
+		if pid, err := strconv.Atoi(f[0]); err == nil && !alive(pid) {
+			dead[pid] = true
+		}
+	}
+	for pid := range dead {
+		t.Logf("removing the real node of test process %d, which is gone", pid)
+		name := fmt.Sprintf("%s%d", realNodePrefix, pid)
+		dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), name+"-*"))
+		dir := filepath.Join(os.TempDir(), name+"-") // a prefix no command line of another node has
+		killAndRemove(name, dir, t.Errorf)
+		for _, d := range dirs {
+			if err := os.RemoveAll(d); err != nil {
+				t.Errorf("remove %s: %v", d, err)
+			}
+		}
 	}
 }
 
-// leftoverPIDs are the processes in the node's cgroup tree (any hierarchy) and any whose
-// command line names the node's directory (a shim's -address).
-func (n *realNode) leftoverPIDs(hierarchies []string) []int {
+// realNodePrefix names a real node's cgroup trees (<prefix><pid>) and directory
+// (<prefix><pid>-<random>) after the test process.
+const realNodePrefix = "kaas-e2e-realnode-"
+
+func alive(pid int) bool {
+	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+	return err == nil
+}
+
+// leftoverPIDs are the processes in the cgroup trees named cgroup (any hierarchy) and those
+// whose command line names dir (a shim's -address), this process aside.
+func leftoverPIDs(hierarchies []string, cgroup, dir string) []int {
 	seen := map[int]bool{}
 	for _, h := range hierarchies {
-		_ = filepath.Walk(filepath.Join(h, n.cgroup), func(p string, info os.FileInfo, err error) error {
+		_ = filepath.Walk(filepath.Join(h, cgroup), func(p string, info os.FileInfo, err error) error {
 			if err != nil || info.IsDir() || info.Name() != "cgroup.procs" {
 				return nil
 			}
@@ -428,7 +482,7 @@ func (n *realNode) leftoverPIDs(hierarchies []string) []int {
 		if err != nil {
 			continue
 		}
-		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(b), n.dir) {
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(b), dir) {
 			seen[pid] = true
 		}
 	}
