@@ -150,6 +150,12 @@ spec:
 			}
 		}
 		checkProcess(t, "broker", pid, "/kaas")
+		// The service account token, a tmpfs the kubelet mounts in its own mount namespace,
+		// reached the container through the shared root dir.
+		root := fmt.Sprintf("/proc/%d/root", pid)
+		if tok, err := os.ReadFile(root + "/var/run/secrets/kubernetes.io/serviceaccount/token"); err != nil || len(tok) == 0 {
+			t.Errorf("the service account token in the container: %d bytes, %v", len(tok), err)
+		}
 	})
 
 	t.Run("produce and consume through the pod", func(t *testing.T) {
@@ -181,8 +187,12 @@ spec:
 		if !strings.Contains(logs, "INFO") || !strings.Contains(logs, "group shard taken over") {
 			t.Errorf("kubectl logs broker: no broker log lines:\n%s", lastLines(logs, 20))
 		}
-		// containerd wrote them where the kubelet's podLogsDir says, not to /var/log/pods.
+		// The broker's data went to its emptyDir, a directory under the kubelet's root.
 		uid := c.JSONPath("default", "pod", "broker", ".metadata.uid")
+		if ents, err := os.ReadDir(filepath.Join(n.dir, "kubelet", "pods", uid, "volumes", "kubernetes.io~empty-dir", "data")); err != nil || len(ents) == 0 {
+			t.Errorf("the broker's emptyDir data dir: %d entries, %v", len(ents), err)
+		}
+		// containerd wrote the logs where the kubelet's podLogsDir says, not to /var/log/pods.
 		if b, err := os.ReadFile(filepath.Join(n.dir, "pod-logs", "default_broker_"+uid, "kaas", "0.log")); err != nil || !strings.Contains(string(b), "group shard taken over") {
 			t.Errorf("the container log in the node's pod log directory: %v", err)
 		}

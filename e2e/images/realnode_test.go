@@ -229,7 +229,8 @@ exec containerd --config %s`, pidsCgroup, filepath.Join(dir, "containerd.toml"))
 	})
 
 	// The kubelet: a node client certificate, cgroupfs under its own cgroup root, the pod logs in
-	// dir; the sysctls it sets and /var/log/containers (its symlinks) covered in its namespace.
+	// dir; the sysctls it sets, /var/log/containers (its symlinks) and /var/lib/kubelet (the
+	// device plugin socket's fixed directory, whatever --root-dir says) covered in its namespace.
 	kubeconfig, err := c.NodeKubeconfig(name)
 	if err != nil {
 		t.Fatal(err)
@@ -267,6 +268,7 @@ nodeStatusUpdateFrequency: 2s
 	n.kubelet = n.start(t, "kubelet", fmt.Sprintf(`set -e
 %s
 if [ -d /var/log/containers ]; then mount -t tmpfs tmpfs /var/log/containers; else mount -t tmpfs tmpfs /var/log; fi
+mkdir -p /var/lib/kubelet && mount -t tmpfs tmpfs /var/lib/kubelet
 exec %s --config=%s --kubeconfig=%s --hostname-override=%s --node-ip=%s --root-dir=%s --node-labels=kaas.dev/e2e-runtime=containerd --v=2`,
 		cover.String(), kubeletBin, filepath.Join(dir, "kubelet.yaml"), kubeconfig, name, ip, kubeletRoot))
 	return n
