@@ -79,11 +79,11 @@ func cgroupMounts(types ...string) []string {
 }
 
 // startRealNode starts containerd and a kubelet as node name, with the node address ip on the
-// namespace's lo and pods on a CNI bridge in podCIDR (a /24), and waits for the node to be Ready.
-// The images pause (registry.k8s.io/pause:3.6, containerd's sandbox image, built from
-// cmd/pause) goes into the harness registry, which serves registry.k8s.io and every mirror of
-// the harness (Options.Mirrors) to containerd over plain HTTP. Teardown is registered with
-// t.Cleanup.
+// namespace's lo and pods on a CNI bridge in podCIDR (a /24); the caller waits for the node to
+// be Ready. The image pause (registry.k8s.io/pause:3.6, containerd's sandbox image, built from
+// cmd/pause) goes into the harness registry, which serves registry.k8s.io and mirrors (the
+// harness' Options.Mirrors) to containerd over plain HTTP. Teardown is registered with t.Cleanup
+// and the harness' OnStop.
 func startRealNode(t *testing.T, c *harness.Cluster, name, ip, podCIDR string, mirrors []string) *realNode {
 	t.Helper()
 	hierarchies := v1Hierarchies(t)
