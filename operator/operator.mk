@@ -28,4 +28,4 @@ operator-e2e: e2e-bins
 	cd e2e && nice -n 10 go test -count=1 -timeout 15m ./operator/
 
 ## What `make test` should run for the operator (cargo tests run with the workspace).
-operator-test: bundle operator-e2e
+operator-test: bundle images-catalog operator-e2e

@@ -24,16 +24,7 @@ func BuildBundle(dir string, s Spec) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Created.IsZero() {
-		s.Created = time.Unix(0, 0).UTC()
-	}
-	labels := map[string]string{
-		"org.opencontainers.image.title":    s.Title,
-		"org.opencontainers.image.version":  s.Version,
-		"org.opencontainers.image.revision": s.Revision,
-		"org.opencontainers.image.source":   s.Source,
-		"org.opencontainers.image.created":  s.Created.UTC().Format(time.RFC3339),
-	}
+	labels := map[string]string{}
 	var files []entry
 	for _, line := range strings.Split(string(df), "\n") {
 		instr, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
@@ -74,13 +65,33 @@ func BuildBundle(dir string, s Spec) (v1.Image, error) {
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%s/bundle.Dockerfile copies no files", dir)
 	}
+	return scratchImage(files, s, "kaas imagebuild bundle", "OLM bundle: manifests, metadata", labels)
+}
+
+// scratchImage is an image FROM scratch of one layer of files, with labels and the
+// org.opencontainers.image labels of s (Title, Version, Revision, Source, Created): the shape of
+// the OLM bundle and catalog images.
+func scratchImage(files []entry, s Spec, createdBy, comment string, labels map[string]string) (v1.Image, error) {
+	if s.Created.IsZero() {
+		s.Created = time.Unix(0, 0).UTC()
+	}
+	all := map[string]string{
+		"org.opencontainers.image.title":    s.Title,
+		"org.opencontainers.image.version":  s.Version,
+		"org.opencontainers.image.revision": s.Revision,
+		"org.opencontainers.image.source":   s.Source,
+		"org.opencontainers.image.created":  s.Created.UTC().Format(time.RFC3339),
+	}
+	for k, v := range labels {
+		all[k] = v
+	}
 	layer, err := layerOf(files, s.Created)
 	if err != nil {
 		return nil, err
 	}
 	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
 	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
-		Created: v1.Time{Time: s.Created}, CreatedBy: "kaas imagebuild bundle", Comment: "OLM bundle: manifests, metadata",
+		Created: v1.Time{Time: s.Created}, CreatedBy: createdBy, Comment: comment,
 	}})
 	if err != nil {
 		return nil, err
@@ -92,7 +103,7 @@ func BuildBundle(dir string, s Spec) (v1.Image, error) {
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = "amd64", "linux"
 	cf.Created = v1.Time{Time: s.Created}
-	cf.Config = v1.Config{Labels: labels}
+	cf.Config = v1.Config{Labels: all}
 	return mutate.ConfigFile(img, cf)
 }
 

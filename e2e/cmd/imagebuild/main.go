@@ -5,6 +5,8 @@
 //	imagebuild build  -dockerfile operator/broker.Dockerfile -binary target/release/kaas \
 //	                  -repo ghcr.io/kaas/kaas -version 0.1.0 -revision $(git rev-parse HEAD) -out build/images/kaas
 //	imagebuild bundle -dir bundle -repo ghcr.io/kaas/kaas-operator-bundle -version 0.1.0 -out build/images/kaas-operator-bundle
+//	imagebuild catalog -bundle-dir bundle -bundle-image ghcr.io/kaas/kaas-operator-bundle:0.1.0 \
+//	                  -repo ghcr.io/kaas/kaas-operator-catalog -version 0.1.0 -render build/catalog -out build/images/kaas-operator-catalog
 //	imagebuild verify -dockerfile operator/broker.Dockerfile -layout build/images/kaas
 //	imagebuild push   -layout build/images/kaas -to registry.example:5000/kaas/kaas
 //	imagebuild serve  -listen 127.0.0.1:5000 -dir /tmp/registry
@@ -20,11 +22,13 @@ import (
 	"os"
 	"os/signal"
 	"path"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"kaas/e2e/imagebuild"
@@ -41,6 +45,8 @@ func main() {
 		err = build(os.Args[2:])
 	case "bundle":
 		err = bundle(os.Args[2:])
+	case "catalog":
+		err = catalog(os.Args[2:])
 	case "verify":
 		err = verify(os.Args[2:])
 	case "push":
@@ -56,7 +62,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: imagebuild build|bundle|verify|push|serve [flags] (imagebuild <cmd> -h)")
+	fmt.Fprintln(os.Stderr, "usage: imagebuild build|bundle|catalog|verify|push|serve [flags] (imagebuild <cmd> -h)")
 	os.Exit(2)
 }
 
@@ -142,18 +148,68 @@ func bundle(args []string) error {
 	} else if len(bad) > 0 {
 		return fmt.Errorf("the bundle image is not what OLM reads:\n  %s", joinLines(bad))
 	}
-	tags := imagebuild.Tags(*version, *revision)
-	if err := imagebuild.WriteLayout(*out, img, *repo, tags); err != nil {
+	return writeTagged(img, *repo, *version, *revision, *out, *pushTo)
+}
+
+// writeTagged writes img as the layout out, tagged with the version and the version-revision,
+// and pushes every tag to pushTo when it is set.
+func writeTagged(img v1.Image, repo, version, revision, out, pushTo string) error {
+	tags := imagebuild.Tags(version, revision)
+	if err := imagebuild.WriteLayout(out, img, repo, tags); err != nil {
 		return err
 	}
 	digest, _ := img.Digest()
 	for _, t := range tags {
-		fmt.Printf("%s:%s %s → %s\n", *repo, t, digest, *out)
+		fmt.Printf("%s:%s %s → %s\n", repo, t, digest, out)
 	}
-	if *pushTo != "" {
-		return pushLayout(*out, *pushTo)
+	if pushTo != "" {
+		return pushLayout(out, pushTo)
 	}
 	return nil
+}
+
+// catalog renders the bundle a directory holds into a file-based catalog, validates it, writes
+// it as <render>/<package>/catalog.json when asked, and builds the catalog image.
+func catalog(args []string) error {
+	fs := flag.NewFlagSet("catalog", flag.ExitOnError)
+	dir := fs.String("bundle-dir", "bundle", "the bundle directory (manifests/, metadata/)")
+	bundleImage := fs.String("bundle-image", "", "the bundle's image reference, e.g. ghcr.io/kaas/kaas-operator-bundle:0.1.0")
+	repo := fs.String("repo", "", "image repository, e.g. ghcr.io/kaas/kaas-operator-catalog")
+	version := fs.String("version", "", "the operator's version")
+	revision := fs.String("revision", "", "the git revision")
+	source := fs.String("source", "", "org.opencontainers.image.source")
+	created := fs.Int64("created", 0, "creation time, Unix seconds")
+	render := fs.String("render", "", "also write the catalog under this directory (<package>/catalog.json)")
+	out := fs.String("out", "", "OCI layout directory to (re)write")
+	pushTo := fs.String("push", "", "also push every tag to this repository")
+	_ = fs.Parse(args)
+	if *bundleImage == "" || *repo == "" || *version == "" || *out == "" {
+		return fmt.Errorf("-bundle-image, -repo, -version and -out are required")
+	}
+	cat, err := imagebuild.RenderCatalog(*dir, *bundleImage)
+	if err != nil {
+		return err
+	}
+	if *render != "" {
+		data, err := cat.JSON()
+		if err != nil {
+			return err
+		}
+		file := filepath.Join(*render, cat.Package.Name, "catalog.json")
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("catalog %s → %s\n", cat.Package.Name, file)
+	}
+	img, err := imagebuild.BuildCatalog(cat, imagebuild.Spec{Title: path.Base(*repo), Version: *version,
+		Revision: *revision, Source: *source, Created: time.Unix(*created, 0).UTC()})
+	if err != nil {
+		return err
+	}
+	return writeTagged(img, *repo, *version, *revision, *out, *pushTo)
 }
 
 func verify(args []string) error {
