@@ -18,28 +18,24 @@ const Namespace = "demo"
 // every address of their pods' own network namespaces, and advertise their pod DNS names
 // (`<pod>.kc-brokers.demo.svc`), which the harness' cluster DNS serves.
 func Cluster(extra string) string {
-	return namespace() + `---
-apiVersion: kaas.dev/v1alpha1
-kind: KafkaCluster
-metadata: {name: kc, namespace: ` + Namespace + `}
-spec:
-  replicas: 3
-  version: 0.1.0
-  storage: {size: 1Gi, storageClassName: ` + harness.StorageClass + `}
-` + extra
+	return namespace() + `---` + kafkaCluster("{size: 1Gi, storageClassName: "+harness.StorageClass+"}", extra)
 }
 
 // ClusterOnClaim is Cluster on an existing claim of that name (Claim) instead, bound to the
 // pre-created volume of the same name: for a harness with several volumes.
 func ClusterOnClaim(claim, extra string) string {
-	return namespace() + `---` + Claim(claim) + `---
+	return namespace() + `---` + Claim(claim) + `---` + kafkaCluster("{existingClaim: "+claim+"}", extra)
+}
+
+func kafkaCluster(storage, extra string) string {
+	return `
 apiVersion: kaas.dev/v1alpha1
 kind: KafkaCluster
 metadata: {name: kc, namespace: ` + Namespace + `}
 spec:
   replicas: 3
   version: 0.1.0
-  storage: {existingClaim: ` + claim + `}
+  storage: ` + storage + `
 ` + extra
 }
 

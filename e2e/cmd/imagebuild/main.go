@@ -127,19 +127,12 @@ func build(args []string) error {
 func bundle(args []string) error {
 	fs := flag.NewFlagSet("bundle", flag.ExitOnError)
 	dir := fs.String("dir", "bundle", "the bundle directory (bundle.Dockerfile, manifests/, metadata/)")
-	repo := fs.String("repo", "", "image repository, e.g. ghcr.io/kaas/kaas-operator-bundle")
-	version := fs.String("version", "", "the operator's version")
-	revision := fs.String("revision", "", "the git revision")
-	source := fs.String("source", "", "org.opencontainers.image.source")
-	created := fs.Int64("created", 0, "creation time, Unix seconds")
-	out := fs.String("out", "", "OCI layout directory to (re)write")
-	pushTo := fs.String("push", "", "also push every tag to this repository")
+	o := outputFlags(fs, "ghcr.io/kaas/kaas-operator-bundle")
 	_ = fs.Parse(args)
-	if *repo == "" || *version == "" || *out == "" {
-		return fmt.Errorf("-repo, -version and -out are required")
+	if err := o.check(); err != nil {
+		return err
 	}
-	img, err := imagebuild.BuildBundle(*dir, imagebuild.Spec{Title: path.Base(*repo), Version: *version,
-		Revision: *revision, Source: *source, Created: time.Unix(*created, 0).UTC()})
+	img, err := imagebuild.BuildBundle(*dir, o.spec())
 	if err != nil {
 		return err
 	}
@@ -148,22 +141,53 @@ func bundle(args []string) error {
 	} else if len(bad) > 0 {
 		return fmt.Errorf("the bundle image is not what OLM reads:\n  %s", joinLines(bad))
 	}
-	return writeTagged(img, *repo, *version, *revision, *out, *pushTo)
+	return o.write(img)
 }
 
-// writeTagged writes img as the layout out, tagged with the version and the version-revision,
-// and pushes every tag to pushTo when it is set.
-func writeTagged(img v1.Image, repo, version, revision, out, pushTo string) error {
-	tags := imagebuild.Tags(version, revision)
-	if err := imagebuild.WriteLayout(out, img, repo, tags); err != nil {
+// output is where and as what a scratch image (bundle, catalog) goes: its repository, version
+// and labels, the layout written, and where it is pushed.
+type output struct {
+	repo, version, revision, source, out, pushTo *string
+	created                                      *int64
+}
+
+func outputFlags(fs *flag.FlagSet, example string) output {
+	return output{
+		repo:     fs.String("repo", "", "image repository, e.g. "+example),
+		version:  fs.String("version", "", "the operator's version"),
+		revision: fs.String("revision", "", "the git revision"),
+		source:   fs.String("source", "", "org.opencontainers.image.source"),
+		created:  fs.Int64("created", 0, "creation time, Unix seconds"),
+		out:      fs.String("out", "", "OCI layout directory to (re)write"),
+		pushTo:   fs.String("push", "", "also push every tag to this repository"),
+	}
+}
+
+func (o output) check() error {
+	if *o.repo == "" || *o.version == "" || *o.out == "" {
+		return fmt.Errorf("-repo, -version and -out are required")
+	}
+	return nil
+}
+
+func (o output) spec() imagebuild.Spec {
+	return imagebuild.Spec{Title: path.Base(*o.repo), Version: *o.version, Revision: *o.revision,
+		Source: *o.source, Created: time.Unix(*o.created, 0).UTC()}
+}
+
+// write writes img as the layout out, tagged with the version and the version-revision, and
+// pushes every tag when asked.
+func (o output) write(img v1.Image) error {
+	tags := imagebuild.Tags(*o.version, *o.revision)
+	if err := imagebuild.WriteLayout(*o.out, img, *o.repo, tags); err != nil {
 		return err
 	}
 	digest, _ := img.Digest()
 	for _, t := range tags {
-		fmt.Printf("%s:%s %s → %s\n", repo, t, digest, out)
+		fmt.Printf("%s:%s %s → %s\n", *o.repo, t, digest, *o.out)
 	}
-	if pushTo != "" {
-		return pushLayout(out, pushTo)
+	if *o.pushTo != "" {
+		return pushLayout(*o.out, *o.pushTo)
 	}
 	return nil
 }
@@ -174,17 +198,14 @@ func catalog(args []string) error {
 	fs := flag.NewFlagSet("catalog", flag.ExitOnError)
 	dir := fs.String("bundle-dir", "bundle", "the bundle directory (manifests/, metadata/)")
 	bundleImage := fs.String("bundle-image", "", "the bundle's image reference, e.g. ghcr.io/kaas/kaas-operator-bundle:0.1.0")
-	repo := fs.String("repo", "", "image repository, e.g. ghcr.io/kaas/kaas-operator-catalog")
-	version := fs.String("version", "", "the operator's version")
-	revision := fs.String("revision", "", "the git revision")
-	source := fs.String("source", "", "org.opencontainers.image.source")
-	created := fs.Int64("created", 0, "creation time, Unix seconds")
 	render := fs.String("render", "", "also write the catalog under this directory (<package>/catalog.json)")
-	out := fs.String("out", "", "OCI layout directory to (re)write")
-	pushTo := fs.String("push", "", "also push every tag to this repository")
+	o := outputFlags(fs, "ghcr.io/kaas/kaas-operator-catalog")
 	_ = fs.Parse(args)
-	if *bundleImage == "" || *repo == "" || *version == "" || *out == "" {
-		return fmt.Errorf("-bundle-image, -repo, -version and -out are required")
+	if err := o.check(); err != nil {
+		return err
+	}
+	if *bundleImage == "" {
+		return fmt.Errorf("-bundle-image is required")
 	}
 	cat, err := imagebuild.RenderCatalog(*dir, *bundleImage)
 	if err != nil {
@@ -204,12 +225,11 @@ func catalog(args []string) error {
 		}
 		fmt.Printf("catalog %s → %s\n", cat.Package.Name, file)
 	}
-	img, err := imagebuild.BuildCatalog(cat, imagebuild.Spec{Title: path.Base(*repo), Version: *version,
-		Revision: *revision, Source: *source, Created: time.Unix(*created, 0).UTC()})
+	img, err := imagebuild.BuildCatalog(cat, o.spec())
 	if err != nil {
 		return err
 	}
-	return writeTagged(img, *repo, *version, *revision, *out, *pushTo)
+	return o.write(img)
 }
 
 func verify(args []string) error {
