@@ -242,6 +242,34 @@ pub fn decode_records(mut buf: &[u8]) -> Vec<TestRecord> {
     out
 }
 
+/// Every record of `p` from its log start to its high watermark, read batch by batch (by
+/// batch, not by record: a compacted log has batches whose last records, or all of them, were
+/// cleaned away). Panics on a failed read: it is a test helper.
+pub fn read_all(p: &crate::Partition) -> Vec<TestRecord> {
+    let mut out = Vec::new();
+    let mut next = p.log_start_offset();
+    while next < p.high_watermark() {
+        let read = p.read(next, 1 << 20).expect("read");
+        let Some(end) = end_of_batches(&read.records) else {
+            break;
+        };
+        next = end;
+        let start = p.log_start_offset();
+        out.extend(decode_records(&read.records).into_iter().filter(|r| r.offset >= start));
+    }
+    out
+}
+
+/// The offset after the last batch of a run of batches (`None` if there is none).
+fn end_of_batches(mut buf: &[u8]) -> Option<i64> {
+    let mut end = None;
+    while let Some((base, size, last_delta)) = crate::batch::peek_offsets(buf) {
+        end = Some(base + i64::from(last_delta) + 1);
+        buf = &buf[size.min(buf.len())..];
+    }
+    end
+}
+
 /// The base offsets of a run of batches.
 pub fn batch_base_offsets(mut buf: &[u8]) -> Vec<i64> {
     let mut out = Vec::new();

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use kaas_shared::fs::OpenMode;
-use kaas_storage::testing::{BatchBuilder, TestRecord, decode_records};
+pub(crate) use kaas_storage::testing::read_all;
+use kaas_storage::testing::{BatchBuilder, TestRecord};
 use kaas_storage::{AppendOptions, AppendOutcome, Engine, Fs, LogConfig, MemFs, Partition};
 use uuid::Uuid;
 
@@ -157,41 +158,6 @@ pub(crate) fn append(p: &Partition, epoch: i32, mut records: Vec<u8>) -> AppendO
     let out = p.append(&mut records, opts(epoch)).unwrap();
     block_on(p.wait_durable(out.last_offset)).unwrap();
     out
-}
-
-/// Every record from the log start to the high watermark.
-pub(crate) fn read_all(p: &Partition) -> Vec<TestRecord> {
-    let mut out = Vec::new();
-    let mut next = p.log_start_offset();
-    while next < p.high_watermark() {
-        let r = p.read(next, 1 << 20).unwrap();
-        // NB: by batch, not by record: a compacted log has batches whose last records (or all
-        // of them) were cleaned away.
-        let Some(end) = end_of_batches(&r.records) else {
-            break;
-        };
-        next = end;
-        let records = decode_records(&r.records);
-        out.extend(
-            records
-                .into_iter()
-                .filter(|r| r.offset >= p.log_start_offset()),
-        );
-    }
-    out
-}
-
-/// The offset after the last batch of a run of whole batches (`None` if there is none).
-fn end_of_batches(mut buf: &[u8]) -> Option<i64> {
-    let mut end = None;
-    while buf.len() >= 27 {
-        let base = i64::from_be_bytes(buf[0..8].try_into().unwrap());
-        let len = i32::from_be_bytes(buf[8..12].try_into().unwrap()) as usize;
-        let delta = i32::from_be_bytes(buf[23..27].try_into().unwrap());
-        end = Some(base + i64::from(delta) + 1);
-        buf = &buf[(12 + len).min(buf.len())..];
-    }
-    end
 }
 
 pub(crate) fn values(records: &[TestRecord]) -> Vec<String> {
