@@ -6,7 +6,7 @@ export KAAS_CACHE
 export PYTHON := $(KAAS_CACHE)/venv/bin/python3
 CARGO ?= cargo
 
-.PHONY: run test deps dev-build build bench bench-scale chaos fuzz franzgo-kgo check-fmt clippy clean-data
+.PHONY: run test deps dev-build build bench bench-cleaner bench-scale chaos fuzz franzgo-kgo check-fmt clippy clean-data
 
 # One build of the whole workspace, every target, in the dev profile. Everything `make test`
 # runs uses it: the cargo tests, the e2e and operator binaries, crdgen, and the broker the
@@ -52,7 +52,14 @@ build:
 ## Benchmark figures: a release broker on a temp dir, driven by kaas-bench (librdkafka).
 bench: deps build
 	scripts/bench.sh
+	$(MAKE) bench-cleaner
 	$(MAKE) bench-failover
+
+## The log cleaner's rate (broker/kaas-storage/tests/cleaner_bench.rs): one pass over 256 MB of
+## a compacted partition on a local disk, per key space and codec, with the memory it took.
+## KAAS_CLEANER_BENCH_MB sets the size. About a minute after the release build.
+bench-cleaner:
+	$(CARGO) test --release --locked --workspace --test cleaner_bench -- --ignored --nocapture
 
 ## Scale figures (broker/kaas/tests/scale.rs): three in-process brokers in a release build with
 ## 2,000 topics × 5 partitions, 1,000 groups, 1,000 idempotent producers and 10,000 connections;

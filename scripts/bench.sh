@@ -4,7 +4,9 @@
 # at one synchronous commit every 100 ms, and the time until all 32 partitions are consumed again
 # after a member of a 10-consumer group leaves, for the classic and the KIP-848 protocol). The
 # broker runs with Kafka's default group settings; then transactions of 100 records over 8
-# partitions back to back against the idempotent producer). Prints the figures.
+# partitions back to back against the idempotent producer; then keyed produce to a compacted topic
+# against a delete-policy one, the compacted topic's fixed-rate phase running while the log
+# cleaner works, with the cleaner's passes and bytes from /metrics). Prints the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${BENCH_SECONDS:-10}"
@@ -24,5 +26,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "${addr:-}" ] || { echo "kaas did not start"; cat "$log"; exit 1; }
+http=$(sed -n 's|^kaas probes and metrics on \(http://[^ ]*\).*|\1|p' "$data/stdout")
 echo "kaas $(git rev-parse --short HEAD 2>/dev/null || echo '?') on $addr, data on $(df --output=source "$data" | tail -1), $(nproc) cores"
 target/release/kaas-bench --bootstrap "$addr" suite --seconds "$seconds"
+target/release/kaas-bench --bootstrap "$addr" compaction --seconds "$seconds" --metrics "$http/metrics"

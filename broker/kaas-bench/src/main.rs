@@ -3,6 +3,7 @@
 //! Works against any Kafka-compatible broker, so the same command measures kaas and Apache
 //! Kafka side by side.
 
+mod compaction;
 mod consume;
 mod groups;
 mod produce;
@@ -42,6 +43,9 @@ enum Command {
     /// Consumer-group figures only: commit latency, and time to consume every partition again
     /// after a member leaves.
     Groups(GroupArgs),
+    /// Keyed produce to a compacted topic against a delete-policy one: flat out, then at a fixed
+    /// rate while the log cleaner works through what the flat-out phase wrote.
+    Compaction(compaction::CompactionArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -98,6 +102,7 @@ fn main() -> anyhow::Result<()> {
             txn_suite(&args.bootstrap, &t)?;
         }
         Command::Groups(g) => group_suite(&args.bootstrap, &g)?,
+        Command::Compaction(c) => compaction::run(&args.bootstrap, &c)?,
         Command::Transactions(t) => txn_suite(&args.bootstrap, &t)?,
     }
     Ok(())
@@ -129,6 +134,7 @@ fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
             rate: None,
             acks: "all".into(),
             linger_ms: None,
+            keys: None,
         };
         eprintln!("producing flat out to {topic} for {} s", s.seconds);
         let figures = produce::run(bootstrap, &flat)?;
@@ -183,17 +189,22 @@ fn group_suite(bootstrap: &str, g: &GroupArgs) -> anyhow::Result<()> {
 }
 
 fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
-    create(bootstrap, topic, partitions, false)
+    create(bootstrap, topic, partitions, &[], false)
 }
 
 /// Creates the topic unless it exists (then it is used as it is).
 fn ensure_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
-    create(bootstrap, topic, partitions, true)
+    create(bootstrap, topic, partitions, &[], true)
 }
 
-fn create(bootstrap: &str, topic: &str, partitions: i32, existing_is_fine: bool) -> anyhow::Result<()> {
+/// Creates a topic with topic configs.
+pub(crate) fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) -> anyhow::Result<()> {
+    create(bootstrap, topic, partitions, configs, false)
+}
+
+fn create(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)], existing_is_fine: bool) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", bootstrap).create()?;
-    let new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    let new = configs.iter().fold(NewTopic::new(topic, partitions, TopicReplication::Fixed(1)), |t, (k, v)| t.set(k, v));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = block_on(admin.create_topics([&new], &opts)).context("creating the benchmark topic")?;
     for r in results {

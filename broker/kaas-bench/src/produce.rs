@@ -32,6 +32,10 @@ pub(crate) struct ProduceArgs {
     /// The producer's linger.ms [default: librdkafka's, 5 ms].
     #[arg(long)]
     pub(crate) linger_ms: Option<u32>,
+    /// Keys every message, from a space of this many keys visited in a scattered order (as
+    /// updates to a table; compacted topics refuse keyless records) [default: no keys].
+    #[arg(long)]
+    pub(crate) keys: Option<u64>,
 }
 
 /// What a produce run measured.
@@ -116,8 +120,14 @@ pub(crate) fn run(bootstrap: &str, args: &ProduceArgs) -> anyhow::Result<Produce
             }
         }
         let partition = (sent % args.partitions.max(1) as u64) as i32;
-        let record = BaseRecord::with_opaque_to(&args.topic, Box::new(Instant::now())).payload(payload.as_slice()).partition(partition);
-        match producer.send::<(), [u8]>(record) {
+        // A prime stride (coprime to any key space but its multiples) scatters each key's versions
+        // over the log.
+        let key = args.keys.map(|keys| format!("key-{:010}", sent.wrapping_mul(7_919) % keys.max(1)));
+        let mut record = BaseRecord::with_opaque_to(&args.topic, Box::new(Instant::now())).payload(payload.as_slice()).partition(partition);
+        if let Some(key) = &key {
+            record = record.key(key.as_str());
+        }
+        match producer.send::<str, [u8]>(record) {
             Ok(()) => sent += 1,
             // Queue full: let deliveries drain.
             Err(_) => std::thread::sleep(Duration::from_micros(200)),
