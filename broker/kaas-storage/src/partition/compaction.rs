@@ -276,10 +276,27 @@ impl Partition {
         Ok(None)
     }
 
-    /// The part of [`Partition::plan_clean`] that needs the lock: the plan, and whether the dirty
+    /// The part of [`Partition::plan_clean`] that needs the lock (segments loaded a hold each, then
+    /// one hold for the rest): the plan, and whether the dirty
     /// ratio or a delete horizon already calls for it (`None` when nothing can: no dirty bytes,
     /// or neither those nor a maximum compaction lag).
     fn plan_under_lock(&self, config: &LogConfig, now_ms: i64) -> Result<Option<(Plan, bool)>> {
+        // Every closed segment is opened and its indexes read (housekeeping releases those
+        // nobody touched, so a round may find hundreds unloaded, each a round trip or more on
+        // NFS): one lock hold per segment, so that appends interleave with the loads. The
+        // list may change between holds; the hold below loads whatever is still unloaded.
+        let mut i = 0;
+        loop {
+            let mut st = self.lock();
+            if st.role != Role::Leader || st.poisoned.is_some() {
+                return Ok(None);
+            }
+            if i + 1 >= st.segments.len() {
+                break;
+            }
+            st.ensure_loaded(&self.shared, i, config.index_interval_bytes)?;
+            i += 1;
+        }
         let mut st = self.lock();
         if st.role != Role::Leader || st.poisoned.is_some() {
             return Ok(None);
