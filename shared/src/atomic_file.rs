@@ -27,6 +27,16 @@ pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<()> {
         .map_err(|e| Error::io("fsync dir", &dir, e))
 }
 
+/// The first half of [`write_atomic`]: writes `bytes` to `path`'s temp name (exclusive create,
+/// fsynced) and returns that temp path, for the caller to rename over `path` when it is ready
+/// (a swap that renames several files in an order with one directory fsync). Until then the
+/// file is garbage to every reader of the directory by its name.
+pub fn stage(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    let (_, temp) = temp_beside(path)?;
+    write_temp(fs, &temp, bytes)?;
+    Ok(temp)
+}
+
 /// Creates `path` holding `bytes` by exclusive create. Returns `true` if this call created it,
 /// `false` if the name already existed (its content is left untouched).
 ///

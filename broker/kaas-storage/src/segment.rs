@@ -223,6 +223,36 @@ impl Segment {
 
     /// Seals the segment: final time-index entry, then both index files written atomically.
     pub(crate) fn write_index_files(&mut self, fs: &dyn Fs, dir: &Path) -> Result<()> {
+        // Index files are hints (verified on use, rebuilt if inconsistent), but write_atomic
+        // keeps them whole so a mapped file never changes under a reader.
+        for (kind, bytes) in self.sealed_indexes() {
+            write_atomic(fs, &self.path(dir, kind)?, &bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the segment and writes both index files to their temp names (fsynced, not
+    /// renamed): the cleaner renames them into place under the partition lock, after the log,
+    /// and does the writing and fsyncs before it takes the lock. Returns (temp, final) paths.
+    pub(crate) fn stage_index_files(&mut self, fs: &dyn Fs, dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
+        let mut staged = Vec::new();
+        for (kind, bytes) in self.sealed_indexes() {
+            let path = self.path(dir, kind)?;
+            match kaas_shared::atomic_file::stage(fs, &path, &bytes) {
+                Ok(temp) => staged.push((temp, path)),
+                Err(e) => {
+                    for (temp, _) in &staged {
+                        let _ = fs.remove_file(temp);
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
+        Ok(staged)
+    }
+
+    /// The final time-index entry, then both indexes' bytes.
+    fn sealed_indexes(&mut self) -> [(SegmentFileKind, bytes::Bytes); 2] {
         if let Some((ts, offset)) = self.max_timestamp {
             let rel = u32::try_from(offset - self.base_offset).unwrap_or(u32::MAX);
             self.time_index
@@ -231,15 +261,7 @@ impl Segment {
         }
         let index = self.index.get_or_insert_with(OffsetIndex::new).freeze();
         let time_index = self.time_index.get_or_insert_with(TimeIndex::new).freeze();
-        // Index files are hints (verified on use, rebuilt if inconsistent), but write_atomic
-        // keeps them whole so a mapped file never changes under a reader.
-        write_atomic(fs, &self.path(dir, SegmentFileKind::Index)?, &index)?;
-        write_atomic(
-            fs,
-            &self.path(dir, SegmentFileKind::TimeIndex)?,
-            &time_index,
-        )?;
-        Ok(())
+        [(SegmentFileKind::Index, index), (SegmentFileKind::TimeIndex, time_index)]
     }
 
     /// Unlinks the segment's files, indexes first so a crash halfway leaves a log without

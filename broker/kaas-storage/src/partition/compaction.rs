@@ -8,14 +8,15 @@
 //! map the dirty section's keys (bounded by the dedupe buffer: a section that does not fit is
 //! cleaned as far as it fits), then rewrite the closed segments from the log start in groups
 //! (consecutive, one epoch, at most segment.bytes): each group becomes one cleaned segment
-//! under a temp name, then, under the lock again and fenced by epoch, the swap.
+//! under a temp name, its index files under theirs (all fsynced), then, under the lock again
+//! and fenced by epoch, the swap: renames, one directory fsync and unlinks.
 //!
 //! The swap, by rename order (no new kind of file: a directory stays readable by brokers that
 //! predate compaction). Group `[s_a .. s_b]` becomes one segment named like `s_a` holding the
 //! kept batches of all of them:
 //! 1. remove `s_a`'s index files (a log without index is rebuilt on use);
 //! 2. rename the fsynced temp file over `s_a`'s log, fsync the directory;
-//! 3. write the new index files (atomically);
+//! 3. rename the new index files into place;
 //! 4. unlink `s_{a+1}` .. `s_b`, ascending.
 //!
 //! A reader of a segment stops at the next segment's base offset, so after step 2 the new `s_a`
@@ -109,13 +110,13 @@ impl CleanerState {
 /// [`Partition::set_clean_hook`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CleanStep {
-    /// The cleaned segment is written and fsynced under its temp name.
+    /// The cleaned segment and its index files are written and fsynced under temp names.
     TempWritten,
     /// The first old segment's index files are gone.
     OldIndexesRemoved,
     /// The cleaned segment has the first old segment's name (directory fsynced).
     Renamed,
-    /// Its index files are written.
+    /// Its index files are renamed into place.
     IndexesWritten,
     /// One more old segment of the group is unlinked.
     Unlinked,
@@ -422,23 +423,32 @@ impl Partition {
             }
         }
         cleaned.synced = cleaned.size;
+        // The index files too, under temp names, fsynced: the swap only renames them, so the
+        // partition lock it holds covers no fsync of theirs.
+        let staged = match cleaned.stage_index_files(fs, dir) {
+            Ok(staged) => Staged { log: temp, indexes: staged },
+            Err(e) => {
+                discard(fs, &temp);
+                return Err(e);
+            }
+        };
         self.shared.faults.crash_at(CleanStep::TempWritten)?;
         let size = cleaned.size;
-        Ok((self.swap(plan, group, cleaned, &temp)?.then_some(size), horizon))
+        Ok((self.swap(plan, group, cleaned, &staged)?.then_some(size), horizon))
     }
 
     /// The swap (see the module docs), under the lock. `false` if the group is no longer what
     /// the pass planned on (the temp file is then removed and nothing else changes).
-    fn swap(&self, plan: &Plan, group: &[Source], mut cleaned: Segment, temp: &Path) -> Result<bool> {
+    fn swap(&self, plan: &Plan, group: &[Source], cleaned: Segment, staged: &Staged) -> Result<bool> {
         let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
         let mut st = self.lock();
         let Some(at) = still_in_place(&st, plan, group) else {
-            discard(fs, temp);
+            staged.discard(fs);
             return Ok(false);
         };
         // Q3: only this epoch's leader swaps, in this incarnation's directory.
         if let Err(e) = self.shared.check_incarnation().and_then(|()| self.fence(&mut st)) {
-            discard(fs, temp);
+            staged.discard(fs);
             return Err(e);
         }
         // Our own descriptor and index mappings of the segment being replaced go first, so
@@ -453,7 +463,7 @@ impl Partition {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    discard(fs, temp);
+                    staged.discard(fs);
                     return Err(Error::io("unlink", path, e));
                 }
             }
@@ -466,21 +476,30 @@ impl Partition {
         // directory fsync leaves its durability unknown: either way the segment list no longer
         // says what the file holds, so the partition is poisoned (nothing served or written)
         // until a take-over reads the directory again, as after a failed fdatasync.
-        if let Err(e) = fs.rename(temp, &log) {
-            discard(fs, temp);
+        if let Err(e) = fs.rename(&staged.log, &log) {
+            staged.discard(fs);
             return Err(st.poison(format!("renaming a cleaned segment over {} failed: {e}", log.display())));
         }
         // fsync the directory before any old segment of the group is unlinked: a crash that
         // kept those unlinks but forgot the rename would lose their records.
         if let Err(e) = fs.sync_dir(dir) {
+            staged.discard_indexes(fs);
             return Err(st.poison(format!("fsync of {} after a clean's rename failed: {e}", dir.display())));
         }
         // Until the rest of the group is gone, the segment is known by its stat only: loading
         // it bounds it by the next segment still present.
         st.segments[at] = Segment::from_stat(cleaned.epoch, cleaned.base_offset, cleaned.size);
         self.shared.faults.crash_at(CleanStep::Renamed)?;
-        // Q1: each index file is written to a temp name, fsynced and renamed into place.
-        cleaned.write_index_files(fs, dir)?;
+        // Q1: each index file, written and fsynced under a temp name before the lock, is renamed
+        // into place. Not followed by a directory fsync: index files are hints, and a crash that
+        // forgets these renames leaves a log without index (rebuilt on use); the old index
+        // files cannot come back, as their unlinks came before the fsync above.
+        for (i, (temp, path)) in staged.indexes.iter().enumerate() {
+            if let Err(e) = fs.rename(temp, path) {
+                staged.indexes[i..].iter().for_each(|(temp, _)| discard(fs, temp));
+                return Err(Error::io("rename", path, e));
+            }
+        }
         self.shared.faults.crash_at(CleanStep::IndexesWritten)?;
         // Q2: ascending unlinks; after each the log is a complete clean of a longer prefix of
         // the group, and an interrupted run is re-driven by the next pass.
@@ -529,6 +548,24 @@ fn still_in_place(st: &State, plan: &Plan, group: &[Source]) -> Option<usize> {
     let same =
         group.iter().enumerate().all(|(k, g)| st.segments.get(at + k).is_some_and(|s| s.base_offset == g.base && s.epoch == g.epoch));
     (same && at + group.len() < st.segments.len()).then_some(at)
+}
+
+/// A cleaned segment's files under their temp names, fsynced, waiting for the swap.
+struct Staged {
+    log: std::path::PathBuf,
+    /// (temp, final) of the index files.
+    indexes: Vec<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl Staged {
+    fn discard(&self, fs: &dyn kaas_shared::fs::Fs) {
+        discard(fs, &self.log);
+        self.discard_indexes(fs);
+    }
+
+    fn discard_indexes(&self, fs: &dyn kaas_shared::fs::Fs) {
+        self.indexes.iter().for_each(|(temp, _)| discard(fs, temp));
+    }
 }
 
 /// Removes a temp file of a discarded clean. NB: if this fails the file stays until the next
