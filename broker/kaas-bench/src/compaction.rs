@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
@@ -35,23 +35,39 @@ pub(crate) struct CompactionArgs {
     /// kaas's metrics URL (`http://host:port/metrics`): the cleaner's passes and bytes.
     #[arg(long)]
     metrics: Option<String>,
+    /// A topic config for both topics, `key=value` (repeatable), e.g. `flush.messages=1` to make
+    /// Apache Kafka fsync every append as kaas does.
+    #[arg(long = "topic-config")]
+    topic_configs: Vec<String>,
     /// Prefix of the topics it creates.
     #[arg(long, default_value = "bench-compaction")]
     topic_prefix: String,
 }
 
+const PACED: &str = "fixed-rate";
+
 pub(crate) fn run(bootstrap: &str, args: &CompactionArgs) -> anyhow::Result<()> {
     let run = std::process::id();
     let segment_bytes = args.segment_bytes.to_string();
+    let mut configs = vec![("segment.bytes", segment_bytes.as_str())];
+    for kv in &args.topic_configs {
+        let (k, v) = kv.split_once('=').with_context(|| format!("--topic-config {kv}: not key=value"))?;
+        configs.push((k, v));
+    }
     let plain = format!("{}-delete-{run}", args.topic_prefix);
     let compacted = format!("{}-compact-{run}", args.topic_prefix);
-    crate::create_topic_with(bootstrap, &plain, 1, &[("segment.bytes", &segment_bytes)])?;
-    crate::create_topic_with(bootstrap, &compacted, 1, &[("cleanup.policy", "compact"), ("segment.bytes", &segment_bytes)])?;
+    crate::create_topic_with(bootstrap, &plain, 1, &configs)?;
+    crate::create_topic_with(bootstrap, &compacted, 1, &[configs.as_slice(), &[("cleanup.policy", "compact")]].concat())?;
     println!(
-        "\nkeyed {} B records over {} keys, acks=all, 1 partition, segment.bytes {}; flat out, then {} msg/s, {} s each",
-        args.size, args.keys, args.segment_bytes, args.rate, args.seconds
+        "\nkeyed {} B records over {} keys, acks=all, 1 partition, {}; flat out, then {} msg/s, {} s each",
+        args.size,
+        args.keys,
+        configs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", "),
+        args.rate,
+        args.seconds
     );
     let mut rows = Vec::new();
+    let mut compacted_phases = Vec::new();
     let before = args.metrics.as_deref().map(|url| cleaner_figures(url, &compacted)).transpose()?;
     for (topic, policy) in [(&plain, "delete"), (&compacted, "compact")] {
         let flat = ProduceArgs {
@@ -65,10 +81,15 @@ pub(crate) fn run(bootstrap: &str, args: &CompactionArgs) -> anyhow::Result<()> 
             keys: Some(args.keys),
         };
         eprintln!("producing flat out to {topic} for {} s", args.seconds);
+        let flat_start = SystemTime::now();
         rows.push(produce::run(bootstrap, &flat)?.row(&format!("{policy}, flat out")));
         let paced = ProduceArgs { rate: Some(args.rate), ..flat };
         eprintln!("producing {} msg/s to {topic} for {} s", args.rate, args.seconds);
+        let paced_start = SystemTime::now();
         rows.push(produce::run(bootstrap, &paced)?.row(&format!("{policy}, {} msg/s", args.rate)));
+        if policy == "compact" {
+            compacted_phases = vec![("flat out", flat_start), (PACED, paced_start)];
+        }
     }
     report::print_table(&rows);
     if let (Some(url), Some(before)) = (args.metrics.as_deref(), before) {
@@ -80,6 +101,15 @@ pub(crate) fn run(bootstrap: &str, args: &CompactionArgs) -> anyhow::Result<()> 
             (after.removed_bytes - before.removed_bytes) / 1e6,
             after.dirty_ratio,
         );
+        // Which phase the last pass finished in, so the reader knows whether it overlapped the
+        // fixed-rate phase.
+        if after.passes > before.passes {
+            let ended = UNIX_EPOCH + Duration::from_secs_f64(after.last_clean_s);
+            if let Some((name, start)) = compacted_phases.iter().rev().find(|(_, start)| *start <= ended) {
+                let into = ended.duration_since(*start).unwrap_or_default().as_secs_f64();
+                println!("its last pass ended {into:.1} s into the compact {name} phase");
+            }
+        }
     }
     Ok(())
 }
@@ -91,6 +121,8 @@ struct CleanerFigures {
     cleaned_bytes: f64,
     removed_bytes: f64,
     dirty_ratio: f64,
+    /// When the last pass ended (Unix seconds).
+    last_clean_s: f64,
 }
 
 fn cleaner_figures(url: &str, topic: &str) -> anyhow::Result<CleanerFigures> {
@@ -104,6 +136,7 @@ fn cleaner_figures(url: &str, topic: &str) -> anyhow::Result<CleanerFigures> {
         cleaned_bytes: value("kaas_partition_cleaner_cleaned_bytes"),
         removed_bytes: value("kaas_partition_cleaner_removed_bytes"),
         dirty_ratio: value("kaas_partition_cleaner_dirty_ratio"),
+        last_clean_s: value("kaas_partition_cleaner_last_clean_timestamp_seconds"),
     })
 }
 

@@ -1,7 +1,7 @@
 //! `make bench-cleaner` (part of `make bench`): the log cleaner's rate on a local disk. One
 //! partition of a compacted topic is filled with 1 KiB values over a key space, then one pass
 //! cleans every closed segment; printed: MB read and kept, seconds, MB/s and records/s read,
-//! the distinct keys written, and how much the process's peak memory grew during the pass (the map is
+//! the keys the offset map held, and how much the process's peak memory grew during the pass (the map is
 //! bounded by the dedupe buffer, 128 MiB by default as in Kafka).
 //!
 //! A benchmark, not a test: it prints figures and asserts only that a pass ran. The
@@ -98,7 +98,7 @@ fn clean_once(shape: &Shape, total_mb: u64) {
         seconds,
         read_mb / seconds,
         written as f64 / seconds / 1000.0,
-        shape.keys.min(written),
+        report.keys,
         peak_growth_mib,
     );
 }
@@ -112,11 +112,12 @@ fn cleaner_rate() {
         Shape { name: "10,000 keys, uncompressed", keys: 10_000, codec: Codec::None, dedupe_buffer_bytes: default_buffer },
         Shape { name: "10,000 keys, lz4 batches of 100", keys: 10_000, codec: Codec::Lz4, dedupe_buffer_bytes: default_buffer },
         Shape { name: "10,000 keys, zstd batches of 100", keys: 10_000, codec: Codec::Zstd, dedupe_buffer_bytes: default_buffer },
+        // Before the default buffer's row: the allocator would reuse that row's freed memory.
+        Shape { name: "200,000 keys, 2 MiB dedupe buffer", keys: 200_000, codec: Codec::None, dedupe_buffer_bytes: 2 << 20 },
         Shape { name: "200,000 keys, uncompressed", keys: 200_000, codec: Codec::None, dedupe_buffer_bytes: default_buffer },
-        Shape { name: "200,000 keys, 1 MiB dedupe buffer (prefix)", keys: 200_000, codec: Codec::None, dedupe_buffer_bytes: 1 << 20 },
     ];
     println!("\none pass over {total_mb} MB of {VALUE} B values in batches of {PER_BATCH}, local disk, page cache warm");
-    println!("{:<44} {:>8} {:>8} {:>7} {:>8} {:>9} {:>9} {:>9}", "shape", "read MB", "kept MB", "s", "MB/s", "k rec/s", "keys", "peak MiB");
+    println!("{:<44} {:>8} {:>8} {:>7} {:>8} {:>9} {:>9} {:>9}", "shape", "read MB", "kept MB", "s", "MB/s", "k rec/s", "map keys", "peak MiB");
     for shape in &shapes {
         clean_once(shape, total_mb);
     }

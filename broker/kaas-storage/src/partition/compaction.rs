@@ -73,6 +73,8 @@ pub struct CleanReport {
     pub bytes_read: u64,
     /// Their bytes after.
     pub bytes_written: u64,
+    /// Keys in the offset map (at most what the dedupe buffer holds).
+    pub keys: usize,
 }
 
 /// The cleaner's bookkeeping in the partition state.
@@ -234,7 +236,7 @@ impl Partition {
         let ctx =
             FilterContext { map: &map, now_ms, delete_retention_ms: config.delete_retention_ms, last_of_producer: &plan.last_of_producer };
         let mut txns = TxnTracker::new(plan.aborted.clone());
-        let mut report = CleanReport { clean_up_to: mapped_end, segments: 0, bytes_read: 0, bytes_written: 0 };
+        let mut report = CleanReport { clean_up_to: mapped_end, segments: 0, bytes_read: 0, bytes_written: 0, keys: map.len() };
         let mut next_horizon: Option<i64> = None;
         let cleanable: Vec<Source> = plan.sources.iter().filter(|s| s.base < limit).cloned().collect();
         for group in groups(&cleanable, config.effective_segment_bytes()) {
@@ -261,7 +263,7 @@ impl Partition {
             cleaner.stats.passes += 1;
         }
         drop(st);
-        tracing::info!(dir = %self.shared.dir.display(), ?report, keys = map.len(), "cleaned");
+        tracing::info!(dir = %self.shared.dir.display(), ?report, "cleaned");
         Ok(Some(report))
     }
 
