@@ -154,6 +154,22 @@ mod tests {
     }
 
     #[test]
+    fn stage_writes_a_temp_file_and_leaves_the_target_alone() {
+        both(|fs, dir| {
+            let p = dir.join("x.json");
+            write_atomic(fs, &p, b"old").unwrap();
+            let temp = stage(fs, &p, b"new").unwrap();
+            assert_eq!(temp.parent(), Some(dir));
+            let name = temp.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(crate::names::parse_temp_file_name(&name).is_ok(), "{name} is a temp name, garbage to a take-over");
+            assert_eq!(read_optional(fs, &p).unwrap().unwrap(), b"old");
+            assert_eq!(read_optional(fs, &temp).unwrap().unwrap(), b"new");
+            fs.rename(&temp, &p).unwrap();
+            assert_eq!(read_optional(fs, &p).unwrap().unwrap(), b"new");
+        });
+    }
+
+    #[test]
     fn write_atomic_replaces_and_leaves_no_temp() {
         both(|fs, dir| {
             let p = dir.join("x.json");
