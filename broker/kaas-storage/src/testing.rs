@@ -242,6 +242,19 @@ pub fn decode_records(mut buf: &[u8]) -> Vec<TestRecord> {
     out
 }
 
+/// A compacted log that cleans whatever is dirty: 300-byte segments (a few small records each),
+/// no dirty-ratio threshold, tombstones kept 1 s after their first clean.
+pub fn compacted_config() -> crate::LogConfig {
+    crate::LogConfig {
+        segment_bytes: 300,
+        cleanup_compact: true,
+        cleanup_delete: false,
+        min_cleanable_dirty_ratio: 0.0,
+        delete_retention_ms: 1_000,
+        ..crate::LogConfig::default()
+    }
+}
+
 /// Every record of `p` from its log start to its high watermark, read batch by batch (by
 /// batch, not by record: a compacted log has batches whose last records, or all of them, were
 /// cleaned away). Panics on a failed read: it is a test helper.

@@ -24,14 +24,7 @@ const NOW: i64 = 1_700_000_000_000;
 const ESTALE: i32 = 116;
 
 fn compacted() -> LogConfig {
-    LogConfig {
-        segment_bytes: 300,
-        cleanup_compact: true,
-        cleanup_delete: false,
-        min_cleanable_dirty_ratio: 0.0,
-        delete_retention_ms: 1_000,
-        ..LogConfig::default()
-    }
+    kaas_storage::testing::compacted_config()
 }
 
 /// One host's view of the partition: its engine over that host's mount.

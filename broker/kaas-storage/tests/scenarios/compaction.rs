@@ -11,14 +11,7 @@ use super::support::*;
 const TRANSACTIONAL: i16 = 0x10;
 
 fn compacted() -> LogConfig {
-    LogConfig {
-        segment_bytes: 300,
-        cleanup_compact: true,
-        cleanup_delete: false,
-        min_cleanable_dirty_ratio: 0.0,
-        delete_retention_ms: 1_000,
-        ..LogConfig::default()
-    }
+    kaas_storage::testing::compacted_config()
 }
 
 /// One record `key` = `value`, stamped NOW.
