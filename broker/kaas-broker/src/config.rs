@@ -102,6 +102,9 @@ pub struct BrokerConfig {
     /// Requests whose own time (not a wait the client asked for) passes this are logged at
     /// WARN with their client, API and slow phase; `None` turns the log off.
     pub slow_request: Option<std::time::Duration>,
+    /// The finalized `transaction.version` feature (1 or 2) ApiVersions announces: at 2,
+    /// Kafka 4 clients use transactions v2 (KIP-890 part 2).
+    pub transaction_version: i16,
 }
 
 /// `log.cleaner.enable`, `log.cleaner.backoff.ms`, `log.cleaner.threads` and
@@ -160,6 +163,7 @@ impl BrokerConfig {
             fetch: crate::api::fetch::FetchConfig::default(),
             metrics_per_partition: true,
             slow_request: None,
+            transaction_version: 2,
         }
     }
 }

@@ -178,11 +178,12 @@ macro_rules! routes {
     };
 }
 
-// NB: Produce v12+, EndTxn v5, AddPartitionsToTxn v5 and TxnOffsetCommit v5 mean
-// "transactions v2" (KIP-890 part 2: epoch bump per transaction, implicit partition adds) to
-// clients, so they stay unadvertised until transactions v2 exists.
+// NB: Produce v12, EndTxn v5, AddPartitionsToTxn v5 and TxnOffsetCommit v5 are transactions
+// v2 (KIP-890 part 2: the epoch bumped at a transaction's end, partitions and groups added by
+// the writes); a Kafka 4 client uses them when ApiVersions finalizes `transaction.version` 2
+// (`api::api_versions`). Produce v13 (topic ids instead of names) is not routed.
 routes! {
-    Produce: messages::ProduceRequest = 3..=11 => api::produce::handle;
+    Produce: messages::ProduceRequest = 3..=12 => api::produce::handle;
     Fetch: messages::FetchRequest = 4..=18 => api::fetch::handle;
     ListOffsets: messages::ListOffsetsRequest = 1..=10 => api::list_offsets::handle;
     Metadata: messages::MetadataRequest = 0..=13 => api::metadata::handle;
@@ -212,11 +213,11 @@ routes! {
     DeleteGroups: messages::DeleteGroupsRequest = 0..=2 => api::delete_groups::handle;
     ConsumerGroupHeartbeat: messages::ConsumerGroupHeartbeatRequest = 0..=1 => api::consumer_group_heartbeat::handle;
     ConsumerGroupDescribe: messages::ConsumerGroupDescribeRequest = 0..=1 => api::consumer_group_describe::handle;
-    AddPartitionsToTxn: messages::AddPartitionsToTxnRequest = 0..=4 => api::add_partitions_to_txn::handle;
+    AddPartitionsToTxn: messages::AddPartitionsToTxnRequest = 0..=5 => api::add_partitions_to_txn::handle;
     AddOffsetsToTxn: messages::AddOffsetsToTxnRequest = 0..=4 => api::add_offsets_to_txn::handle;
-    EndTxn: messages::EndTxnRequest = 0..=4 => api::end_txn::handle;
+    EndTxn: messages::EndTxnRequest = 0..=5 => api::end_txn::handle;
     WriteTxnMarkers: messages::WriteTxnMarkersRequest = 1..=1 => api::write_txn_markers::handle;
-    TxnOffsetCommit: messages::TxnOffsetCommitRequest = 0..=4 => api::txn_offset_commit::handle;
+    TxnOffsetCommit: messages::TxnOffsetCommitRequest = 0..=5 => api::txn_offset_commit::handle;
     DescribeProducers: messages::DescribeProducersRequest = 0..=0 => api::describe_producers::handle;
     DescribeTransactions: messages::DescribeTransactionsRequest = 0..=0 => api::describe_transactions::handle;
     ListTransactions: messages::ListTransactionsRequest = 0..=1 => api::list_transactions::handle;

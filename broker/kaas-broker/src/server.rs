@@ -32,7 +32,8 @@ pub enum ListenerRole {
     /// ([`crate::external`]).
     External,
     /// Where the brokers of a cluster send each other what only brokers send (WriteTxnMarkers,
-    /// AddPartitionsToTxn verification, ACL and quota changes forwarded to the controller), whatever the
+    /// AddPartitionsToTxn verification and adds, AddOffsetsToTxn for a TxnOffsetCommit v5, ACL
+    /// and quota changes forwarded to the controller), whatever the
     /// client listener's TLS and SASL: it serves only those (and ApiVersions), each proven a broker's by its inter-broker token, and its
     /// connection slots are its own, so clients filling theirs do not stall the brokers.
     InterBroker,
@@ -47,7 +48,13 @@ impl ListenerRole {
             ListenerRole::InterBroker => {
                 matches!(
                     key,
-                    K::ApiVersions | K::WriteTxnMarkers | K::AddPartitionsToTxn | K::CreateAcls | K::DeleteAcls | K::AlterClientQuotas
+                    K::ApiVersions
+                        | K::WriteTxnMarkers
+                        | K::AddPartitionsToTxn
+                        | K::AddOffsetsToTxn
+                        | K::CreateAcls
+                        | K::DeleteAcls
+                        | K::AlterClientQuotas
                 )
             }
         }

@@ -2,7 +2,7 @@
 //! (re-exported here); this module writes its markers (`markers`: into partitions this broker
 //! leads, or by WriteTxnMarkers to their leaders), routes requests about a transaction's parts
 //! to the brokers the assignment places them on (`route`), asks a remote coordinator whether a
-//! write is in a transaction (`verification`), and runs the loop that re-drives decided and
+//! write is in a transaction or to add it (`verification`), and runs the loop that re-drives decided and
 //! timed-out transactions.
 
 mod markers;
@@ -39,15 +39,37 @@ impl TxnHost for Host {
 /// A partition and the (producer id, epoch) of a transactional write to it.
 pub(crate) type TxnWrite = ((String, i32), (i64, i16));
 
+/// What a transactional write needs from its transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inclusion {
+    /// The partition must be in the Ongoing transaction already (transactions v1: the client
+    /// added it with AddPartitionsToTxn; KIP-890 part 1's verification).
+    Verify,
+    /// The write adds it (transactions v2, Produce v12+: KIP-890 part 2's implicit add).
+    Add,
+}
+
 /// Checks each of `partitions` (with the producer id and epoch writing to it) is in the
-/// Ongoing transaction of `transactional_id`, asking its coordinator wherever it is: here, or
-/// by AddPartitionsToTxn `verify_only` to its broker. Verdicts in order.
-pub(crate) async fn verify_in_transaction(
+/// Ongoing transaction of `transactional_id`, or adds it (`Inclusion::Add`), asking its
+/// coordinator wherever it is: here, or by AddPartitionsToTxn (`verify_only` for a check) to
+/// its broker. Verdicts in order.
+pub(crate) async fn include_in_transaction(
     broker: &Broker,
     transactional_id: &str,
     partitions: &[TxnWrite],
+    inclusion: Inclusion,
 ) -> Vec<Result<(), kafka_protocol::ResponseError>> {
     match route::txn_coordinator(broker, shard_of(transactional_id)) {
+        Route::Here if inclusion == Inclusion::Add => {
+            let Some((_, producer)) = partitions.first() else { return Vec::new() };
+            // One producer per request (see `verification::include_remotely`).
+            let added: Vec<(String, i32)> = partitions.iter().filter(|(_, p)| p == producer).map(|(tp, _)| tp.clone()).collect();
+            let outcome = broker.txns.add(transactional_id, producer.0, producer.1, &added, &[]).await.map_err(|e| crate::error::txn_error(&e));
+            partitions
+                .iter()
+                .map(|(_, p)| if p == producer { outcome } else { Err(kafka_protocol::ResponseError::InvalidProducerIdMapping) })
+                .collect()
+        }
         Route::Here => partitions
             .iter()
             .map(|(partition, (producer_id, epoch))| {
@@ -58,11 +80,31 @@ pub(crate) async fn verify_in_transaction(
             })
             .collect(),
         Route::Peer(address) => {
-            verification::verify_remotely(broker, &address, transactional_id, partitions).await
+            verification::include_remotely(broker, &address, transactional_id, partitions, inclusion).await
         }
         Route::Unreachable | Route::Unplaced => {
             vec![Err(kafka_protocol::ResponseError::CoordinatorNotAvailable); partitions.len()]
         }
+    }
+}
+
+/// TxnOffsetCommit v5 (transactions v2): adds `group` to the producer's transaction, as
+/// AddOffsetsToTxn did for v1 clients — here, or by AddOffsetsToTxn from this broker to the
+/// coordinator's.
+pub(crate) async fn add_group_to_transaction(
+    broker: &Broker,
+    transactional_id: &str,
+    producer: (i64, i16),
+    group: &str,
+) -> Result<(), kafka_protocol::ResponseError> {
+    match route::txn_coordinator(broker, shard_of(transactional_id)) {
+        Route::Here => broker
+            .txns
+            .add(transactional_id, producer.0, producer.1, &[], &[group.to_owned()])
+            .await
+            .map_err(|e| crate::error::txn_error(&e)),
+        Route::Peer(address) => verification::add_group_remotely(broker, &address, transactional_id, producer, group).await,
+        Route::Unreachable | Route::Unplaced => Err(kafka_protocol::ResponseError::CoordinatorNotAvailable),
     }
 }
 

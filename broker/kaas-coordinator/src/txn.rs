@@ -351,20 +351,21 @@ impl TxnCoordinator {
     }
 
     /// EndTxn: PrepareCommit/PrepareAbort made durable, then the markers; answers once they are
-    /// written (or after [`END_TXN_WAIT`], the outcome being durable anyway).
+    /// written (or after [`END_TXN_WAIT`], the outcome being durable anyway). With `v2`
+    /// (transactions v2, EndTxn v5+) the end bumps the producer's epoch
+    /// ([`TxnMetadata::end_v2`]); the answer is the producer id and epoch the producer goes on
+    /// with.
     pub async fn end_txn(
         &self,
         host: &impl TxnHost,
         id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
+        producer: (i64, i16),
         commit: bool,
-    ) -> Result<(), TxnError> {
-        let Some(decided) = self
-            .prepare_end(id, producer_id, producer_epoch, commit)
-            .await?
-        else {
-            return Ok(());
+        v2: bool,
+    ) -> Result<(i64, i16), TxnError> {
+        let (decided, continues_as) = self.prepare_end(host, id, producer, commit, v2).await?;
+        let Some(decided) = decided else {
+            return Ok(continues_as);
         };
         // NB: the transactions loop may have started this decision's driver already (it
         // re-drives every decided transaction): then this waits for that one.
@@ -372,36 +373,49 @@ impl TxnCoordinator {
         if tokio::time::timeout(END_TXN_WAIT, completing.done()).await.is_err() {
             warn!(
                 transactional_id = id,
-                producer_id,
+                producer_id = producer.0,
                 commit,
                 "markers not all written yet; answering EndTxn, the completion continues"
             );
         }
-        Ok(())
+        Ok(continues_as)
     }
 
-    /// EndTxn's first phase: the outcome, durable. `None` for a retry of a completed EndTxn.
+    /// EndTxn's first phase: the outcome, durable (`None` for a retry of a completed EndTxn),
+    /// and the producer id and epoch the producer continues with.
     pub async fn prepare_end(
         &self,
+        host: &impl TxnHost,
         id: &str,
-        producer_id: i64,
-        producer_epoch: i16,
+        (producer_id, producer_epoch): (i64, i16),
         commit: bool,
-    ) -> Result<Option<Completion>, TxnError> {
+        v2: bool,
+    ) -> Result<(Option<Completion>, (i64, i16)), TxnError> {
         let (shard, seq, meta, epoch) = {
             let (shard, mut txns, epoch) = self.owned(id)?;
-            let meta = producer_txn(&mut txns, id, producer_id, producer_epoch)?;
-            let mut next = meta.clone();
-            if next.end(commit, now_ms())? == EndOutcome::AlreadyDone {
-                return Ok(None);
-            }
+            let next = if v2 {
+                let meta = txns.get(id).ok_or(TxnError::ProducerIdMapping { found: producer_id, current: -1 })?;
+                let mut next = meta.clone();
+                let allocate = || host.allocate_producer_id().map_err(TxnError::ProducerIds);
+                if next.end_v2(producer_id, producer_epoch, commit, now_ms(), allocate)? == EndOutcome::AlreadyDone {
+                    return Ok((None, next.producer_after_end()));
+                }
+                next
+            } else {
+                let meta = producer_txn(&mut txns, id, producer_id, producer_epoch)?;
+                let mut next = meta.clone();
+                if next.end(commit, now_ms())? == EndOutcome::AlreadyDone {
+                    return Ok((None, next.producer_after_end()));
+                }
+                next
+            };
             let seq = Self::persist(shard, id, &next)?;
-            *meta = next.clone();
+            txns.insert(id.to_owned(), next.clone());
             (shard, seq, next, epoch)
         };
         Self::durable(shard, seq).await?;
         if commit { &self.outcomes.committed } else { &self.outcomes.aborted }.inc();
-        Ok(Some(completion(id, &meta, epoch)))
+        Ok((Some(completion(id, &meta, epoch)), meta.producer_after_end()))
     }
 
     /// The driver's last step: PrepareX → CompleteX. Nothing happens if the transaction moved

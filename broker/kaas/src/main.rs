@@ -166,6 +166,13 @@ struct Args {
     /// 0 turns the log off.
     #[arg(long, env = "KAAS_SLOW_REQUEST_MS", default_value_t = 2000)]
     slow_request_ms: u64,
+    /// The `transaction.version` feature clients are told is finalized: 2 is transactions v2
+    /// (KIP-890 part 2: the epoch bumped at every transaction's end, partitions and groups
+    /// added by the writes themselves), which Kafka 4 clients then use; 1 keeps every client
+    /// on the older protocol (set it on every broker while a cluster still runs a kaas
+    /// release without transactions v2).
+    #[arg(long, env = "KAAS_TRANSACTION_VERSION", default_value_t = 2, value_parser = clap::value_parser!(i16).range(1..=2))]
+    transaction_version: i16,
     /// Cluster mode: this pod's name (`<statefulset>-<ordinal>`; the ordinal is the broker id).
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
@@ -339,6 +346,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fetch: args.fetch.config(),
         metrics_per_partition: args.metrics_per_partition,
         slow_request: (args.slow_request_ms > 0).then(|| std::time::Duration::from_millis(args.slow_request_ms)),
+        transaction_version: args.transaction_version,
         security: args.security.listener_security(args.pod_name.is_some())?,
     };
     let broker = {

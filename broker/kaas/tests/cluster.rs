@@ -524,3 +524,85 @@ async fn runtime_series_move(cluster: &Cluster, controller: i32) -> TestResult {
     }
     Ok(())
 }
+
+/// Transactions v2 across brokers, on the wire as a Kafka 4 producer speaks it: the partition's
+/// leader adds it to a transaction coordinated on another broker (AddPartitionsToTxn from the
+/// leader), the group's coordinator adds the group (AddOffsetsToTxn on the client's behalf),
+/// and EndTxn v5's bumped epoch fences a late write at the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transactions_v2_add_partitions_and_groups_on_other_brokers() -> TestResult {
+    use kafka_protocol::ResponseError as E;
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::txn_offset_commit_request::{TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic};
+    use kafka_protocol::messages::{
+        EndTxnRequest, GroupId, InitProducerIdRequest, ListOffsetsRequest, OffsetFetchRequest, ProduceRequest, ProducerId, TopicName,
+        TransactionalId, TxnOffsetCommitRequest,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    let cluster = Cluster::start(3).await?;
+    let a = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3 && a.transactions.len() == 16 && a.consumer_groups.len() == 16).await?;
+    create_topic(&cluster, "tv2", 3).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 3).await?;
+    cluster.wait_led(SETTLE, &placed).await?;
+    let id = txn_id_on(&a, 0, "tv2")?;
+    let (partition, leader) = (0..3)
+        .find_map(|i| placed.partition("tv2", i).filter(|p| p.leader != 0).map(|p| (i, p.leader)))
+        .ok_or("broker 0 leads every partition")?;
+    let (group, group_coordinator) = (0..1000)
+        .map(|i| format!("tv2-group-{i}"))
+        .find_map(|g| {
+            let on = a.consumer_groups.get(&kaas_coordinator::shard_of(&g)).map(|s| s.coordinator).filter(|c| *c != 0)?;
+            Some((g, on))
+        })
+        .ok_or("no group coordinated elsewhere")?;
+    let address = |node: i32| cluster.nodes.get(&node).map(|n| n.bootstrap.clone()).ok_or(format!("no broker {node}"));
+    let (coordinator_at, leader_at, group_at) = (address(0)?, address(leader)?, address(group_coordinator)?);
+
+    tokio::task::spawn_blocking(move || -> TestResult {
+        let s = |v: &str| StrBytes::from_string(v.to_owned());
+        let mut coordinator = Wire::connect(&coordinator_at)?;
+        let mut leader = Wire::connect(&leader_at)?;
+        let mut groups = Wire::connect(&group_at)?;
+        let init = coordinator.call(4, &InitProducerIdRequest::default().with_transactional_id(Some(TransactionalId(s(&id)))).with_transaction_timeout_ms(60_000))?;
+        assert_eq!(init.error_code, 0);
+        let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+        let produce = |wire: &mut Wire, epoch: i16, sequence: i32| -> TestResult<i16> {
+            let request = ProduceRequest::default().with_transactional_id(Some(TransactionalId(s(&id)))).with_acks(-1).with_timeout_ms(10_000).with_topic_data(vec![
+                TopicProduceData::default().with_name(TopicName(s("tv2"))).with_partition_data(vec![
+                    PartitionProduceData::default().with_index(partition).with_records(Some(common::wire::txn_batch(pid, epoch, sequence, &["v"])?)),
+                ]),
+            ]);
+            Ok(wire.call(12, &request)?.responses[0].partition_responses[0].error_code)
+        };
+        assert_eq!(produce(&mut leader, epoch, 0)?, 0, "the leader added the partition at the coordinator");
+        let commit = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(s(&id)))
+            .with_group_id(GroupId(s(&group)))
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(TopicName(s("tv2"))).with_partitions(vec![
+                TxnOffsetCommitRequestPartition::default().with_partition_index(partition).with_committed_offset(3),
+            ])]);
+        assert_eq!(groups.call(5, &commit)?.topics[0].partitions[0].error_code, 0, "the group coordinator added the group");
+        let end = EndTxnRequest::default().with_transactional_id(TransactionalId(s(&id))).with_producer_id(ProducerId(pid)).with_producer_epoch(epoch).with_committed(true);
+        let ended = coordinator.call(5, &end)?;
+        assert_eq!((ended.error_code, ended.producer_id.0, ended.producer_epoch), (0, pid, epoch + 1));
+
+        let stable = ListOffsetsRequest::default().with_replica_id((-1).into()).with_isolation_level(1).with_topics(vec![
+            ListOffsetsTopic::default().with_name(TopicName(s("tv2"))).with_partitions(vec![ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(-1)]),
+        ]);
+        assert_eq!(leader.call(5, &stable)?.topics[0].partitions[0].offset, 2, "the record and its marker, committed");
+        let fetch = OffsetFetchRequest::default().with_require_stable(true).with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(s(&group)))
+            .with_topics(Some(vec![OffsetFetchRequestTopics::default().with_name(TopicName(s("tv2"))).with_partition_indexes(vec![partition])]))]);
+        assert_eq!(groups.call(8, &fetch)?.groups[0].topics[0].partitions[0].committed_offset, 3, "the offsets committed with it");
+        assert_eq!(produce(&mut leader, epoch, 1)?, E::InvalidProducerEpoch.code(), "a late write of the ended transaction");
+        assert_eq!(produce(&mut leader, epoch + 1, 0)?, 0, "the next transaction at the bumped epoch");
+        Ok(())
+    })
+    .await?
+}

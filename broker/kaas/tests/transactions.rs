@@ -330,6 +330,16 @@ mod wire_level {
         partition: i32,
         records: Bytes,
     ) -> TestResult<i16> {
+        produce_at(wire, 9, txn, partition, records)
+    }
+
+    fn produce_at(
+        wire: &mut Wire,
+        version: i16,
+        txn: Option<&str>,
+        partition: i32,
+        records: Bytes,
+    ) -> TestResult<i16> {
         let request = ProduceRequest::default()
             .with_transactional_id(txn.map(|t| TransactionalId(s(t))))
             .with_acks(-1)
@@ -343,7 +353,7 @@ mod wire_level {
                             .with_records(Some(records)),
                     ]),
             ]);
-        let response = wire.call(9, &request)?;
+        let response = wire.call(version, &request)?;
         Ok(response.responses[0].partition_responses[0].error_code)
     }
 
@@ -516,6 +526,125 @@ mod wire_level {
             described.transaction_states[1].error_code,
             E::TransactionalIdNotFound.code()
         );
+        Ok(())
+    }
+
+    /// Transactions v2 (KIP-890 part 2) as a Kafka 4 producer speaks it: Produce v12 adds its
+    /// partition (no AddPartitionsToTxn), TxnOffsetCommit v5 its group (no AddOffsetsToTxn),
+    /// and every EndTxn v5 bumps the epoch — the markers carry the new one, so a late write of
+    /// the ended transaction is fenced; a retried EndTxn names the old epoch and succeeds; an
+    /// abort with nothing in the transaction is allowed.
+    #[test]
+    fn transactions_v2_add_by_writing_and_bump_the_epoch_at_each_end() -> TestResult {
+        use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+        use kafka_protocol::messages::offset_fetch_request::{OffsetFetchRequestGroup, OffsetFetchRequestTopics};
+        use kafka_protocol::messages::txn_offset_commit_request::{TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic};
+        use kafka_protocol::messages::{GroupId, ListOffsetsRequest, OffsetFetchRequest, TxnOffsetCommitRequest};
+
+        let kaas = Kaas::start()?;
+        let mut wire = Wire::connect(&kaas.bootstrap)?;
+        wire.create_topic("w", 2)?;
+        let init = wire.call(
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(s("v2"))))
+                .with_transaction_timeout_ms(60_000),
+        )?;
+        assert_eq!(init.error_code, 0);
+        let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
+        let end = |wire: &mut Wire, epoch: i16, commit: bool| -> TestResult<(i16, i64, i16)> {
+            let request = EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(s("v2")))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_committed(commit);
+            let response = wire.call(5, &request)?;
+            Ok((response.error_code, response.producer_id.0, response.producer_epoch))
+        };
+        let stable_end = |wire: &mut Wire, partition: i32| -> TestResult<i64> {
+            let request = ListOffsetsRequest::default().with_replica_id((-1).into()).with_isolation_level(1).with_topics(vec![
+                ListOffsetsTopic::default().with_name(TopicName(s("w"))).with_partitions(vec![
+                    ListOffsetsPartition::default().with_partition_index(partition).with_timestamp(-1),
+                ]),
+            ]);
+            Ok(wire.call(5, &request)?.topics[0].partitions[0].offset)
+        };
+
+        // The write adds its partition; a v11 write to another partition is still verified.
+        assert_eq!(produce_at(&mut wire, 12, Some("v2"), 0, txn_batch(pid, epoch, 0, &["a"])?)?, 0);
+        assert_eq!(
+            produce_at(&mut wire, 11, Some("v2"), 1, txn_batch(pid, epoch, 0, &["x"])?)?,
+            E::InvalidTxnState.code(),
+            "Produce v11 adds nothing"
+        );
+        let described = wire.call(0, &DescribeTransactionsRequest::default().with_transactional_ids(vec![TransactionalId(s("v2"))]))?;
+        let t = &described.transaction_states[0];
+        assert_eq!((t.transaction_state.as_str(), t.topics[0].partitions.clone()), ("Ongoing", vec![0]));
+        assert_eq!(stable_end(&mut wire, 0)?, 0, "open: nothing stable yet");
+
+        // The commit answers the bumped epoch; a retry (old epoch) gets the same answer.
+        assert_eq!(end(&mut wire, epoch, true)?, (0, pid, epoch + 1));
+        assert_eq!(end(&mut wire, epoch, true)?, (0, pid, epoch + 1), "a retried commit succeeds");
+        assert_eq!(end(&mut wire, epoch, false)?.0, E::InvalidTxnState.code(), "not the outcome it retries");
+        assert_eq!(stable_end(&mut wire, 0)?, 2, "the record and its marker");
+        let producers = wire.call(
+            0,
+            &DescribeProducersRequest::default().with_topics(vec![
+                TopicRequest::default().with_name(TopicName(s("w"))).with_partition_indexes(vec![0]),
+            ]),
+        )?;
+        let active = &producers.topics[0].partitions[0].active_producers;
+        assert_eq!(
+            active.iter().map(|p| (p.producer_id.0, p.producer_epoch)).collect::<Vec<_>>(),
+            vec![(pid, i32::from(epoch) + 1)],
+            "the marker carries the bumped epoch"
+        );
+        // A late write of the ended transaction is fenced, in the partition and at the
+        // coordinator alike.
+        assert_eq!(produce_at(&mut wire, 12, Some("v2"), 0, txn_batch(pid, epoch, 1, &["late"])?)?, E::InvalidProducerEpoch.code());
+        assert_eq!(produce_at(&mut wire, 12, Some("v2"), 1, txn_batch(pid, epoch, 0, &["late"])?)?, E::InvalidProducerEpoch.code());
+
+        // The next transaction, at the new epoch from sequence 0, with a group's offsets added
+        // by TxnOffsetCommit v5 itself; aborted.
+        let epoch = epoch + 1;
+        assert_eq!(produce_at(&mut wire, 12, Some("v2"), 1, txn_batch(pid, epoch, 0, &["b"])?)?, 0);
+        let commit_offset = |wire: &mut Wire, epoch: i16, offset: i64| -> TestResult<i16> {
+            let request = TxnOffsetCommitRequest::default()
+                .with_transactional_id(TransactionalId(s("v2")))
+                .with_group_id(GroupId(s("v2-group")))
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch)
+                .with_generation_id(-1)
+                .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(TopicName(s("w"))).with_partitions(vec![
+                    TxnOffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(offset),
+                ])]);
+            Ok(wire.call(5, &request)?.topics[0].partitions[0].error_code)
+        };
+        assert_eq!(commit_offset(&mut wire, epoch, 7)?, 0);
+        assert_eq!(end(&mut wire, epoch, false)?, (0, pid, epoch + 1));
+        let committed = |wire: &mut Wire| -> TestResult<i64> {
+            let request = OffsetFetchRequest::default().with_require_stable(true).with_groups(vec![
+                OffsetFetchRequestGroup::default().with_group_id(GroupId(s("v2-group"))).with_topics(Some(vec![
+                    OffsetFetchRequestTopics::default().with_name(TopicName(s("w"))).with_partition_indexes(vec![0]),
+                ])),
+            ]);
+            Ok(wire.call(8, &request)?.groups[0].topics[0].partitions[0].committed_offset)
+        };
+        assert_eq!(committed(&mut wire)?, -1, "aborted with its transaction");
+        assert_eq!(stable_end(&mut wire, 1)?, 2, "the aborted record and its marker");
+
+        // An abort with nothing in the transaction bumps the epoch too; a commit of nothing is
+        // refused.
+        let epoch = epoch + 1;
+        assert_eq!(end(&mut wire, epoch, false)?, (0, pid, epoch + 1));
+        let epoch = epoch + 1;
+        assert_eq!(end(&mut wire, epoch, true)?.0, E::InvalidTxnState.code());
+        assert_eq!(end(&mut wire, epoch - 2, false)?.0, E::ProducerFenced.code(), "an epoch two ends old is fenced");
+
+        // Offsets committed by a transaction that commits.
+        assert_eq!(commit_offset(&mut wire, epoch, 9)?, 0);
+        assert_eq!(end(&mut wire, epoch, true)?, (0, pid, epoch + 1));
+        assert_eq!(committed(&mut wire)?, 9);
         Ok(())
     }
 }

@@ -218,9 +218,17 @@ fn describe_cluster_offset_for_leader_epoch_and_api_versions() -> TestResult {
 
     let versions = wire.call(3, &ApiVersionsRequest::default())?;
     let find = |key: ApiKey| versions.api_keys.iter().find(|k| k.api_key == key as i16).map(|k| (k.min_version, k.max_version));
-    assert_eq!(find(ApiKey::Produce), Some((0, 11)), "Produce from v0 (KAFKA-18659), no transactions-v2 versions");
+    assert_eq!(find(ApiKey::Produce), Some((0, 12)), "Produce from v0 (KAFKA-18659) to transactions v2's, not v13 (topic ids)");
     assert_eq!(find(ApiKey::Fetch), Some((4, 18)));
-    assert_eq!(find(ApiKey::EndTxn), Some((0, 4)), "transactions, without the transactions-v2 version");
+    assert_eq!(find(ApiKey::EndTxn), Some((0, 5)), "transactions with v2's EndTxn");
+    // Transactions v2 is finalized, as on a new Kafka 4 cluster: Kafka 4 producers use it.
+    let finalized: Vec<_> = versions.finalized_features.iter().map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level)).collect();
+    assert_eq!(finalized, vec![("transaction.version".to_owned(), 2, 2)]);
+    assert!(versions.finalized_features_epoch >= 0, "an epoch a client trusts");
+    assert!(versions.supported_features.is_empty(), "a range from level 0 only from v4 (KAFKA-17492)");
+    let v4 = wire.call(4, &ApiVersionsRequest::default())?;
+    let supported: Vec<_> = v4.supported_features.iter().map(|f| (f.name.to_string(), f.min_version, f.max_version)).collect();
+    assert_eq!(supported, vec![("transaction.version".to_owned(), 0, 2)]);
     assert_eq!(find(ApiKey::ElectLeaders), None, "nothing unbuilt is advertised");
     Ok(())
 }

@@ -396,10 +396,19 @@ public final class Conformance {
             for (int i = 0; i < 10; i++) producer.send(new ProducerRecord<>(t, "a" + i, "aborted"));
             producer.flush();
             producer.abortTransaction();
-            // A last committed record, so that the aborted batch is followed by something.
+            // A last committed record, so that the aborted batch is followed by something, with a
+            // group's offsets in the transaction (AddOffsetsToTxn and TxnOffsetCommit; with
+            // transactions v2 the commit alone adds the group).
             producer.beginTransaction();
             producer.send(new ProducerRecord<>(t, "c10", "committed"));
+            producer.sendOffsetsToTransaction(Map.of(new TopicPartition(t, 0), new OffsetAndMetadata(5)),
+                new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(t + "-offsets"));
             producer.commitTransaction();
+        }
+        try (Admin admin = adminClient()) {
+            Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(t + "-offsets").partitionsToOffsetAndMetadata().get();
+            OffsetAndMetadata o = committed.get(new TopicPartition(t, 0));
+            check(o != null && o.offset() == 5, "offsets committed with the transaction: " + committed);
         }
         TopicPartition tp = new TopicPartition(t, 0);
         for (String isolation : List.of("read_committed", "read_uncommitted")) {

@@ -4,12 +4,14 @@
 
 use std::sync::Arc;
 
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 use tracing::debug;
 
 use super::access::{Op, Resource, check};
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
+use crate::server::ListenerRole;
 
 pub async fn handle(
     broker: &Arc<Broker>,
@@ -18,9 +20,14 @@ pub async fn handle(
 ) -> Reply<AddOffsetsToTxnResponse> {
     let id = request.transactional_id.to_string();
     let group = request.group_id.to_string();
-    // Kafka: WRITE on the transactional id, then READ on the group.
-    let refused = check(broker, ctx, Op::Write, Resource::TransactionalId, &id)
-        .and_then(|()| check(broker, ctx, Op::Read, Resource::Group, &group));
+    // Kafka: WRITE on the transactional id, then READ on the group. On the inter-broker
+    // listener only a broker may ask: the group coordinator of a TxnOffsetCommit v5
+    // (transactions v2), which checked the client's ACLs itself.
+    let refused = if ctx.listener == ListenerRole::InterBroker {
+        if crate::interbroker::from_a_broker(broker, ctx, &request) { Ok(()) } else { Err(ResponseError::ClusterAuthorizationFailed) }
+    } else {
+        check(broker, ctx, Op::Write, Resource::TransactionalId, &id).and_then(|()| check(broker, ctx, Op::Read, Resource::Group, &group))
+    };
     if let Err(e) = refused {
         return Reply::Now(AddOffsetsToTxnResponse::default().with_error_code(e.code()));
     }

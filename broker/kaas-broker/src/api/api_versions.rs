@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 
 use crate::broker::Broker;
@@ -23,8 +23,37 @@ pub fn advertised() -> Vec<ApiVersion> {
         .collect()
 }
 
+/// Kafka's `transaction.version` feature: 2 is transactions v2 (KIP-890 part 2), which a
+/// Kafka 4 producer uses once a broker says it is finalized.
+const TRANSACTION_VERSION: &str = "transaction.version";
+
+/// The epoch of the finalized features. Kafka's moves with every change of its metadata log;
+/// kaas's features change only when a broker restarts with another `--transaction-version`,
+/// and a client keeps the answer of the highest epoch it has seen, so every broker answers the
+/// same constant epoch (a mixed setting across brokers is an operator's transition, see the
+/// flag).
+const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
+/// The features this broker supports and the levels finalized (ApiVersions v3+). A supported
+/// range from level 0 is left out below v4, as Kafka does: older Java clients fail to read
+/// one (KAFKA-17492).
+fn with_features(response: ApiVersionsResponse, version: i16, transaction_version: i16) -> ApiVersionsResponse {
+    let supported = if version >= 4 {
+        vec![SupportedFeatureKey::default().with_name(TRANSACTION_VERSION.into()).with_min_version(0).with_max_version(2)]
+    } else {
+        Vec::new()
+    };
+    response
+        .with_supported_features(supported)
+        .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
+        .with_finalized_features(vec![FinalizedFeatureKey::default()
+            .with_name(TRANSACTION_VERSION.into())
+            .with_min_version_level(transaction_version)
+            .with_max_version_level(transaction_version)])
+}
+
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {
-    let mut response = ApiVersionsResponse::default().with_api_keys(advertised());
+    let mut response = with_features(ApiVersionsResponse::default().with_api_keys(advertised()), ctx.version, broker.config.transaction_version);
     let software_valid = valid_software_field(&request.client_software_name) && valid_software_field(&request.client_software_version);
     if ctx.version >= 3 {
         if software_valid {

@@ -1,5 +1,7 @@
 //! EndTxn: commit or abort. The outcome is durable before the markers are written; the answer
-//! comes once they are (see `TxnCoordinator::end_txn`).
+//! comes once they are (see `TxnCoordinator::end_txn`). From v5 (transactions v2, KIP-890
+//! part 2) the end bumps the producer's epoch and the answer carries the epoch (and, when the
+//! old one was exhausted, the producer id) the producer goes on with.
 
 use std::sync::Arc;
 
@@ -26,6 +28,7 @@ pub async fn handle(
         );
     }
     let broker = broker.clone();
+    let v2 = ctx.version >= 5;
     Reply::Later(Box::pin(async move {
         let (pid, epoch) = (request.producer_id.0, request.producer_epoch);
         let response = EndTxnResponse::default()
@@ -33,10 +36,10 @@ pub async fn handle(
             .with_producer_epoch(-1);
         match broker
             .txns
-            .end_txn(&crate::txn::Host(broker.clone()), &id, pid, epoch, request.committed)
+            .end_txn(&crate::txn::Host(broker.clone()), &id, (pid, epoch), request.committed, v2)
             .await
         {
-            Ok(()) => response,
+            Ok((next_pid, next_epoch)) => response.with_producer_id(ProducerId(next_pid)).with_producer_epoch(next_epoch),
             Err(e) => {
                 debug!(transactional_id = %id, producer_id = pid, epoch, commit = request.committed, error = %e, "EndTxn refused");
                 response.with_error_code(crate::error::txn_error(&e).code())

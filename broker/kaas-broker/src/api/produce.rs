@@ -16,6 +16,7 @@ use super::{led_partition, str_bytes};
 use crate::broker::{Broker, now_ms};
 use crate::quota::model::QuotaKey;
 use crate::router::{Reply, RequestContext};
+use crate::txn::Inclusion;
 
 /// One partition's append, done or refused.
 struct Appended {
@@ -39,7 +40,11 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Produce
     };
     let mut refused = match transaction_refused {
         Some(_) => HashMap::new(),
-        None => verify_transactional(broker, transactional_id.as_deref(), &request).await,
+        None => {
+            // Produce v12+ is transactions v2: the write adds its partition to the transaction.
+            let inclusion = if ctx.version >= 12 { Inclusion::Add } else { Inclusion::Verify };
+            include_transactional(broker, transactional_id.as_deref(), &request, inclusion).await
+        }
     };
     // The ordered part: every append happens now, before the next request of this connection.
     let appended: Vec<(String, Vec<Appended>)> = request
@@ -130,12 +135,18 @@ type Refusal = (ResponseError, Option<String>);
 
 /// Kafka's produce-side verification (KIP-890 part 1): a transactional batch must belong to
 /// the producer's Ongoing transaction, and that transaction must include the partition;
-/// otherwise INVALID_TXN_STATE (or the producer's fencing error) and nothing is written. Only
-/// the first batch of a transaction in a partition is checked with the coordinator — later ones
-/// find the transaction open in the partition — and in a cluster the check is one
-/// AddPartitionsToTxn `verify_only` to the coordinator's broker. Returns the refused
-/// partitions.
-async fn verify_transactional(broker: &Broker, transactional_id: Option<&str>, request: &ProduceRequest) -> HashMap<(String, i32), Refusal> {
+/// otherwise INVALID_TXN_STATE (or the producer's fencing error) and nothing is written. With
+/// transactions v2 (KIP-890 part 2) the first write adds the partition instead (the producer
+/// sends no AddPartitionsToTxn), under the same epoch checks. Only the first batch of a
+/// transaction in a partition goes to the coordinator — later ones find the transaction open
+/// in the partition — and in a cluster that is one AddPartitionsToTxn to the coordinator's
+/// broker. Returns the refused partitions.
+async fn include_transactional(
+    broker: &Broker,
+    transactional_id: Option<&str>,
+    request: &ProduceRequest,
+    inclusion: Inclusion,
+) -> HashMap<(String, i32), Refusal> {
     let mut refused = HashMap::new();
     let mut unverified: Vec<crate::txn::TxnWrite> = Vec::new();
     for topic in &request.topic_data {
@@ -161,7 +172,7 @@ async fn verify_transactional(broker: &Broker, transactional_id: Option<&str>, r
     if unverified.is_empty() {
         return refused;
     }
-    let verdicts = crate::txn::verify_in_transaction(broker, id, &unverified).await;
+    let verdicts = crate::txn::include_in_transaction(broker, id, &unverified, inclusion).await;
     for (((topic, index), (producer_id, epoch)), verdict) in unverified.into_iter().zip(verdicts) {
         let Err(e) = verdict else { continue };
         debug!(topic, partition = index, transactional_id = id, producer_id, epoch, error = ?e, "transactional write refused");

@@ -55,20 +55,30 @@ pub async fn handle(
             answers.push((name.clone(), p.partition_index, error));
         }
     }
-    // The producer must have added the group to its transaction (AddOffsetsToTxn) first: the
-    // transaction coordinator, here or on another broker, says whether the group's shard is in
-    // its Ongoing transaction (Kafka's check of the `__consumer_offsets` partition).
+    // Transactions v1: the producer must have added the group to its transaction
+    // (AddOffsetsToTxn) first: the transaction coordinator, here or on another broker, says
+    // whether the group's shard is in its Ongoing transaction (Kafka's check of the
+    // `__consumer_offsets` partition). Transactions v2 (v5+): the producer sends no
+    // AddOffsetsToTxn, the commit adds the group itself.
     let id = request.transactional_id.to_string();
     let group_id = request.group_id.to_string();
-    let shard = i32::try_from(kaas_coordinator::shard_of(&group_id)).unwrap_or(i32::MAX);
     let producer = (request.producer_id.0, request.producer_epoch);
-    let check = [((GROUP_OFFSETS_TOPIC.to_owned(), shard), producer)];
-    let precheck = match crate::txn::verify_in_transaction(broker, &id, &check).await.pop() {
-        Some(Ok(())) => None,
-        Some(Err(ResponseError::NetworkException)) | None => {
-            Some(ResponseError::CoordinatorNotAvailable)
-        }
-        Some(Err(e)) => Some(e),
+    let included = if request_refused.is_some() {
+        Ok(())
+    } else if ctx.version >= 5 {
+        crate::txn::add_group_to_transaction(broker, &id, producer, &group_id).await
+    } else {
+        let shard = i32::try_from(kaas_coordinator::shard_of(&group_id)).unwrap_or(i32::MAX);
+        let check = [((GROUP_OFFSETS_TOPIC.to_owned(), shard), producer)];
+        crate::txn::include_in_transaction(broker, &id, &check, crate::txn::Inclusion::Verify)
+            .await
+            .pop()
+            .unwrap_or(Err(ResponseError::CoordinatorNotAvailable))
+    };
+    let precheck = match included {
+        Ok(()) => None,
+        Err(ResponseError::NetworkException) => Some(ResponseError::CoordinatorNotAvailable),
+        Err(e) => Some(e),
     };
     let req = TxnCommitRequest {
         group_id,

@@ -77,12 +77,13 @@ async fn begin(
 }
 
 /// PrepareCommit made durable, and nothing more: the broker "crashes" before any marker.
-async fn prepare_commit(broker: &Broker, pid: i64, epoch: i16) {
+async fn prepare_commit(broker: &Arc<Broker>, pid: i64, epoch: i16) {
     let decided = broker
         .txns
-        .prepare_end("tx", pid, epoch, true)
+        .prepare_end(&Host(broker.clone()), "tx", (pid, epoch), true, false)
         .await
-        .unwrap();
+        .unwrap()
+        .0;
     assert!(decided.is_some());
 }
 
@@ -148,11 +149,11 @@ async fn a_commit_decided_before_a_crash_is_completed_after_restart() {
     assert!(read.aborted_transactions.is_empty());
     // A retried EndTxn(commit) succeeds; an abort now is refused.
     assert_eq!(
-        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await,
-        Ok(())
+        broker.txns.end_txn(&Host(broker.clone()), "tx", (pid, epoch), true, false).await,
+        Ok((pid, epoch))
     );
     assert!(matches!(
-        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, false).await,
+        broker.txns.end_txn(&Host(broker.clone()), "tx", (pid, epoch), false, false).await,
         Err(TxnError::InvalidState { .. })
     ));
     let _ = stop_tx.send(true);
@@ -180,7 +181,7 @@ async fn a_decision_whose_fsync_failed_drives_no_marker_until_the_shard_is_reloa
     // not have it, and the transaction could then be aborted where a marker said commit).
     mount.set(MountFault::SyncEio);
     assert!(matches!(
-        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await,
+        broker.txns.end_txn(&Host(broker.clone()), "tx", (pid, epoch), true, false).await,
         Err(TxnError::Storage(_))
     ));
     assert_eq!(broker.txns.pending_completions(now_ms()).await, vec![]);
@@ -268,7 +269,7 @@ async fn bad_input_gets_kafka_errors_and_changes_nothing() {
         Err(TxnError::Fenced { .. })
     ));
     assert!(matches!(
-        broker.txns.end_txn(&Host(broker.clone()), "tx", pid, epoch, true).await,
+        broker.txns.end_txn(&Host(broker.clone()), "tx", (pid, epoch), true, false).await,
         Err(TxnError::Fenced { .. })
     ));
     let meta = broker.txns.describe("tx").unwrap().unwrap();

@@ -85,6 +85,18 @@ pub struct TxnMetadata {
     pub start_ms: i64,
     /// Wall-clock ms of the last transition.
     pub update_ms: i64,
+    /// Transactions v2 (KIP-890 part 2): the epoch the producer held before the last end of a
+    /// transaction bumped it (its EndTxn, or the coordinator's own abort). A retried EndTxn
+    /// names this epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_epoch: Option<i16>,
+    /// Transactions v2, the epoch exhausted at EndTxn: the producer id the producer moves to
+    /// (at epoch 0) once the markers are written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_producer_id: Option<i64>,
+    /// The producer id before such a move (a retried EndTxn names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_producer_id: Option<i64>,
 }
 
 /// What InitProducerId must do after the transition.
@@ -120,6 +132,18 @@ impl TxnMetadata {
             groups: BTreeSet::new(),
             start_ms: -1,
             update_ms: now_ms,
+            previous_epoch: None,
+            next_producer_id: None,
+            previous_producer_id: None,
+        }
+    }
+
+    /// The producer id and epoch the producer holds once the current transition completes:
+    /// what a transactions-v2 EndTxn answers.
+    pub fn producer_after_end(&self) -> (i64, i16) {
+        match self.next_producer_id {
+            Some(next) => (next, 0),
+            None => (self.producer_id, self.producer_epoch),
         }
     }
 
@@ -171,6 +195,7 @@ impl TxnMetadata {
         self.state = TxnState::Empty;
         self.partitions.clear();
         self.groups.clear();
+        self.previous_epoch = None;
         if self.producer_epoch >= i16::MAX - 1 {
             return Ok(InitOutcome::NeedsNewProducerId);
         }
@@ -182,6 +207,7 @@ impl TxnMetadata {
     pub fn rebind(&mut self, producer_id: i64) {
         self.producer_id = producer_id;
         self.producer_epoch = 0;
+        self.previous_epoch = None;
     }
 
     /// AddPartitionsToTxn / AddOffsetsToTxn: whether anything new was added (and must be
@@ -248,9 +274,69 @@ impl TxnMetadata {
         }
     }
 
+    /// EndTxn of transactions v2 (KIP-890 part 2, EndTxn v5+): ending a transaction bumps the
+    /// producer's epoch, so the markers carry a newer epoch than the transaction's records and
+    /// a late write of the ended transaction is fenced; the producer continues at the bumped
+    /// epoch ([`Self::producer_after_end`]), or at a new producer id when the epoch is
+    /// exhausted (`allocate`). A retry names the epoch before the bump. An abort with nothing
+    /// in the transaction is allowed and bumps the epoch too: with partitions added implicitly
+    /// by produce, the client cannot know whether any were.
+    pub fn end_v2(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now_ms: i64,
+        allocate: impl FnOnce() -> Result<i64, TxnError>,
+    ) -> Result<EndOutcome, TxnError> {
+        let request = if commit { "EndTxn(commit)" } else { "EndTxn(abort)" };
+        let retry_after_new_id = self.previous_producer_id == Some(producer_id)
+            && producer_id != self.producer_id
+            && epoch == i16::MAX - 1
+            && self.producer_epoch == 0;
+        if producer_id != self.producer_id && !retry_after_new_id {
+            return Err(TxnError::ProducerIdMapping { found: producer_id, current: self.producer_id });
+        }
+        let retry = retry_after_new_id
+            || (self.previous_epoch == Some(epoch) && epoch.checked_add(1) == Some(self.producer_epoch));
+        let same_outcome = match self.state {
+            TxnState::PrepareCommit | TxnState::CompleteCommit => commit,
+            TxnState::PrepareAbort | TxnState::CompleteAbort => !commit,
+            _ => false,
+        };
+        let invalid = |state: TxnState| TxnError::InvalidState { request, state: state.name() };
+        match self.state {
+            TxnState::PrepareCommit | TxnState::PrepareAbort if retry => {
+                return Err(if same_outcome { TxnError::Concurrent(self.state.name()) } else { invalid(self.state) });
+            }
+            TxnState::CompleteCommit | TxnState::CompleteAbort if retry => {
+                return if same_outcome { Ok(EndOutcome::AlreadyDone) } else { Err(invalid(self.state)) };
+            }
+            _ if epoch != self.producer_epoch => {
+                return Err(TxnError::Fenced { found: epoch, current: self.producer_epoch });
+            }
+            TxnState::PrepareCommit | TxnState::PrepareAbort => return Err(TxnError::Concurrent(self.state.name())),
+            TxnState::Ongoing => {}
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort if !commit => {
+                self.partitions.clear();
+                self.groups.clear();
+            }
+            state => return Err(invalid(state)),
+        }
+        if self.producer_epoch >= i16::MAX - 1 {
+            self.next_producer_id = Some(allocate()?);
+        }
+        self.previous_epoch = Some(self.producer_epoch);
+        self.producer_epoch = self.producer_epoch.saturating_add(1);
+        self.state = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+        self.update_ms = now_ms;
+        Ok(EndOutcome::WriteMarkers)
+    }
+
     /// The coordinator aborts on its own (timeout, re-init): the epoch is bumped so the old
     /// producer is fenced, and the markers carry the new epoch.
     pub fn fence_and_abort(&mut self, now_ms: i64) {
+        self.previous_epoch = Some(self.producer_epoch);
         self.producer_epoch = self.producer_epoch.saturating_add(1);
         self.state = TxnState::PrepareAbort;
         self.update_ms = now_ms;
@@ -269,6 +355,10 @@ impl TxnMetadata {
             TxnState::PrepareAbort => TxnState::CompleteAbort,
             _ => return false,
         };
+        if let Some(next) = self.next_producer_id.take() {
+            self.previous_producer_id = Some(self.producer_id);
+            self.rebind(next);
+        }
         self.partitions.clear();
         self.groups.clear();
         self.update_ms = now_ms;
@@ -389,5 +479,66 @@ mod tests {
         assert!(!m.expired(99_999));
         assert!(check_timeout(0).is_err() && check_timeout(MAX_TIMEOUT_MS + 1).is_err());
         assert_eq!(check_timeout(60_000), Ok(60_000));
+    }
+
+    fn no_new_id() -> Result<i64, TxnError> {
+        Err(TxnError::ProducerIds("not expected".into()))
+    }
+
+    #[test]
+    fn transactions_v2_bump_the_epoch_at_every_end() {
+        let mut m = TxnMetadata::new(5, 60_000, 0);
+        m.init(None, 60_000, 1).unwrap_or(InitOutcome::Ready);
+        m.add(&[p("a", 0)], &[], 2).unwrap_or(false);
+        assert_eq!(m.end_v2(5, 1, true, 3, no_new_id), Ok(EndOutcome::WriteMarkers));
+        assert_eq!((m.state, m.producer_epoch), (TxnState::PrepareCommit, 2), "the markers carry epoch 2");
+        assert_eq!(m.producer_after_end(), (5, 2));
+        // Retries name the old epoch: told to wait while the markers are written, success after.
+        assert!(matches!(m.end_v2(5, 1, true, 4, no_new_id), Err(TxnError::Concurrent(_))));
+        assert!(matches!(m.end_v2(5, 1, false, 4, no_new_id), Err(TxnError::InvalidState { .. })));
+        assert!(matches!(m.end_v2(5, 2, true, 4, no_new_id), Err(TxnError::Concurrent(_))), "the new epoch before the end completed");
+        assert!(m.complete(5));
+        assert_eq!(m.end_v2(5, 1, true, 6, no_new_id), Ok(EndOutcome::AlreadyDone));
+        assert_eq!(m.producer_after_end(), (5, 2));
+        // The ended transaction's producer is fenced everywhere else.
+        assert!(matches!(m.check_producer(5, 1), Err(TxnError::Fenced { .. })));
+        assert!(matches!(m.end_v2(5, 0, false, 6, no_new_id), Err(TxnError::Fenced { .. })));
+        assert!(matches!(m.end_v2(6, 2, false, 6, no_new_id), Err(TxnError::ProducerIdMapping { .. })));
+        // Nothing in the transaction: a commit is refused, an abort bumps the epoch.
+        assert!(matches!(m.end_v2(5, 2, true, 7, no_new_id), Err(TxnError::InvalidState { .. })));
+        assert_eq!(m.end_v2(5, 2, false, 7, no_new_id), Ok(EndOutcome::WriteMarkers));
+        assert_eq!((m.state, m.producer_epoch, m.partitions.len()), (TxnState::PrepareAbort, 3, 0));
+        assert!(m.complete(8));
+        // A stale retry after the producer went on to a new transaction is fenced.
+        m.add(&[p("a", 0)], &[], 9).unwrap_or(false);
+        assert!(matches!(m.end_v2(5, 2, false, 10, no_new_id), Err(TxnError::Fenced { .. })));
+    }
+
+    #[test]
+    fn transactions_v2_move_to_a_new_producer_id_when_the_epoch_runs_out() {
+        let mut m = TxnMetadata::new(5, 60_000, 0);
+        m.producer_epoch = i16::MAX - 1;
+        m.add(&[p("a", 0)], &[], 1).unwrap_or(false);
+        assert_eq!(m.end_v2(5, i16::MAX - 1, true, 2, || Ok(9)), Ok(EndOutcome::WriteMarkers));
+        assert_eq!((m.producer_id, m.producer_epoch), (5, i16::MAX), "the markers still carry the old id");
+        assert_eq!(m.producer_after_end(), (9, 0), "the producer is told its new id");
+        assert!(m.complete(3));
+        assert_eq!((m.producer_id, m.producer_epoch), (9, 0));
+        assert_eq!(m.end_v2(5, i16::MAX - 1, true, 4, no_new_id), Ok(EndOutcome::AlreadyDone), "a retry names the old id");
+        assert_eq!(m.producer_after_end(), (9, 0));
+        assert_eq!(m.check_producer(9, 0), Ok(()));
+    }
+
+    #[test]
+    fn a_transactions_v2_abort_after_the_coordinators_own_is_its_retry() {
+        let mut m = TxnMetadata::new(5, 1_000, 0);
+        m.add(&[p("a", 0)], &[], 10).unwrap_or(false);
+        m.fence_and_abort(2_000);
+        assert!(m.complete(2_001));
+        // The producer learns of the timeout when it aborts: the abort is already done, and it
+        // continues at the epoch the coordinator's abort moved to.
+        assert_eq!(m.end_v2(5, 0, false, 2_002, no_new_id), Ok(EndOutcome::AlreadyDone));
+        assert_eq!(m.producer_after_end(), (5, 1));
+        assert!(matches!(m.end_v2(5, 0, true, 2_003, no_new_id), Err(TxnError::InvalidState { .. })));
     }
 }

@@ -70,7 +70,7 @@ async fn end_txn_answers_after_its_wait_while_the_markers_are_still_being_writte
     let (pid, epoch) = ongoing(&txns, &host, 60_000).await;
 
     let started = tokio::time::Instant::now();
-    txns.end_txn(&host, "tx", pid, epoch, true).await.unwrap();
+    txns.end_txn(&host, "tx", (pid, epoch), true, false).await.unwrap();
     assert_eq!(
         started.elapsed(),
         END_TXN_WAIT,
@@ -84,7 +84,7 @@ async fn end_txn_answers_after_its_wait_while_the_markers_are_still_being_writte
     // A retried EndTxn while the markers are written is told to retry (as Kafka answers
     // CONCURRENT_TRANSACTIONS), and starts no second driver.
     assert!(matches!(
-        txns.end_txn(&host, "tx", pid, epoch, true).await,
+        txns.end_txn(&host, "tx", (pid, epoch), true, false).await,
         Err(TxnError::Concurrent(_))
     ));
     assert_eq!(host.drivers.lock().len(), 1);
@@ -123,7 +123,7 @@ async fn a_timed_out_transaction_is_decided_abort_and_its_producer_fenced() {
         TxnState::PrepareAbort
     );
     assert!(matches!(
-        txns.end_txn(&host, "tx", pid, epoch, true).await,
+        txns.end_txn(&host, "tx", (pid, epoch), true, false).await,
         Err(TxnError::Fenced { .. })
     ));
     assert_eq!(txns.outcomes.timed_out.get(), 1);
@@ -143,7 +143,7 @@ async fn end_txn_waits_for_a_driver_started_before_its_own() {
     let end = {
         let txns = txns.clone();
         let host = Arc::new(host);
-        tokio::spawn(async move { txns.end_txn(&*host, "tx", pid, epoch, true).await })
+        tokio::spawn(async move { txns.end_txn(&*host, "tx", (pid, epoch), true, false).await })
     };
     // Paused time moves only while every task waits: EndTxn has decided and is waiting.
     tokio::time::sleep(END_TXN_WAIT / 2).await;
@@ -157,7 +157,7 @@ async fn end_txn_waits_for_a_driver_started_before_its_own() {
     );
     txns.driver_done("tx");
     drop(running);
-    assert_eq!(end.await.unwrap(), Ok(()));
+    assert_eq!(end.await.unwrap(), Ok((pid, epoch)));
     assert_eq!(
         started.elapsed(),
         END_TXN_WAIT / 2,
