@@ -448,13 +448,14 @@ def build_go(name: str) -> Path:
     return out
 
 
-def kafkajs_modules() -> Path:
-    """node_modules for kafkajs/ (npm ci from its package-lock.json) in the cache, keyed by the
-    lock file; `make conformance-deps` fills it, this only when that did not run."""
-    src = HERE / "kafkajs"
-    out = CACHE / "conformance" / f"kafkajs-{digest(src / 'package.json', src / 'package-lock.json')}"
-    if not (out / "node_modules" / "kafkajs" / "package.json").exists():
-        subprocess.run([str(BIN / "install-kafkajs.sh")], check=True, stdout=subprocess.DEVNULL)
+def node_modules(client: str) -> Path:
+    """node_modules for a Node.js client's directory (`kafkajs/`, `confluent-kafka-javascript/`:
+    npm ci from its package-lock.json) in the cache, keyed by the lock file; `make
+    conformance-deps` fills it, this only when that did not run."""
+    src = HERE / client
+    out = CACHE / "conformance" / f"{client}-{digest(src / 'package.json', src / 'package-lock.json')}"
+    if not (out / "node_modules" / ".installed").exists():
+        subprocess.run([str(BIN / "install-node-client.sh"), client], check=True, stdout=subprocess.DEVNULL)
     return out / "node_modules"
 
 
@@ -692,8 +693,12 @@ def main() -> int:
             str(HERE / "python" / "confluent_kafka_conformance.py")]) for r in confluent_kafka_releases()},
         # Debian's kcat over Debian's librdkafka (scripts/install-deps.sh installs it).
         "kcat": lambda: [python_for_kafka_python(), str(HERE / "python" / "kcat_conformance.py")],
-        "kafkajs": lambda: ["env", f"NODE_PATH={kafkajs_modules()}", "KAFKAJS_NO_PARTITIONER_WARNING=1",
+        "kafkajs": lambda: ["env", f"NODE_PATH={node_modules('kafkajs')}", "KAFKAJS_NO_PARTITIONER_WARNING=1",
                             "nice", "-n", "10", "node", str(HERE / "kafkajs" / "conformance.js")],
+        # librdkafka's Node.js binding, through its KafkaJS-compatible API: the same program.
+        "confluent-kafka-javascript": lambda: ["env", f"NODE_PATH={node_modules('confluent-kafka-javascript')}",
+                                               "CONFORMANCE_JS_CLIENT=confluent-kafka-javascript",
+                                               "nice", "-n", "10", "node", str(HERE / "kafkajs" / "conformance.js")],
     })
     programs = {c: build() for c, build in builders.items() if wanted(c)}
 

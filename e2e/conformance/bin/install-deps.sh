@@ -9,7 +9,8 @@
 #  - The older confluent-kafka releases (confluent-kafka-releases.txt), each in its own virtualenv
 #    in $KAAS_CACHE/confluent-kafka-<version>.
 #  - The Go modules of franzgo/, sarama/ and kafkago/ (each its own go.mod) into the module cache.
-#  - KafkaJS (kafkajs/package-lock.json, npm ci) into $KAAS_CACHE/conformance/kafkajs-<hash>.
+#  - KafkaJS and confluent-kafka-javascript (<client>/package-lock.json, npm ci; the latter builds
+#    librdkafka from source) into $KAAS_CACHE/conformance/<client>-<hash>.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 missing=()
@@ -38,4 +39,6 @@ done
 for m in franzgo sarama kafkago; do
   (cd "$CONFORMANCE_DIR/$m" && nice -n 10 go mod download)
 done
-"$CONFORMANCE_DIR/bin/install-kafkajs.sh" >/dev/null
+for c in kafkajs confluent-kafka-javascript; do
+  "$CONFORMANCE_DIR/bin/install-node-client.sh" "$c" >/dev/null
+done

@@ -2,17 +2,30 @@
 // that KafkaJS supports. Its producer is not idempotent by default, so the produce scenario sets
 // idempotent: true (acks=all, one request in flight). KafkaJS consumers always belong to a group
 // (there is no assign), so it has no "consume assign" scenario, and its read_committed check
-// in "transactions" reads through a group of its own. Prints
+// in "transactions" reads through a group of its own.
+//
+// With CONFORMANCE_JS_CLIENT=confluent-kafka-javascript the same scenarios run on librdkafka's
+// Node.js binding through its KafkaJS-compatible API, which takes the KafkaJS settings under
+// `kafkaJS` (acks, fromBeginning and autoCommit in the producer's and consumer's settings, not
+// per call) and has no describeCluster, createPartitions or describeConfigs in its admin client.
+// Prints
 //
 //   VERSION <tab> X.Y.Z
 //   RESULT <tab> scenario <tab> PASS|FAIL <tab> reason
 //
-// Usage: node conformance.js BOOTSTRAP [scenario ...]   (kafkajs from NODE_PATH, see conformance.py)
+// Usage: node conformance.js BOOTSTRAP [scenario ...]   (the client from NODE_PATH, see conformance.py)
 'use strict'
 
 const crypto = require('crypto')
-const { Kafka, logLevel } = require('kafkajs')
-const { version } = require('kafkajs/package.json')
+const CONFLUENT = process.env.CONFORMANCE_JS_CLIENT === 'confluent-kafka-javascript'
+const { Kafka, logLevel } = CONFLUENT ? require('@confluentinc/kafka-javascript').KafkaJS : require('kafkajs')
+const version = CONFLUENT
+  ? `${require('@confluentinc/kafka-javascript/package.json').version} (librdkafka ${require('@confluentinc/kafka-javascript').librdkafkaVersion})`
+  : require('kafkajs/package.json').version
+const NAME = CONFLUENT ? 'ckjs' : 'kafkajs'
+
+// The client's settings: KafkaJS takes them as they are, the compatible API under `kafkaJS`.
+const settings = s => CONFLUENT ? { kafkaJS: s } : s
 
 const WAIT_MS = 15000 // every step is bounded, so a missing feature fails in seconds
 const RECORDS = 200
@@ -29,7 +42,7 @@ function check (ok, what) {
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
 function topic (scenario) {
-  return `conf-kafkajs-${scenario.replace(/ /g, '-')}-${RUN}`
+  return `conf-${NAME}-${scenario.replace(/ /g, '-')}-${RUN}`
 }
 
 async function withAdmin (fn) {
@@ -54,16 +67,18 @@ async function createTopic (name, numPartitions, configEntries = []) {
 async function produce (scenario) {
   const t = topic(scenario)
   await createTopic(t, 3)
-  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+  const producer = kafka.producer(CONFLUENT ? settings({ idempotent: true, acks: -1 }) : { idempotent: true, maxInFlightRequests: 1 })
   await producer.connect()
   try {
     const messages = []
     for (let i = 0; i < RECORDS; i++) {
       messages.push({ key: `k${i}`, value: `v${i}`, partition: i % 3, headers: { h: `x${i}` } })
     }
-    const meta = await producer.send({ topic: t, messages, acks: -1, timeout: WAIT_MS })
+    const meta = await producer.send(CONFLUENT ? { topic: t, messages } : { topic: t, messages, acks: -1, timeout: WAIT_MS })
     for (const m of meta) {
-      check(m.errorCode === 0 && m.baseOffset === '0', `partition ${m.partition} acked base offset ${m.baseOffset} (error ${m.errorCode}), expected 0`)
+      // The compatible API answers an offset per record rather than a batch's base offset.
+      const first = CONFLUENT ? true : m.baseOffset === '0'
+      check(m.errorCode === 0 && first, `partition ${m.partition} acked base offset ${m.baseOffset} (error ${m.errorCode}), expected 0`)
     }
   } finally {
     await producer.disconnect()
@@ -95,16 +110,17 @@ function verify (got, want) {
 // Runs a consumer of group `groupId` on `t` from the beginning until `want` records arrived
 // (or WAIT_MS passed), `extraMs` longer, and commits what it read if asked.
 async function consume (t, groupId, want, { commit = false, extraMs = 0, readUncommitted = false } = {}) {
-  const consumer = kafka.consumer({ groupId, readUncommitted, maxWaitTimeInMs: 500, sessionTimeout: WAIT_MS, rebalanceTimeout: WAIT_MS })
+  const common = { groupId, readUncommitted, maxWaitTimeInMs: 500, sessionTimeout: WAIT_MS, rebalanceTimeout: WAIT_MS }
+  const consumer = kafka.consumer(CONFLUENT ? settings({ ...common, fromBeginning: true, autoCommit: false }) : common)
   const got = []
   const next = {}
   let crashed = null
-  consumer.on(consumer.events.CRASH, e => { crashed = e.payload.error })
+  if (!CONFLUENT) consumer.on(consumer.events.CRASH, e => { crashed = e.payload.error })
   await consumer.connect()
   try {
-    await consumer.subscribe({ topics: [t], fromBeginning: true })
+    await consumer.subscribe(CONFLUENT ? { topics: [t] } : { topics: [t], fromBeginning: true })
     await consumer.run({
-      autoCommit: false,
+      ...(CONFLUENT ? {} : { autoCommit: false }),
       eachMessage: async ({ partition, message }) => {
         got.push({
           partition,
@@ -131,24 +147,31 @@ async function consume (t, groupId, want, { commit = false, extraMs = 0, readUnc
 async function scenarioAdmin () {
   const t = topic('admin')
   await withAdmin(async admin => {
-    const cluster = await admin.describeCluster()
-    check(cluster.brokers.length > 0, 'describeCluster returned no brokers')
+    if (!CONFLUENT) {
+      const cluster = await admin.describeCluster()
+      check(cluster.brokers.length > 0, 'describeCluster returned no brokers')
+    }
     await admin.createTopics({ topics: [{ topic: t, numPartitions: 2, replicationFactor: 1, configEntries: [{ name: 'retention.ms', value: '3600000' }] }], timeout: WAIT_MS })
-    await admin.createPartitions({ topicPartitions: [{ topic: t, count: 4 }], timeout: WAIT_MS })
+    // The compatible admin client cannot add partitions: it sees the two it created.
+    const partitions = CONFLUENT ? 2 : 4
+    if (!CONFLUENT) await admin.createPartitions({ topicPartitions: [{ topic: t, count: 4 }], timeout: WAIT_MS })
     // Metadata may lag the controller for a moment (it does on Apache Kafka): poll for it.
     const deadline = Date.now() + WAIT_MS
     for (;;) {
       const md = await admin.fetchTopicMetadata({ topics: [t] })
-      const n = md.topics[0].partitions.length
-      if (n === 4) break
-      check(Date.now() < deadline, `${n} partitions after increasing 2 to 4`)
+      const topicMd = CONFLUENT ? md[0] : md.topics[0]
+      const n = topicMd ? topicMd.partitions.length : 0
+      if (n === partitions) break
+      check(Date.now() < deadline, `${n} partitions, expected ${partitions}`)
       await sleep(100)
     }
-    const cfg = await admin.describeConfigs({ resources: [{ type: 2 /* TOPIC */, name: t, configNames: ['retention.ms'] }], includeSynonyms: false })
-    const res = cfg.resources[0]
-    check(res.errorCode === 0, `describeConfigs: error ${res.errorCode} ${res.errorMessage}`)
-    const entry = res.configEntries.find(e => e.configName === 'retention.ms')
-    check(entry && entry.configValue === '3600000', `retention.ms is ${entry && entry.configValue}`)
+    if (!CONFLUENT) {
+      const cfg = await admin.describeConfigs({ resources: [{ type: 2 /* TOPIC */, name: t, configNames: ['retention.ms'] }], includeSynonyms: false })
+      const res = cfg.resources[0]
+      check(res.errorCode === 0, `describeConfigs: error ${res.errorCode} ${res.errorMessage}`)
+      const entry = res.configEntries.find(e => e.configName === 'retention.ms')
+      check(entry && entry.configValue === '3600000', `retention.ms is ${entry && entry.configValue}`)
+    }
     await admin.deleteTopics({ topics: [t], timeout: WAIT_MS })
     const deleted = Date.now() + WAIT_MS
     while ((await admin.listTopics()).includes(t)) {
@@ -164,7 +187,7 @@ async function scenarioProduce () {
 
 async function scenarioGroup () {
   const t = await produce('group')
-  const g = `conf-kafkajs-${RUN}`
+  const g = `conf-${NAME}-${RUN}`
   verify(await consume(t, g, RECORDS, { commit: true }), RECORDS)
   await withAdmin(async admin => {
     const offsets = await admin.fetchOffsets({ groupId: g, topics: [t] })
@@ -176,20 +199,21 @@ async function scenarioGroup () {
 async function scenarioTransactions () {
   const t = topic('transactions')
   await createTopic(t, 1)
-  const producer = kafka.producer({ transactionalId: 'conformance-kafkajs-txn', idempotent: true, maxInFlightRequests: 1, transactionTimeout: WAIT_MS })
+  const transactional = { transactionalId: `conformance-${NAME}-txn`, idempotent: true, transactionTimeout: WAIT_MS }
+  const producer = kafka.producer(CONFLUENT ? settings(transactional) : { ...transactional, maxInFlightRequests: 1 })
   await producer.connect()
   try {
     for (const [n, commit] of [[10, true], [10, false], [1, true]]) {
       const txn = await producer.transaction()
       const messages = Array.from({ length: n }, () => ({ value: commit ? 'committed' : 'aborted' }))
-      await txn.send({ topic: t, messages, timeout: WAIT_MS })
+      await txn.send(CONFLUENT ? { topic: t, messages } : { topic: t, messages, timeout: WAIT_MS })
       await (commit ? txn.commit() : txn.abort())
     }
   } finally {
     await producer.disconnect()
   }
   // A little longer than the 11 records: aborted records must not arrive.
-  const got = await consume(t, `conf-kafkajs-txn-${RUN}`, 11, { extraMs: 500 })
+  const got = await consume(t, `conf-${NAME}-txn-${RUN}`, 11, { extraMs: 500 })
   check(got.every(r => r.value === 'committed'), 'read_committed consumer saw aborted records')
   check(got.length === 11, `read_committed consumer read ${got.length} records, expected 11`)
 }
@@ -203,14 +227,14 @@ const SCENARIOS = {
 
 async function main () {
   const brokers = process.argv[2].split(',')
-  kafka = new Kafka({
-    clientId: 'conformance-kafkajs',
+  kafka = new Kafka(settings({
+    clientId: `conformance-${NAME}`,
     brokers,
     connectionTimeout: WAIT_MS,
     requestTimeout: WAIT_MS,
     logLevel: logLevel.ERROR,
     retry: { retries: 5 }
-  })
+  }))
   console.log(`VERSION\t${version}`)
   const chosen = process.argv.length > 3 ? process.argv.slice(3) : Object.keys(SCENARIOS)
   for (const name of chosen) {
