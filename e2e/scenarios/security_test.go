@@ -146,16 +146,33 @@ func TestSecuredListener(t *testing.T) {
 				fmt.Errorf("%d brokers, leaders %v", len(md.Brokers), leaders)
 		})
 
-		cl, err := kgo.NewClient(login("alice-secret", kgo.TransactionalID("secured"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			kgo.DefaultProduceTopic("orders"))...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		// The new ACLs reach every broker within about a second (each re-reads the controller's
+		// file), as Kafka's propagate: a producer that starts in that window may be refused by a
+		// broker that has not read them yet, and franz-go keeps such a refusal for good, so a
+		// new producer is started until one is not refused.
+		var cl *kgo.Client
+		c.Eventually(30*time.Second, "alice's transactional producer to start", func() (bool, error) {
+			if cl != nil {
+				cl.Close()
+			}
+			var err error
+			cl, err = kgo.NewClient(login("alice-secret", kgo.TransactionalID("secured"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+				kgo.DefaultProduceTopic("orders"))...)
+			if err != nil {
+				return false, err
+			}
+			if err := cl.BeginTransaction(); err != nil {
+				return false, err
+			}
+			return true, nil
+		})
 		defer cl.Close()
 		var want []string
 		for round, commit := range []bool{true, false, true} {
-			if err := cl.BeginTransaction(); err != nil {
-				t.Fatal(err)
+			if round > 0 {
+				if err := cl.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for p := range int32(3) {
 				v := fmt.Sprintf("round-%d-%d", round, p)
