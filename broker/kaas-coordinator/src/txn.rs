@@ -393,22 +393,21 @@ impl TxnCoordinator {
     ) -> Result<(Option<Completion>, (i64, i16)), TxnError> {
         let (shard, seq, meta, epoch) = {
             let (shard, mut txns, epoch) = self.owned(id)?;
-            let next = if v2 {
-                let meta = txns.get(id).ok_or(TxnError::ProducerIdMapping { found: producer_id, current: -1 })?;
-                let mut next = meta.clone();
-                let allocate = || host.allocate_producer_id().map_err(TxnError::ProducerIds);
-                if next.end_v2(producer_id, producer_epoch, commit, now_ms(), allocate)? == EndOutcome::AlreadyDone {
-                    return Ok((None, next.producer_after_end()));
-                }
-                next
+            let mut next = if v2 {
+                // The epoch is checked by `end_v2`: a retry names the one before the bump.
+                txns.get(id).ok_or(TxnError::ProducerIdMapping { found: producer_id, current: -1 })?.clone()
             } else {
-                let meta = producer_txn(&mut txns, id, producer_id, producer_epoch)?;
-                let mut next = meta.clone();
-                if next.end(commit, now_ms())? == EndOutcome::AlreadyDone {
-                    return Ok((None, next.producer_after_end()));
-                }
-                next
+                producer_txn(&mut txns, id, producer_id, producer_epoch)?.clone()
             };
+            let outcome = if v2 {
+                let allocate = || host.allocate_producer_id().map_err(TxnError::ProducerIds);
+                next.end_v2(producer_id, producer_epoch, commit, now_ms(), allocate)?
+            } else {
+                next.end(commit, now_ms())?
+            };
+            if outcome == EndOutcome::AlreadyDone {
+                return Ok((None, next.producer_after_end()));
+            }
             let seq = Self::persist(shard, id, &next)?;
             txns.insert(id.to_owned(), next.clone());
             (shard, seq, next, epoch)
