@@ -21,6 +21,9 @@ pub const TOPIC_FILE: &str = "topic.json";
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// A partition's idempotent-producer snapshot.
 pub const PRODUCER_SNAPSHOT_FILE: &str = "producer-state.snapshot";
+/// A partition's share-group state (KIP-932): a shard log written by the partition's leader,
+/// fenced by its leader epoch.
+pub const SHARE_STATE_DIR: &str = "share-groups";
 /// The controller-written partition and group placement, in [`CLUSTER_DIR`].
 pub const ASSIGNMENT_FILE: &str = "assignment.json";
 /// The brokers' shared secret (`interbroker_key`), in [`CLUSTER_DIR`].
@@ -288,6 +291,8 @@ pub enum PartitionEntry {
     Manifest,
     /// [`PRODUCER_SNAPSHOT_FILE`].
     ProducerSnapshot,
+    /// [`SHARE_STATE_DIR`].
+    ShareState,
     /// A temp file of an interrupted atomic write; the string is its target.
     Temp(String),
     /// An NFS silly-rename ghost (`.nfsXXXX`): a file unlinked while open elsewhere.
@@ -299,6 +304,7 @@ pub fn parse_partition_entry(name: &str) -> Result<PartitionEntry> {
     match name {
         MANIFEST_FILE => return Ok(PartitionEntry::Manifest),
         PRODUCER_SNAPSHOT_FILE => return Ok(PartitionEntry::ProducerSnapshot),
+        SHARE_STATE_DIR => return Ok(PartitionEntry::ShareState),
         _ => {}
     }
     if name.starts_with(NFS_GHOST_PREFIX) {

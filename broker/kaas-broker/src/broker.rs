@@ -49,6 +49,10 @@ pub struct Broker {
     pub quotas: crate::quota::ClientQuotas,
     /// The external listener's addresses (`--external-listen`); `None` without one.
     pub external: Option<crate::external::External>,
+    /// Group configs (`kafka-configs --entity-type groups`): share-group settings.
+    pub group_configs: crate::group_configs::GroupConfigs,
+    /// Share groups on the partition side: share sessions and share-partition state.
+    pub shares: crate::share::Shares,
     /// The cluster's KafkaUsers (credentials, ACLs, quotas), as the volume agent wrote them.
     kafka_users: crate::kafka_users::KafkaUsers,
 }
@@ -98,6 +102,7 @@ impl Broker {
             None => None,
         };
         let quotas = crate::quota::ClientQuotas::open(engine.fs().clone(), engine.layout())?;
+        let group_configs = crate::group_configs::GroupConfigs::open(engine.fs().clone(), engine.layout(), config.share_max_record_locks)?;
         let kafka_users = crate::kafka_users::KafkaUsers::new(engine.fs().clone(), engine.layout());
         let external = config.external.clone().map(|e| crate::external::External::new(e, config.node_id));
         let broker = Arc::new(Broker {
@@ -118,6 +123,8 @@ impl Broker {
             authorizer,
             quotas,
             external,
+            group_configs,
+            shares: Default::default(),
             kafka_users,
         });
         if let Some(Err(e)) = broker.external.as_ref().map(crate::external::External::refresh) {
@@ -146,6 +153,17 @@ impl Broker {
             let _ = tokio::task::spawn_blocking(move || {
                 let removed = broker.topics.housekeeping(now_ms());
                 broker.metrics.retention_removed(removed);
+                // Share state of partitions led elsewhere now is dropped (nothing written: the
+                // new leader owns it); the rest is compacted when its log has grown.
+                broker.shares.partitions.retain(|(id, p)| {
+                    let topic = broker.topics.get_by_id(id)?;
+                    crate::api::led_partition(&broker, &topic.name, *p).ok().map(|led| led.epoch)
+                });
+                for log in broker.shares.partitions.all() {
+                    if let Err(e) = log.compact_if_needed() {
+                        tracing::warn!(error = %e, "compacting a partition's share-group state failed; retried at the next housekeeping");
+                    }
+                }
                 if broker.cluster.is_none() {
                     // Local mode: shards that could not be taken over are retried here.
                     broker.groups.take_over_all(|stored| broker.lease.takeover_epoch(stored));
@@ -187,6 +205,7 @@ impl Broker {
             authorizer.refresh().map_err(|e| e.to_string())?;
         }
         self.quotas.refresh().map_err(|e| e.to_string())?;
+        self.group_configs.refresh().map_err(|e| e.to_string())?;
         self.refresh_kafka_users()
     }
 

@@ -105,6 +105,11 @@ pub struct BrokerConfig {
     /// The finalized `transaction.version` feature (1 or 2) ApiVersions announces: at 2,
     /// Kafka 4 clients use transactions v2 (KIP-890 part 2).
     pub transaction_version: i16,
+    /// `group.share.partition.max.record.locks`: records of one partition a share group has
+    /// in flight at most.
+    pub share_max_record_locks: usize,
+    /// `group.share.max.size`: members of one share group at most.
+    pub share_max_group_size: usize,
 }
 
 /// `log.cleaner.enable`, `log.cleaner.backoff.ms`, `log.cleaner.threads` and
@@ -164,6 +169,8 @@ impl BrokerConfig {
             metrics_per_partition: true,
             slow_request: None,
             transaction_version: 2,
+            share_max_record_locks: 2000,
+            share_max_group_size: 200,
         }
     }
 }

@@ -86,6 +86,33 @@ error_codes! {
     DeleteGroupsResponse => |r, f| r.results.iter().for_each(|g| f(g.error_code));
     ConsumerGroupHeartbeatResponse => |r, f| f(r.error_code);
     ConsumerGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
+    ShareGroupHeartbeatResponse => |r, f| f(r.error_code);
+    ShareGroupDescribeResponse => |r, f| r.groups.iter().for_each(|g| f(g.error_code));
+    ShareFetchResponse => |r, f| {
+        f(r.error_code);
+        for p in r.responses.iter().flat_map(|t| &t.partitions) {
+            f(p.error_code);
+            f(p.acknowledge_error_code);
+        }
+    };
+    ShareAcknowledgeResponse => |r, f| {
+        f(r.error_code);
+        r.responses.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
+    };
+    DescribeShareGroupOffsetsResponse => |r, f| {
+        for g in &r.groups {
+            f(g.error_code);
+            g.topics.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
+        }
+    };
+    AlterShareGroupOffsetsResponse => |r, f| {
+        f(r.error_code);
+        r.responses.iter().flat_map(|t| &t.partitions).for_each(|p| f(p.error_code));
+    };
+    DeleteShareGroupOffsetsResponse => |r, f| {
+        f(r.error_code);
+        r.responses.iter().for_each(|t| f(t.error_code));
+    };
     AddPartitionsToTxnResponse => |r, f| {
         f(r.error_code);
         let v3 = r.results_by_topic_v3_and_below.iter();

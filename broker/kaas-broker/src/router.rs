@@ -213,6 +213,13 @@ routes! {
     DeleteGroups: messages::DeleteGroupsRequest = 0..=2 => api::delete_groups::handle;
     ConsumerGroupHeartbeat: messages::ConsumerGroupHeartbeatRequest = 0..=1 => api::consumer_group_heartbeat::handle;
     ConsumerGroupDescribe: messages::ConsumerGroupDescribeRequest = 0..=1 => api::consumer_group_describe::handle;
+    ShareGroupHeartbeat: messages::ShareGroupHeartbeatRequest = 1..=1 => api::share_group_heartbeat::handle;
+    ShareGroupDescribe: messages::ShareGroupDescribeRequest = 1..=1 => api::share_group_describe::handle;
+    ShareFetch: messages::ShareFetchRequest = 1..=2 => api::share_fetch::handle;
+    ShareAcknowledge: messages::ShareAcknowledgeRequest = 1..=2 => api::share_acknowledge::handle;
+    DescribeShareGroupOffsets: messages::DescribeShareGroupOffsetsRequest = 0..=0 => api::describe_share_group_offsets::handle;
+    AlterShareGroupOffsets: messages::AlterShareGroupOffsetsRequest = 0..=0 => api::alter_share_group_offsets::handle;
+    DeleteShareGroupOffsets: messages::DeleteShareGroupOffsetsRequest = 0..=0 => api::delete_share_group_offsets::handle;
     AddPartitionsToTxn: messages::AddPartitionsToTxnRequest = 0..=5 => api::add_partitions_to_txn::handle;
     AddOffsetsToTxn: messages::AddOffsetsToTxnRequest = 0..=4 => api::add_offsets_to_txn::handle;
     EndTxn: messages::EndTxnRequest = 0..=5 => api::end_txn::handle;

@@ -33,7 +33,7 @@ pub enum ListenerRole {
     External,
     /// Where the brokers of a cluster send each other what only brokers send (WriteTxnMarkers,
     /// AddPartitionsToTxn verification and adds, AddOffsetsToTxn for a TxnOffsetCommit v5, ACL
-    /// and quota changes forwarded to the controller), whatever the
+    /// quota and group config changes forwarded to the controller), whatever the
     /// client listener's TLS and SASL: it serves only those (and ApiVersions), each proven a broker's by its inter-broker token, and its
     /// connection slots are its own, so clients filling theirs do not stall the brokers.
     InterBroker,
@@ -55,6 +55,7 @@ impl ListenerRole {
                         | K::CreateAcls
                         | K::DeleteAcls
                         | K::AlterClientQuotas
+                        | K::IncrementalAlterConfigs
                 )
             }
         }

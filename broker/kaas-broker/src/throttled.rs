@@ -40,6 +40,8 @@ throttled! {
         DescribeProducersResponse, DescribeTransactionsResponse, ListTransactionsResponse, CreateAclsResponse,
         DescribeAclsResponse, DeleteAclsResponse, DescribeUserScramCredentialsResponse,
         AlterUserScramCredentialsResponse, ListConfigResourcesResponse, DescribeClientQuotasResponse,
-        AlterClientQuotasResponse;
+        AlterClientQuotasResponse, ShareGroupHeartbeatResponse, ShareGroupDescribeResponse, ShareFetchResponse,
+        ShareAcknowledgeResponse, DescribeShareGroupOffsetsResponse, AlterShareGroupOffsetsResponse,
+        DeleteShareGroupOffsetsResponse;
     without: WriteTxnMarkersResponse, SaslHandshakeResponse, SaslAuthenticateResponse,
 }

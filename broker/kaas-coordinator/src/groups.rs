@@ -24,6 +24,7 @@ mod membership;
 mod offsets;
 mod record;
 mod shard;
+mod share;
 mod timers;
 mod txn_offsets;
 
@@ -38,9 +39,10 @@ use kaas_shared::layout::Layout;
 use tokio::sync::oneshot;
 use tracing::info;
 
-pub use admin::{ConsumerDescribed, ConsumerMemberDescribed, DescribedGroup, ListedGroup};
+pub use admin::{ConsumerDescribed, ConsumerMemberDescribed, DescribedGroup, ListedGroup, ShareDescribed, ShareMemberDescribed};
 pub use config::GroupConfig;
 pub use consumer::{ConsumerHeartbeat, HeartbeatAnswer, Partitions, TopicView};
+pub use share::{SHARE_ASSIGNOR, ShareHeartbeat, ShareHeartbeatAnswer};
 pub use group::{GroupState, JoinResult, SyncResult};
 pub use join::JoinRequest;
 pub use membership::{HeartbeatRequest, Leaving, SyncRequest};
@@ -269,21 +271,13 @@ impl Coordinator {
         if let Err((e, message)) = consumer::validate(&req) {
             return Durable::now(HeartbeatAnswer::error(e, message));
         }
-        let shard = match self.shard(&req.group_id) {
-            Ok(s) => s,
-            Err(e) => return Durable::now(HeartbeatAnswer::error(e, "This broker does not coordinate the group.")),
-        };
-        let group = if req.member_epoch == 0 {
-            shard.get_or_create(&req.group_id)
-        } else {
-            match shard.get(&req.group_id) {
-                Some(g) => g,
-                None => return Durable::now(HeartbeatAnswer::error(E::GroupIdNotFound, format!("Consumer group {} not found.", req.group_id))),
-            }
+        let (shard, group) = match self.heartbeat_group(&req.group_id, req.member_epoch == 0, "Consumer") {
+            Ok(found) => found,
+            Err((e, message)) => return Durable::now(HeartbeatAnswer::error(e, message)),
         };
         let mut g = group.lock();
-        if g.is(GroupState::Dead) {
-            return Durable::now(HeartbeatAnswer::error(E::CoordinatorNotAvailable, "The group is being unloaded or deleted."));
+        if let Err((e, message)) = dead_group(&g) {
+            return Durable::now(HeartbeatAnswer::error(e, message));
         }
         if g.consumer.is_none() {
             // Kafka replaces an empty classic group; one with members stays classic.
@@ -298,18 +292,59 @@ impl Coordinator {
         if c.value == before {
             return Durable::now(answer);
         }
-        g.sync_consumer_state(now_ms());
-        match g.persist(&shard.log) {
-            Ok(seq) => Durable { value: answer, wait: Some((shard.log.clone(), seq)) },
-            Err(e) => {
-                // Not written: the change did not happen.
-                if let Some(c) = g.consumer.as_mut() {
-                    c.value = before;
-                }
-                g.sync_consumer_state(now_ms());
-                Durable::now(HeartbeatAnswer::error(storage_error(&e), e.to_string()))
+        let undo = |g: &mut group::Group| {
+            if let Some(c) = g.consumer.as_mut() {
+                c.value = before;
             }
+        };
+        persist_heartbeat(&mut g, &shard.log, answer, undo, HeartbeatAnswer::error)
+    }
+
+    /// ShareGroupHeartbeat: as [`Coordinator::consumer_heartbeat`], for a share group.
+    pub fn share_heartbeat(self: &Arc<Self>, req: ShareHeartbeat, topics: &dyn TopicView) -> Durable<ShareHeartbeatAnswer> {
+        if let Err((e, message)) = share::validate(&req) {
+            return Durable::now(ShareHeartbeatAnswer::error(e, message));
         }
+        let (shard, group) = match self.heartbeat_group(&req.group_id, req.member_epoch == 0, "Share") {
+            Ok(found) => found,
+            Err((e, message)) => return Durable::now(ShareHeartbeatAnswer::error(e, message)),
+        };
+        let mut g = group.lock();
+        if let Err((e, message)) = dead_group(&g) {
+            return Durable::now(ShareHeartbeatAnswer::error(e, message));
+        }
+        if g.share.is_none() {
+            // Only a group id nobody uses yet becomes a share group (Kafka: group ids are
+            // unique across group types).
+            if req.member_epoch != 0 || !g.is_idle_classic() || !g.offsets.is_empty() {
+                return Durable::now(ShareHeartbeatAnswer::error(E::GroupIdNotFound, format!("Group {} is not a share group.", req.group_id)));
+            }
+            g.become_share();
+        }
+        let Some(sg) = g.share.as_mut() else { return Durable::now(ShareHeartbeatAnswer::error(E::UnknownServerError, "not a share group")) };
+        let before = sg.value.clone();
+        let answer = share::heartbeat(sg, req, topics, Instant::now());
+        if sg.value == before {
+            return Durable::now(answer);
+        }
+        let undo = |g: &mut group::Group| {
+            if let Some(sg) = g.share.as_mut() {
+                sg.value = before;
+            }
+        };
+        persist_heartbeat(&mut g, &shard.log, answer, undo, ShareHeartbeatAnswer::error)
+    }
+
+    /// The owned shard and the group a KIP-848 or KIP-932 heartbeat runs against: created by a
+    /// join (`joining`), else it must exist. The caller checks, under the group's lock, that it
+    /// is not being unloaded or deleted ([`dead_group`]).
+    fn heartbeat_group(self: &Arc<Self>, group_id: &str, joining: bool, kind: &str) -> Result<(&CoordinatorShard, GroupRef), (E, String)> {
+        let shard = self.shard(group_id).map_err(|e| (e, "This broker does not coordinate the group.".to_owned()))?;
+        let group = match joining {
+            true => shard.get_or_create(group_id),
+            false => shard.get(group_id).ok_or_else(|| (E::GroupIdNotFound, format!("{kind} group {group_id} not found.")))?,
+        };
+        Ok((shard, group))
     }
 
     /// OffsetDelete: per-partition errors once the deletion is durable.
@@ -326,6 +361,25 @@ impl Coordinator {
     fn existing(self: &Arc<Self>, group_id: &str) -> Result<(&CoordinatorShard, GroupRef), E> {
         let shard = self.shard(group_id)?;
         shard.get(group_id).map(|g| (shard, g)).ok_or(E::UnknownMemberId)
+    }
+}
+
+/// A group being unloaded or deleted takes no heartbeat.
+fn dead_group(g: &group::Group) -> Result<(), (E, &'static str)> {
+    if g.is(GroupState::Dead) { Err((E::CoordinatorNotAvailable, "The group is being unloaded or deleted.")) } else { Ok(()) }
+}
+
+/// Appends a heartbeat's change of `g`: the answer waits for its fsync. A change that cannot be
+/// written did not happen: `undo` takes it back and the member gets the storage error.
+fn persist_heartbeat<T>(g: &mut group::Group, log: &ShardLog, answer: T, undo: impl FnOnce(&mut group::Group), failed: impl FnOnce(E, String) -> T) -> Durable<T> {
+    g.sync_consumer_state(now_ms());
+    match g.persist(log) {
+        Ok(seq) => Durable { value: answer, wait: Some((log.clone(), seq)) },
+        Err(e) => {
+            undo(g);
+            g.sync_consumer_state(now_ms());
+            Durable::now(failed(storage_error(&e), e.to_string()))
+        }
     }
 }
 

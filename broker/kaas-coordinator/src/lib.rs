@@ -10,6 +10,9 @@
 //!   over and handing them over as the assignment says.
 //! - [`groups`]: Kafka's classic group protocol, the KIP-848 consumer protocol and committed
 //!   offsets.
+//! - [`share_partition`]: KIP-932 share-partition state (which records of a partition a share
+//!   group delivered, to whom, how often), kept by the partition's leader in a shard log in the
+//!   partition's directory.
 //! - [`txn`]: the transaction coordinator (transactional ids, producer epochs, the two-phase end
 //!   of a transaction); the broker writes its markers.
 
@@ -19,6 +22,7 @@ mod error;
 pub mod groups;
 pub mod shard_log;
 pub mod shard_owner;
+pub mod share_partition;
 pub mod txn;
 
 pub use error::{Error, GroupError, Result};

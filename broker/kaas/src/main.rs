@@ -173,6 +173,13 @@ struct Args {
     /// release without transactions v2).
     #[arg(long, env = "KAAS_TRANSACTION_VERSION", default_value_t = 2, value_parser = clap::value_parser!(i16).range(1..=2))]
     transaction_version: i16,
+    /// `group.share.partition.max.record.locks`: records of one partition a share group may
+    /// have in flight (delivered, not yet acknowledged) at most.
+    #[arg(long, env = "KAAS_SHARE_MAX_RECORD_LOCKS", default_value_t = 2000, value_parser = clap::value_parser!(u32).range(100..=10_000))]
+    share_max_record_locks: u32,
+    /// `group.share.max.size`: members of one share group at most.
+    #[arg(long, env = "KAAS_SHARE_MAX_GROUP_SIZE", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    share_max_group_size: u32,
     /// Cluster mode: this pod's name (`<statefulset>-<ordinal>`; the ordinal is the broker id).
     #[arg(long, env = "MY_POD_NAME")]
     pod_name: Option<String>,
@@ -347,6 +354,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         metrics_per_partition: args.metrics_per_partition,
         slow_request: (args.slow_request_ms > 0).then(|| std::time::Duration::from_millis(args.slow_request_ms)),
         transaction_version: args.transaction_version,
+        share_max_record_locks: args.share_max_record_locks as usize,
+        share_max_group_size: args.share_max_group_size as usize,
         security: args.security.listener_security(args.pod_name.is_some())?,
     };
     let broker = {

@@ -223,19 +223,22 @@ fn describe_cluster_offset_for_leader_epoch_and_api_versions() -> TestResult {
     assert_eq!(find(ApiKey::EndTxn), Some((0, 5)), "transactions with v2's EndTxn");
     // Transactions v2 is finalized, as on a new Kafka 4 cluster: Kafka 4 producers use it.
     let finalized: Vec<_> = versions.finalized_features.iter().map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level)).collect();
-    assert_eq!(finalized, vec![("transaction.version".to_owned(), 2, 2)]);
+    assert_eq!(finalized, vec![("transaction.version".to_owned(), 2, 2), ("share.version".to_owned(), 1, 1)]);
+    assert_eq!(find(ApiKey::ShareFetch), Some((1, 2)), "share groups, with KIP-1222's lock renewal");
+    assert_eq!(find(ApiKey::ShareGroupHeartbeat), Some((1, 1)));
     assert!(versions.finalized_features_epoch >= 0, "an epoch a client trusts");
     assert!(versions.supported_features.is_empty(), "a range from level 0 only from v4 (KAFKA-17492)");
     let v4 = wire.call(4, &ApiVersionsRequest::default())?;
     let supported: Vec<_> = v4.supported_features.iter().map(|f| (f.name.to_string(), f.min_version, f.max_version)).collect();
-    assert_eq!(supported, vec![("transaction.version".to_owned(), 0, 2)]);
+    assert_eq!(supported, vec![("transaction.version".to_owned(), 0, 2), ("share.version".to_owned(), 0, 1)]);
     assert_eq!(find(ApiKey::ElectLeaders), None, "nothing unbuilt is advertised");
     Ok(())
 }
 
-/// ListConfigResources as Kafka answers it: v1 lists broker loggers, brokers and topics (an
-/// empty type list is every type; groups and client metrics have no configs here), v0 lists
-/// client-metrics subscriptions only, and a type Kafka does not list fails the request.
+/// ListConfigResources as Kafka answers it: v1 lists groups with configs, broker loggers,
+/// brokers and topics (an empty type list is every type; client metrics have no configs
+/// here), v0 lists client-metrics subscriptions only, and a type Kafka does not list fails the
+/// request.
 #[test]
 fn list_config_resources_names_what_describe_configs_describes() -> TestResult {
     let kaas = Kaas::start()?;
@@ -248,7 +251,7 @@ fn list_config_resources_names_what_describe_configs_describes() -> TestResult {
     let every = listed(&mut wire, 1, vec![])?;
     assert_eq!(every, (0, vec![(8, "0".to_string()), (4, "0".to_string()), (2, "listed".to_string())]), "broker loggers, brokers, topics");
     assert_eq!(listed(&mut wire, 1, vec![2])?, (0, vec![(2, "listed".to_string())]));
-    assert_eq!(listed(&mut wire, 1, vec![32, 16])?, (0, vec![]), "no group configs, no client-metrics subscriptions");
+    assert_eq!(listed(&mut wire, 1, vec![32, 16])?, (0, vec![]), "no group configs yet, no client-metrics subscriptions");
     assert_eq!(listed(&mut wire, 0, vec![])?, (0, vec![]), "v0 is ListClientMetricsResources");
     assert_eq!(listed(&mut wire, 1, vec![2, 1])?.0, ResponseError::UnsupportedVersion.code(), "type 1 (unknown) is refused");
 
@@ -267,14 +270,45 @@ fn list_config_resources_names_what_describe_configs_describes() -> TestResult {
     assert_eq!(result.error_code, 0);
     let entries: Vec<(String, Option<String>, i8)> =
         result.configs.iter().map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string()), c.config_source)).collect();
-    assert_eq!(
-        entries,
-        vec![
-            ("consumer.session.timeout.ms".to_string(), Some("45000".to_string()), 5),
-            ("consumer.heartbeat.interval.ms".to_string(), Some("5000".to_string()), 5),
-        ]
-    );
+    let defaults = vec![
+        ("consumer.session.timeout.ms".to_string(), Some("45000".to_string()), 5),
+        ("consumer.heartbeat.interval.ms".to_string(), Some("5000".to_string()), 5),
+        ("share.auto.offset.reset".to_string(), Some("latest".to_string()), 5),
+        ("share.record.lock.duration.ms".to_string(), Some("30000".to_string()), 5),
+        ("share.delivery.count.limit".to_string(), Some("5".to_string()), 5),
+        ("share.isolation.level".to_string(), Some("read_uncommitted".to_string()), 5),
+        ("share.session.timeout.ms".to_string(), Some("45000".to_string()), 5),
+        ("share.heartbeat.interval.ms".to_string(), Some("5000".to_string()), 5),
+    ];
+    assert_eq!(entries, defaults);
     assert_eq!(wire.call(4, &group(""))?.results[0].error_code, ResponseError::InvalidRequest.code(), "a group needs a name");
+
+    // A group's share settings are set with IncrementalAlterConfigs (kafka-configs --alter
+    // --entity-type groups): valid values only, reported as GROUP_CONFIG, listed as a group
+    // with configs, and reset by DELETE.
+    let alter = |ops: Vec<(&str, i8, Option<&str>)>| {
+        use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+        let configs = ops
+            .into_iter()
+            .map(|(name, op, value)| AlterableConfig::default().with_name(StrBytes::from_string(name.into())).with_config_operation(op).with_value(value.map(|v| StrBytes::from_string(v.into()))))
+            .collect();
+        kafka_protocol::messages::IncrementalAlterConfigsRequest::default()
+            .with_resources(vec![AlterConfigsResource::default().with_resource_type(32).with_resource_name(StrBytes::from_static_str("orders-app")).with_configs(configs)])
+    };
+    let refused = wire.call(1, &alter(vec![("share.delivery.count.limit", 0, Some("50"))]))?;
+    assert_eq!(refused.responses[0].error_code, ResponseError::InvalidConfig.code(), "out of Kafka's bounds");
+    let refused = wire.call(1, &alter(vec![("consumer.session.timeout.ms", 0, Some("50000"))]))?;
+    assert_eq!(refused.responses[0].error_code, ResponseError::InvalidConfig.code(), "not a group config kaas lets a group override");
+    let set = wire.call(1, &alter(vec![("share.auto.offset.reset", 0, Some("earliest")), ("share.record.lock.duration.ms", 0, Some("15000"))]))?;
+    assert_eq!(set.responses[0].error_code, 0);
+    let described = wire.call(4, &group("orders-app"))?;
+    let set_ones: Vec<(String, String, i8)> =
+        described.results[0].configs.iter().filter(|c| c.config_source == 8).map(|c| (c.name.to_string(), c.value.as_deref().unwrap_or_default().to_string(), c.config_source)).collect();
+    assert_eq!(set_ones, vec![("share.auto.offset.reset".into(), "earliest".into(), 8), ("share.record.lock.duration.ms".into(), "15000".into(), 8)]);
+    assert_eq!(listed(&mut wire, 1, vec![32])?, (0, vec![(32, "orders-app".to_string())]));
+    let reset = wire.call(1, &alter(vec![("share.auto.offset.reset", 1, None), ("share.record.lock.duration.ms", 1, None)]))?;
+    assert_eq!(reset.responses[0].error_code, 0);
+    assert_eq!(listed(&mut wire, 1, vec![32])?, (0, vec![]), "no overrides left: no configs of its own");
     Ok(())
 }
 

@@ -123,6 +123,12 @@ where
     }))
 }
 
+/// This broker as the writer of a controller-written file, for a change it makes on its own
+/// behalf (not a client's request): `Here` in local mode or on the controller.
+pub(crate) fn local_writer(broker: &Broker) -> ClusterWriter {
+    writer(broker, true)
+}
+
 /// The writer of a change; `forwarded`: the request came from another broker, which authorized
 /// it and found this broker the controller.
 fn writer(broker: &Broker, forwarded: bool) -> ClusterWriter {

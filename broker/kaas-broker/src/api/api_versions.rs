@@ -27,6 +27,9 @@ pub fn advertised() -> Vec<ApiVersion> {
 /// Kafka 4 producer uses once a broker says it is finalized.
 const TRANSACTION_VERSION: &str = "transaction.version";
 
+/// Kafka's `share.version` feature: 1 is share groups (KIP-932), on in every kaas broker.
+const SHARE_VERSION: &str = "share.version";
+
 /// The epoch of the finalized features. Kafka's moves with every change of its metadata log;
 /// kaas's features change only when a broker restarts with another `--transaction-version`,
 /// and a client keeps the answer of the highest epoch it has seen, so every broker answers the
@@ -39,17 +42,18 @@ const FINALIZED_FEATURES_EPOCH: i64 = 1;
 /// one (KAFKA-17492).
 fn with_features(response: ApiVersionsResponse, version: i16, transaction_version: i16) -> ApiVersionsResponse {
     let supported = if version >= 4 {
-        vec![SupportedFeatureKey::default().with_name(TRANSACTION_VERSION.into()).with_min_version(0).with_max_version(2)]
+        vec![
+            SupportedFeatureKey::default().with_name(TRANSACTION_VERSION.into()).with_min_version(0).with_max_version(2),
+            SupportedFeatureKey::default().with_name(SHARE_VERSION.into()).with_min_version(0).with_max_version(1),
+        ]
     } else {
         Vec::new()
     };
+    let finalized = |name: &'static str, level: i16| FinalizedFeatureKey::default().with_name(name.into()).with_min_version_level(level).with_max_version_level(level);
     response
         .with_supported_features(supported)
         .with_finalized_features_epoch(FINALIZED_FEATURES_EPOCH)
-        .with_finalized_features(vec![FinalizedFeatureKey::default()
-            .with_name(TRANSACTION_VERSION.into())
-            .with_min_version_level(transaction_version)
-            .with_max_version_level(transaction_version)])
+        .with_finalized_features(vec![finalized(TRANSACTION_VERSION, transaction_version), finalized(SHARE_VERSION, 1)])
 }
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ApiVersionsRequest) -> Reply<ApiVersionsResponse> {

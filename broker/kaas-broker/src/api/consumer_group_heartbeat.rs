@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
-use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, TopicName};
 
 use crate::error::GroupErrorCode;
 use super::access::{Op, Resource, allowed, check};
@@ -38,37 +38,24 @@ impl TopicView for RegistryTopics<'_> {
     }
 }
 
+/// Kafka's check of a KIP-848 or KIP-932 heartbeat: READ on the group, and DESCRIBE on every
+/// subscribed topic.
+pub(crate) fn heartbeat_allowed(broker: &Broker, ctx: &RequestContext, group: &str, subscribed: Option<&[TopicName]>) -> Result<(), (ResponseError, String)> {
+    check(broker, ctx, Op::Read, Resource::Group, group).map_err(|e| (e, format!("not authorized to read group {group}")))?;
+    let hidden: Vec<&str> = subscribed.unwrap_or_default().iter().map(|t| t.as_str()).filter(|t| !allowed(broker, ctx, Op::Describe, Resource::Topic, t)).collect();
+    if !hidden.is_empty() {
+        return Err((ResponseError::TopicAuthorizationFailed, format!("not authorized to describe the subscribed topics {hidden:?}")));
+    }
+    Ok(())
+}
+
 pub async fn handle(
     broker: &Arc<Broker>,
     ctx: &RequestContext,
     request: ConsumerGroupHeartbeatRequest,
 ) -> Reply<ConsumerGroupHeartbeatResponse> {
-    // Kafka: READ on the group, and DESCRIBE on every subscribed topic.
-    let refuse = |e: ResponseError, message: String| {
-        Reply::Now(
-            ConsumerGroupHeartbeatResponse::default()
-                .with_error_code(e.code())
-                .with_error_message(Some(str_bytes(message))),
-        )
-    };
-    if let Err(e) = check(broker, ctx, Op::Read, Resource::Group, &request.group_id) {
-        return refuse(
-            e,
-            format!("not authorized to read group {}", &*request.group_id),
-        );
-    }
-    let hidden: Vec<&str> = request
-        .subscribed_topic_names
-        .iter()
-        .flatten()
-        .map(|t| t.as_str())
-        .filter(|t| !allowed(broker, ctx, Op::Describe, Resource::Topic, t))
-        .collect();
-    if !hidden.is_empty() {
-        return refuse(
-            ResponseError::TopicAuthorizationFailed,
-            format!("not authorized to describe the subscribed topics {hidden:?}"),
-        );
+    if let Err((e, message)) = heartbeat_allowed(broker, ctx, &request.group_id, request.subscribed_topic_names.as_deref()) {
+        return Reply::Now(ConsumerGroupHeartbeatResponse::default().with_error_code(e.code()).with_error_message(Some(str_bytes(message))));
     }
     let owned = request.topic_partitions.map(|tps| {
         let mut owned: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
@@ -112,16 +99,7 @@ pub async fn handle(
 
 fn response(topics: &TopicRegistry, a: HeartbeatAnswer) -> ConsumerGroupHeartbeatResponse {
     let assignment = a.assignment.map(|parts| {
-        let tps = parts
-            .into_iter()
-            .filter_map(|(name, ps)| {
-                topics.get(&name).map(|t| {
-                    TopicPartitions::default()
-                        .with_topic_id(t.id)
-                        .with_partitions(ps.into_iter().collect())
-                })
-            })
-            .collect();
+        let tps = by_topic_id(topics, parts).map(|(id, ps)| TopicPartitions::default().with_topic_id(id).with_partitions(ps)).collect();
         Assignment::default().with_topic_partitions(tps)
     });
     ConsumerGroupHeartbeatResponse::default()
@@ -131,4 +109,9 @@ fn response(topics: &TopicRegistry, a: HeartbeatAnswer) -> ConsumerGroupHeartbea
         .with_member_epoch(a.member_epoch)
         .with_heartbeat_interval_ms(a.heartbeat_interval_ms)
         .with_assignment(assignment)
+}
+
+/// An assignment by topic id, as heartbeat answers carry it (topics deleted meanwhile left out).
+pub(crate) fn by_topic_id(topics: &TopicRegistry, parts: crate::groups::Partitions) -> impl Iterator<Item = (uuid::Uuid, Vec<i32>)> + '_ {
+    parts.into_iter().filter_map(|(name, ps)| topics.get(&name).map(|t| (t.id, ps.into_iter().collect())))
 }

@@ -26,9 +26,11 @@ pub const GROUP: i8 = 32;
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const STATIC_BROKER_CONFIG: i8 = 4;
 const DEFAULT_CONFIG: i8 = 5;
+const GROUP_CONFIG: i8 = 8;
 
-/// Kafka's `ConfigDef.Type` code of an int.
+/// Kafka's `ConfigDef.Type` codes of an int and a string.
 const INT: i8 = 3;
+const STRING: i8 = 2;
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DescribeConfigsRequest) -> Reply<DescribeConfigsResponse> {
     let with_docs = ctx.version >= 3 && request.include_documentation;
@@ -60,7 +62,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Describ
                 BROKER => result
                     .with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(str_bytes(format!("unknown broker {:?}", &*resource.resource_name)))),
-                GROUP if !resource.resource_name.is_empty() => result.with_configs(group_entries(broker, keys)),
+                GROUP if !resource.resource_name.is_empty() => result.with_configs(group_entries(broker, &resource.resource_name, keys)),
                 GROUP => result
                     .with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(str_bytes("a group name is required"))),
@@ -173,31 +175,34 @@ fn broker_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeCon
 }
 
 /// A group's config entries: Kafka's KIP-848 consumer-group settings, at the values this broker
-/// applies to every group (kaas keeps no per-group overrides, so each is a default). Kafka names
+/// applies to every group (read-only here), and the share-group settings a group may override
+/// (`crate::group_configs`: GROUP_CONFIG where the group sets one, else the default). Kafka names
 /// the broker-wide setting each falls back to as its synonym.
-fn group_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeConfigsResourceResult> {
+fn group_entries(broker: &Broker, group: &str, keys: Option<&[StrBytes]>) -> Vec<DescribeConfigsResourceResult> {
     let groups = &broker.config.groups;
-    let entries = [
+    let fixed = [
         ("consumer.session.timeout.ms", "group.consumer.session.timeout.ms", groups.consumer_session_timeout),
         ("consumer.heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms", groups.consumer_heartbeat_interval),
     ];
-    entries
-        .into_iter()
-        .filter(|(name, _, _)| wanted(keys, name))
-        .map(|(name, broker_name, value)| {
-            let value = str_bytes(value.as_millis().to_string());
-            DescribeConfigsResourceResult::default()
-                .with_name(str_bytes(name))
-                .with_value(Some(value.clone()))
-                .with_read_only(true)
-                .with_config_source(DEFAULT_CONFIG)
-                .with_config_type(INT)
-                .with_synonyms(vec![
-                    DescribeConfigsSynonym::default()
-                        .with_name(str_bytes(broker_name))
-                        .with_value(Some(value))
-                        .with_source(DEFAULT_CONFIG),
-                ])
-        })
-        .collect()
+    let fixed = fixed.into_iter().filter(|(name, _, _)| wanted(keys, name)).map(|(name, broker_name, value)| {
+        let value = value.as_millis().to_string();
+        entry(name, &value, DEFAULT_CONFIG, INT, true, Some((broker_name, &value)))
+    });
+    let share = crate::group_configs::GROUP_CONFIGS.iter().filter(|def| wanted(keys, def.name)).map(|def| {
+        let (value, set) = broker.group_configs.value(group, def);
+        let config_type = if matches!(def.check, crate::group_configs::Check::Int { .. }) { INT } else { STRING };
+        let synonym = (!def.broker_name.is_empty()).then_some((def.broker_name, def.default));
+        entry(def.name, &value, if set { GROUP_CONFIG } else { DEFAULT_CONFIG }, config_type, false, synonym).with_documentation(Some(str_bytes(def.doc)))
+    });
+    fixed.chain(share).collect()
+}
+
+fn entry(name: &str, value: &str, source: i8, config_type: i8, read_only: bool, synonym: Option<(&str, &str)>) -> DescribeConfigsResourceResult {
+    DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(name))
+        .with_value(Some(str_bytes(value)))
+        .with_read_only(read_only)
+        .with_config_source(source)
+        .with_config_type(config_type)
+        .with_synonyms(synonym.map(|(n, v)| self::synonym(n, v, DEFAULT_CONFIG)).into_iter().collect())
 }

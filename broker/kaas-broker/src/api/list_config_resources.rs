@@ -9,18 +9,16 @@ use kafka_protocol::messages::list_config_resources_response::ConfigResource;
 use kafka_protocol::messages::{ListConfigResourcesRequest, ListConfigResourcesResponse};
 
 use super::access::{Op, cluster_allowed};
-use super::describe_configs::{BROKER, BROKER_LOGGER, TOPIC};
+use super::describe_configs::{BROKER, BROKER_LOGGER, GROUP, TOPIC};
 use super::metadata::brokers_and_controller;
 use super::str_bytes;
 use crate::broker::Broker;
 use crate::router::{Reply, RequestContext};
 use crate::server::ListenerRole;
 
-/// Kafka's `ConfigResource.Type` codes of the two types kaas keeps no configs of: it has no
-/// client-metrics subscriptions (KIP-714 telemetry) and no group configs (KIP-848's
-/// `group.*` overrides), so both list nothing.
+/// Kafka's `ConfigResource.Type` code of client-metrics subscriptions (KIP-714 telemetry),
+/// which kaas keeps none of: it lists nothing.
 const CLIENT_METRICS: i8 = 16;
-const GROUP: i8 = 32;
 
 /// The types a request of `version` may name; an empty list means all of them.
 fn supported(version: i16) -> &'static [i8] {
@@ -42,6 +40,10 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ListCon
     let resource =
         |resource_type: i8, name: String| ConfigResource::default().with_resource_type(resource_type).with_resource_name(str_bytes(name));
     let mut resources = Vec::new();
+    if wanted.contains(&GROUP) {
+        // The groups with configs of their own (`crate::group_configs`).
+        resources.extend(broker.group_configs.groups().into_iter().map(|g| resource(GROUP, g)));
+    }
     // Every broker's configs, whatever the listener announces.
     let (brokers, _) = brokers_and_controller(broker, ListenerRole::Client);
     for resource_type in [BROKER_LOGGER, BROKER] {

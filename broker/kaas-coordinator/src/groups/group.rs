@@ -11,6 +11,7 @@ use crate::{Entry, ShardLog};
 use tokio::sync::oneshot;
 
 use super::consumer::ConsumerGroup;
+use super::share::ShareGroup;
 use super::record::{GroupValue, Key, MemberValue, OffsetValue, to_bytes};
 
 /// Kafka's classic group states, with the names DescribeGroups and ListGroups use.
@@ -147,6 +148,9 @@ pub(crate) struct Group {
     /// `state` is only Empty (no members) or Stable (members), which is what offset expiry,
     /// deletion and the classic APIs look at; [`Group::state_name`] gives Kafka's name.
     pub(crate) consumer: Option<ConsumerGroup>,
+    /// Set when this is a KIP-932 share group (its `state` follows membership as for a
+    /// consumer group).
+    pub(crate) share: Option<ShareGroup>,
 }
 
 impl Group {
@@ -169,6 +173,7 @@ impl Group {
             offsets: HashMap::new(),
             initial_delay,
             consumer: None,
+            share: None,
         }
     }
 
@@ -177,6 +182,7 @@ impl Group {
     pub(crate) fn restore(id: &str, value: GroupValue, now: Instant, initial_delay: Duration, consumer_session: Duration) -> Group {
         let mut g = Group::new(id, value.state_ms, initial_delay);
         g.consumer = value.consumer.map(|c| ConsumerGroup::restore(c, now, consumer_session));
+        g.share = value.share.map(|s| ShareGroup::restore(s, now, consumer_session));
         g.protocol_type = value.protocol_type;
         g.protocol = value.protocol;
         g.generation = value.generation;
@@ -202,14 +208,14 @@ impl Group {
             };
             g.members.insert(m.id, member);
         }
-        let empty = g.members.is_empty() && g.consumer.as_ref().is_none_or(ConsumerGroup::is_empty);
+        let empty = g.members.is_empty() && g.consumer.as_ref().is_none_or(ConsumerGroup::is_empty) && g.share.as_ref().is_none_or(ShareGroup::is_empty);
         g.state = if empty { GroupState::Empty } else { GroupState::Stable };
         g
     }
 
     /// A classic group with nobody in it and nobody joining: it may become a consumer group.
     pub(crate) fn is_idle_classic(&self) -> bool {
-        self.consumer.is_none() && self.is(GroupState::Empty) && self.members.is_empty() && self.pending.is_empty()
+        self.consumer.is_none() && self.share.is_none() && self.is(GroupState::Empty) && self.members.is_empty() && self.pending.is_empty()
     }
 
     /// Turns an idle classic group (or a new one) into a consumer group; offsets stay.
@@ -220,10 +226,23 @@ impl Group {
         self.leader = None;
     }
 
-    /// Keeps `state` in step with a consumer group's membership (see [`Group::consumer`]).
+    /// Turns a new group (or an idle classic one without offsets) into a share group.
+    pub(crate) fn become_share(&mut self) {
+        self.share = Some(ShareGroup::default());
+        self.protocol_type = Some("share".to_owned());
+        self.protocol = None;
+        self.leader = None;
+    }
+
+    /// Keeps `state` in step with a consumer or share group's membership (see
+    /// [`Group::consumer`]).
     pub(crate) fn sync_consumer_state(&mut self, now_ms: i64) {
-        let Some(c) = &self.consumer else { return };
-        let want = if c.is_empty() { GroupState::Empty } else { GroupState::Stable };
+        let empty = match (&self.consumer, &self.share) {
+            (Some(c), _) => c.is_empty(),
+            (None, Some(s)) => s.is_empty(),
+            (None, None) => return,
+        };
+        let want = if empty { GroupState::Empty } else { GroupState::Stable };
         if !self.is(GroupState::Dead) && self.state != want {
             self.set_state(want, now_ms);
         }
@@ -231,15 +250,20 @@ impl Group {
 
     /// The state name DescribeGroups / ListGroups / ConsumerGroupDescribe report.
     pub(crate) fn state_name(&self) -> &'static str {
-        match &self.consumer {
-            Some(c) if !self.is(GroupState::Dead) => c.state_name(),
+        match (&self.consumer, &self.share) {
+            (Some(c), _) if !self.is(GroupState::Dead) => c.state_name(),
+            (_, Some(s)) if !self.is(GroupState::Dead) => s.state_name(),
             _ => self.state.name(),
         }
     }
 
-    /// `consumer` (KIP-848) or `classic`, as ListGroups v5 names group types.
+    /// `consumer` (KIP-848), `share` (KIP-932) or `classic`, as ListGroups v5 names group types.
     pub(crate) fn group_type(&self) -> &'static str {
-        if self.consumer.is_some() { "consumer" } else { "classic" }
+        match (&self.consumer, &self.share) {
+            (Some(_), _) => "consumer",
+            (None, Some(_)) => "share",
+            (None, None) => "classic",
+        }
     }
 
     pub(crate) fn value(&self) -> GroupValue {
@@ -265,6 +289,7 @@ impl Group {
                 })
                 .collect(),
             consumer: self.consumer.as_ref().map(|c| c.value.clone()),
+            share: self.share.as_ref().map(|s| s.value.clone()),
         }
     }
 

@@ -71,6 +71,9 @@ pub(crate) fn join(g: &mut Group, req: JoinRequest, config: &GroupConfig, log: &
     if g.is(GroupState::Dead) {
         return fail(E::CoordinatorNotAvailable);
     }
+    if g.share.is_some() {
+        return fail(E::InconsistentGroupProtocol); // Kafka: a share group takes no classic members
+    }
     if let Some(c) = &g.consumer {
         // A classic member may take over an empty consumer group (Kafka deletes the empty
         // group and creates a classic one; offsets stay). Kafka 4 would also let it join a

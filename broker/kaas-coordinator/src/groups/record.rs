@@ -66,6 +66,9 @@ pub(crate) struct GroupValue {
     /// before consumer groups existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) consumer: Option<super::consumer::ConsumerValue>,
+    /// A KIP-932 share group's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) share: Option<super::share::ShareValue>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

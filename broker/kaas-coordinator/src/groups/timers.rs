@@ -75,6 +75,7 @@ pub(crate) fn tick_group(g: &mut Group, log: &ShardLog, now: Instant, now_ms: i6
         _ => {}
     }
     expire_consumer_members(g, log, now, now_ms);
+    expire_share_members(g, log, now, now_ms);
     // A member waiting for its JoinGroup or SyncGroup answer is not expected to heartbeat.
     let expired: Vec<String> = g
         .members
@@ -105,5 +106,23 @@ fn expire_consumer_members(g: &mut Group, log: &ShardLog, now: Instant, now_ms: 
     g.sync_consumer_state(now_ms);
     if let Err(e) = g.persist(log) {
         tracing::warn!(group = %g.id, error = %e, "cannot record fenced members now; the next heartbeat records them");
+    }
+}
+
+/// Share group members whose session expired leave the group; the others are reassigned
+/// (record appended without waiting, as for consumer groups).
+fn expire_share_members(g: &mut Group, log: &ShardLog, now: Instant, now_ms: i64) {
+    let Some(s) = g.share.as_mut() else { return };
+    let expired = s.expired(now);
+    if expired.is_empty() {
+        return;
+    }
+    for id in &expired {
+        tracing::info!(group = %g.id, member = %id, "share group member removed: session timeout");
+        s.remove_member(id, None);
+    }
+    g.sync_consumer_state(now_ms);
+    if let Err(e) = g.persist(log) {
+        tracing::warn!(group = %g.id, error = %e, "cannot record expired share members now; the next heartbeat records them");
     }
 }

@@ -213,6 +213,21 @@ impl ShardLog {
         Ok(entries(&st.map))
     }
 
+    /// Reads the shard's live state without owning it (another broker may be writing it): what
+    /// is durable there, or a little more — a torn tail is ignored, files a compaction removes
+    /// under the read are listed again. For reports only; never a basis for a write.
+    pub fn peek(fs: &dyn kaas_shared::fs::Fs, dir: &Path) -> Result<BTreeMap<String, Vec<u8>>> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let listing = listing::list(fs, dir)?;
+            match load(fs, dir, &listing) {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && attempt < LOAD_ATTEMPTS => {}
+                other => return other,
+            }
+        }
+    }
+
     /// Appends one atomic change (all entries or, after a crash, none) to the log's page cache
     /// and applies it to the live state. Returns its sequence number: it is durable once
     /// [`ShardLog::wait_durable`] of that number resolves.

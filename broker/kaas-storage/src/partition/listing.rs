@@ -49,6 +49,7 @@ pub(super) fn list(fs: &dyn Fs, dir: &Path) -> Result<Listing> {
             PartitionEntry::Temp(_) => garbage.push(entry.name),
             PartitionEntry::Manifest
             | PartitionEntry::ProducerSnapshot
+            | PartitionEntry::ShareState
             | PartitionEntry::NfsGhost => {}
         }
     }
