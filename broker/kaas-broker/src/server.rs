@@ -33,7 +33,8 @@ pub enum ListenerRole {
     External,
     /// Where the brokers of a cluster send each other what only brokers send (WriteTxnMarkers,
     /// AddPartitionsToTxn verification and adds, AddOffsetsToTxn for a TxnOffsetCommit v5, ACL
-    /// quota and group config changes forwarded to the controller), whatever the
+    /// quota and group config changes forwarded to the controller, share-group offset changes
+    /// sent by a group's coordinator to partition leaders), whatever the
     /// client listener's TLS and SASL: it serves only those (and ApiVersions), each proven a broker's by its inter-broker token, and its
     /// connection slots are its own, so clients filling theirs do not stall the brokers.
     InterBroker,
@@ -56,6 +57,8 @@ impl ListenerRole {
                         | K::DeleteAcls
                         | K::AlterClientQuotas
                         | K::IncrementalAlterConfigs
+                        | K::AlterShareGroupOffsets
+                        | K::DeleteShareGroupOffsets
                 )
             }
         }

@@ -606,3 +606,92 @@ async fn transactions_v2_add_partitions_and_groups_on_other_brokers() -> TestRes
     })
     .await?
 }
+
+/// Share groups across brokers (KIP-932): the partition's leader hands records out and keeps
+/// their state, the group's coordinator (another broker) keeps membership; when the leader
+/// dies, the next one loads the state from the volume: acknowledged records stay done, those
+/// the dead leader had handed out go out again. Resetting and deleting the group at its
+/// coordinator reach the partition's leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn share_group_state_survives_the_partition_leaders_death() -> TestResult {
+    use common::share::{ACCEPT, acknowledge, acquired, heartbeat, produce, s, set_group_configs, share_fetch, start_offset, topic_id};
+    use kafka_protocol::messages::alter_share_group_offsets_request::{AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic};
+    use kafka_protocol::messages::{AlterShareGroupOffsetsRequest, DeleteGroupsRequest, GroupId, ShareGroupDescribeRequest, TopicName};
+
+    let mut cluster = Cluster::start(3).await?;
+    let a = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3 && a.consumer_groups.len() == 16).await?;
+    create_topic(&cluster, "shq", 1).await?;
+    let placed = cluster.wait_assignment(SETTLE, |a| a.partitions.len() == 1).await?;
+    cluster.wait_led(SETTLE, &placed).await?;
+    let leader = placed.partition("shq", 0).map(|p| p.leader).ok_or("shq/0 is not placed")?;
+    // A group coordinated on a broker that survives and does not lead the partition.
+    let (group, coordinator) = (0..1000)
+        .map(|i| format!("shq-group-{i}"))
+        .find_map(|g| Some((g.clone(), a.consumer_groups.get(&kaas_coordinator::shard_of(&g)).map(|s| s.coordinator).filter(|c| *c != leader)?)))
+        .ok_or("no group coordinated away from the leader")?;
+    let address = |cluster: &Cluster, node: i32| cluster.nodes.get(&node).map(|n| n.bootstrap.clone()).ok_or(format!("no broker {node}"));
+    let (leader_at, coordinator_at) = (address(&cluster, leader)?, address(&cluster, coordinator)?);
+    let g = group.clone();
+    let id = tokio::task::spawn_blocking(move || -> TestResult<uuid::Uuid> {
+        let mut at_leader = Wire::connect(&leader_at)?;
+        let mut at_coordinator = Wire::connect(&coordinator_at)?;
+        let id = topic_id(&mut at_leader, "shq")?;
+        // Group configs are the controller's file: set through any broker.
+        set_group_configs(&mut at_coordinator, &g, &[("share.auto.offset.reset", "earliest")])?;
+        produce(&mut at_leader, "shq", &["0", "1", "2", "3", "4", "5"])?;
+        let (error, _, assigned) = heartbeat(&mut at_coordinator, &g, "m1", 0, Some("shq"), id)?;
+        assert_eq!((error, assigned), (0, Some(vec![0])));
+        let mut got = Vec::new();
+        let mut epoch = 0;
+        // The group config reaches the leader within its one-second refresh.
+        assert!(common::wait_for(Duration::from_secs(10), || {
+            let fetched = share_fetch(&mut at_leader, &g, "m1", epoch, id, 100, vec![]);
+            epoch += 1;
+            got = fetched.as_ref().map(acquired).unwrap_or_default();
+            !got.is_empty()
+        }));
+        assert_eq!(got, vec![(0, 5, 1)]);
+        assert_eq!(acknowledge(&mut at_leader, &g, "m1", epoch, id, &[(0, 2, ACCEPT)])?, (0, vec![0]));
+        Ok(id)
+    })
+    .await??;
+
+    cluster.kill(leader).await;
+    let moved = cluster.wait_assignment(SETTLE, |a| a.partition("shq", 0).is_some_and(|p| p.leader != leader)).await?;
+    cluster.wait_led(SETTLE, &moved).await?;
+    let new_leader = moved.partition("shq", 0).map(|p| p.leader).ok_or("shq/0 is not placed")?;
+    let (leader_at, coordinator_at) = (address(&cluster, new_leader)?, address(&cluster, coordinator)?);
+    tokio::task::spawn_blocking(move || -> TestResult {
+        let mut at_leader = Wire::connect(&leader_at)?;
+        let mut at_coordinator = Wire::connect(&coordinator_at)?;
+        let (error, _, _) = heartbeat(&mut at_coordinator, &group, "m2", 0, Some("shq"), id)?;
+        assert_eq!(error, 0);
+        let again = acquired(&share_fetch(&mut at_leader, &group, "m2", 0, id, 100, vec![])?);
+        assert_eq!(again.iter().map(|a| (a.0, a.1)).collect::<Vec<_>>(), vec![(3, 5)], "acknowledged records stay done");
+        assert_eq!(start_offset(&mut at_coordinator, &group, "shq")?, 3, "the coordinator reads the leader's state");
+        // Empty the group, then reset it at its coordinator: the leader moves the start.
+        for member in ["m1", "m2"] {
+            assert_eq!(heartbeat(&mut at_coordinator, &group, member, -1, None, id)?.0, 0);
+        }
+        let described = at_coordinator.call(1, &ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(s(&group))]))?;
+        assert_eq!(described.groups[0].group_state.as_str(), "Empty");
+        let alter = AlterShareGroupOffsetsRequest::default().with_group_id(GroupId(s(&group))).with_topics(vec![
+            AlterShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(TopicName(s("shq")))
+                .with_partitions(vec![AlterShareGroupOffsetsRequestPartition::default().with_partition_index(0).with_start_offset(1)]),
+        ]);
+        let altered = at_coordinator.call(0, &alter)?;
+        assert_eq!((altered.error_code, altered.responses[0].partitions[0].error_code), (0, 0));
+        assert_eq!(start_offset(&mut at_coordinator, &group, "shq")?, 1);
+        heartbeat(&mut at_coordinator, &group, "m3", 0, Some("shq"), id)?;
+        assert_eq!(acquired(&share_fetch(&mut at_leader, &group, "m3", 0, id, 100, vec![])?), vec![(1, 5, 1)], "everything from the new start, afresh");
+        heartbeat(&mut at_coordinator, &group, "m3", -1, None, id)?;
+        let deleted = at_coordinator.call(2, &DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(&group))]))?;
+        assert_eq!(deleted.results[0].error_code, 0);
+        // The leader forgot the group's state: a new group of that name starts afresh.
+        heartbeat(&mut at_coordinator, &group, "m4", 0, Some("shq"), id)?;
+        assert_eq!(start_offset(&mut at_coordinator, &group, "shq")?, -1, "no state left at the leader");
+        Ok(())
+    })
+    .await?
+}

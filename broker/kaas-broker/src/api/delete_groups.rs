@@ -32,15 +32,16 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: DeleteG
     }))
 }
 
-/// Deletes one group; a share group also forgets its share-partition state (in the partitions
-/// this broker leads) and, where this broker writes the file, its group configs.
+/// Deletes one group; a share group also forgets its share-partition state (in every
+/// partition, asking the brokers that lead them) and, where this broker writes the file (local
+/// mode, the controller), its group configs.
 async fn delete(broker: &Arc<Broker>, id: &str) -> Option<kafka_protocol::ResponseError> {
     let share_topics = broker.groups.share_group_topics(id).ok().flatten().map(|(topics, _)| topics);
     if let Some(e) = broker.groups.delete_group(id).await {
         return Some(group_error(e));
     }
     if let Some(topics) = share_topics {
-        if let Err(e) = super::share_group_offsets::forget_group(broker, id, &topics).await {
+        if let Err(e) = super::share_group_offsets::forget_everywhere(broker, id, &topics).await {
             tracing::warn!(group = id, error = %e, "forgetting a deleted share group's partition state failed");
         }
         if let super::access::ClusterWriter::Here(epoch) = super::access::local_writer(broker) {

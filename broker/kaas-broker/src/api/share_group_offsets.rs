@@ -34,9 +34,43 @@ pub(crate) fn allowed(broker: &Broker, ctx: &RequestContext, op: Op, group: &str
     check(broker, ctx, op, Resource::Group, group)
 }
 
-/// The group's share state in every partition of `topics` this broker leads is forgotten
-/// (DeleteGroups, DeleteShareGroupOffsets); partitions led elsewhere keep theirs (their
-/// leaders forget it when asked there). The first error, if any.
+/// The group's share state in every partition of `topics` is forgotten (DeleteGroups,
+/// DeleteShareGroupOffsets): here in the partitions this broker leads, and by the other
+/// brokers that lead some (a DeleteShareGroupOffsets signed with the inter-broker key, which
+/// they apply to their own partitions). The first error, if any.
+pub(crate) async fn forget_everywhere(broker: &Arc<Broker>, group: &str, topics: &[String]) -> Result<(), ResponseError> {
+    use kafka_protocol::messages::DeleteShareGroupOffsetsRequest;
+    use kafka_protocol::messages::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
+    use crate::txn::route::{Route, partition_leader};
+    let mut result = forget_group(broker, group, topics).await;
+    let mut peers = std::collections::BTreeSet::new();
+    for name in topics {
+        let count = broker.topics.get(name).map_or(0, |t| t.partition_count());
+        peers.extend((0..count).filter_map(|p| match partition_leader(broker, name, p) {
+            Route::Peer(address) => Some(address),
+            _ => None,
+        }));
+    }
+    let request = DeleteShareGroupOffsetsRequest::default()
+        .with_group_id(super::str_bytes(group).into())
+        .with_topics(topics.iter().map(|t| DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(super::str_bytes(t).into())).collect());
+    for address in peers {
+        let failed = match broker.interbroker.call(&address, 0, &request).await {
+            Ok(r) => std::iter::once(r.error_code).chain(r.responses.iter().map(|t| t.error_code)).find(|c| *c != 0).and_then(ResponseError::try_from_code),
+            Err(e) => {
+                tracing::warn!(leader = %address, group, error = %e, "asking a partition leader to forget a share group's state failed");
+                Some(ResponseError::LeaderNotAvailable)
+            }
+        };
+        if let (Some(e), Ok(())) = (failed, &result) {
+            result = Err(e);
+        }
+    }
+    result
+}
+
+/// The group's share state in every partition of `topics` this broker leads is forgotten.
+/// The first error, if any.
 pub(crate) async fn forget_group(broker: &Arc<Broker>, group: &str, topics: &[String]) -> Result<(), ResponseError> {
     let mut first_error = None;
     for name in topics {

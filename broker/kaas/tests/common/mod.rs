@@ -18,6 +18,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 pub mod cluster;
 pub mod faults;
 pub mod pki;
+pub mod share;
 pub mod wire;
 pub mod workload;
 
