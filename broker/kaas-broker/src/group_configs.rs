@@ -1,5 +1,6 @@
 //! Group configs (KIP-932's and KIP-848's per-group settings, `kafka-configs --entity-type
-//! groups`): the share-group settings a group may override, validated against Kafka's bounds.
+//! groups`): the consumer- and share-group settings a group may override, validated against
+//! Kafka's bounds.
 //!
 //! They live in one file on the volume, `__cluster/group-configs.json`, written as
 //! [`crate::controller_file`] says (the broker in local mode, the controller broker in a
@@ -42,8 +43,11 @@ pub enum Check {
     OffsetReset,
 }
 
-/// The overridable group configs, with Kafka 4.4's defaults and bounds.
+/// The overridable group configs, with Kafka 4.4's defaults and bounds. The consumer-group
+/// ones default to the broker's settings (`--group-consumer-*`), shown for their `default`.
 pub const GROUP_CONFIGS: &[GroupConfigDef] = &[
+    GroupConfigDef { name: "consumer.session.timeout.ms", default: "45000", broker_name: "group.consumer.session.timeout.ms", check: Check::Int { min: 1000, max: 3_600_000 }, doc: "A consumer group member (KIP-848) silent this long is fenced." },
+    GroupConfigDef { name: "consumer.heartbeat.interval.ms", default: "5000", broker_name: "group.consumer.heartbeat.interval.ms", check: Check::Int { min: 500, max: 3_600_000 }, doc: "How often consumer group members (KIP-848) heartbeat." },
     GroupConfigDef { name: "share.auto.offset.reset", default: "latest", broker_name: "", check: Check::OffsetReset, doc: "Where a share group starts in a partition it has no state for: latest, earliest or by_duration:<duration>." },
     GroupConfigDef { name: "share.record.lock.duration.ms", default: "30000", broker_name: "group.share.record.lock.duration.ms", check: Check::Int { min: 1000, max: 3_600_000 }, doc: "How long a delivered record stays with the member it was delivered to." },
     GroupConfigDef { name: "share.delivery.count.limit", default: "5", broker_name: "group.share.delivery.count.limit", check: Check::Int { min: 2, max: 10 }, doc: "Deliveries of a record after which it is archived instead of delivered again." },
@@ -124,14 +128,6 @@ impl GroupConfigs {
         self.served.read().get(group).cloned().unwrap_or_default()
     }
 
-    /// A config's effective value for `group`, and whether the group sets it.
-    pub fn value(&self, group: &str, def: &GroupConfigDef) -> (String, bool) {
-        match self.served.read().get(group).and_then(|c| c.get(def.name)) {
-            Some(v) => (v.clone(), true),
-            None => (def.default.to_string(), false),
-        }
-    }
-
     /// A share group's settings: its overrides over Kafka's defaults.
     pub fn share_settings(&self, group: &str) -> ShareGroupSettings {
         let set = self.of(group);
@@ -148,6 +144,14 @@ impl GroupConfigs {
             session_timeout: ms("share.session.timeout.ms", 45_000),
             heartbeat_interval: ms("share.heartbeat.interval.ms", 5_000),
         }
+    }
+
+    /// A consumer group's `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
+    /// overrides, if it sets them.
+    pub fn consumer_overrides(&self, group: &str) -> (Option<Duration>, Option<Duration>) {
+        let set = self.of(group);
+        let ms = |name: &str| set.get(name).and_then(|v| v.parse::<u64>().ok()).map(Duration::from_millis);
+        (ms("consumer.session.timeout.ms"), ms("consumer.heartbeat.interval.ms"))
     }
 
     /// Applies each group's change (all of one group's or none), once the file is fsynced;

@@ -297,16 +297,38 @@ fn list_config_resources_names_what_describe_configs_describes() -> TestResult {
     };
     let refused = wire.call(1, &alter(vec![("share.delivery.count.limit", 0, Some("50"))]))?;
     assert_eq!(refused.responses[0].error_code, ResponseError::InvalidConfig.code(), "out of Kafka's bounds");
-    let refused = wire.call(1, &alter(vec![("consumer.session.timeout.ms", 0, Some("50000"))]))?;
-    assert_eq!(refused.responses[0].error_code, ResponseError::InvalidConfig.code(), "not a group config kaas lets a group override");
-    let set = wire.call(1, &alter(vec![("share.auto.offset.reset", 0, Some("earliest")), ("share.record.lock.duration.ms", 0, Some("15000"))]))?;
+    let refused = wire.call(1, &alter(vec![("group.initial.rebalance.delay.ms", 0, Some("0"))]))?;
+    assert_eq!(refused.responses[0].error_code, ResponseError::InvalidConfig.code(), "a broker setting, not a group config");
+    let set = wire.call(1, &alter(vec![
+        ("share.auto.offset.reset", 0, Some("earliest")),
+        ("share.record.lock.duration.ms", 0, Some("15000")),
+        ("consumer.session.timeout.ms", 0, Some("50000")),
+    ]))?;
     assert_eq!(set.responses[0].error_code, 0);
     let described = wire.call(4, &group("orders-app"))?;
     let set_ones: Vec<(String, String, i8)> =
         described.results[0].configs.iter().filter(|c| c.config_source == 8).map(|c| (c.name.to_string(), c.value.as_deref().unwrap_or_default().to_string(), c.config_source)).collect();
-    assert_eq!(set_ones, vec![("share.auto.offset.reset".into(), "earliest".into(), 8), ("share.record.lock.duration.ms".into(), "15000".into(), 8)]);
+    assert_eq!(
+        set_ones,
+        vec![
+            ("consumer.session.timeout.ms".into(), "50000".into(), 8),
+            ("share.auto.offset.reset".into(), "earliest".into(), 8),
+            ("share.record.lock.duration.ms".into(), "15000".into(), 8)
+        ]
+    );
     assert_eq!(listed(&mut wire, 1, vec![32])?, (0, vec![(32, "orders-app".to_string())]));
-    let reset = wire.call(1, &alter(vec![("share.auto.offset.reset", 1, None), ("share.record.lock.duration.ms", 1, None)]))?;
+    // The override applies: a consumer-protocol member of the group is told its interval.
+    assert_eq!(wire.call(1, &alter(vec![("consumer.heartbeat.interval.ms", 0, Some("7000"))]))?.responses[0].error_code, 0);
+    let join = kafka_protocol::messages::ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_static_str("orders-app")))
+        .with_member_id(StrBytes::from_static_str("member-1"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![kafka_protocol::messages::TopicName(StrBytes::from_static_str("listed"))]))
+        .with_topic_partitions(Some(vec![]));
+    let joined = wire.call(1, &join)?;
+    assert_eq!((joined.error_code, joined.heartbeat_interval_ms), (0, 7000));
+    let reset = wire.call(1, &alter(vec![("share.auto.offset.reset", 1, None), ("share.record.lock.duration.ms", 1, None), ("consumer.session.timeout.ms", 1, None), ("consumer.heartbeat.interval.ms", 1, None)]))?;
     assert_eq!(reset.responses[0].error_code, 0);
     assert_eq!(listed(&mut wire, 1, vec![32])?, (0, vec![]), "no overrides left: no configs of its own");
     Ok(())

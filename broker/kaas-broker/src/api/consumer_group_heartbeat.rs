@@ -70,6 +70,7 @@ pub async fn handle(
         }
         owned
     });
+    let (session_timeout, heartbeat_interval) = broker.group_configs.consumer_overrides(&request.group_id);
     let req = ConsumerHeartbeat {
         group_id: request.group_id.to_string(),
         member_id: request.member_id.to_string(),
@@ -86,6 +87,8 @@ pub async fn handle(
         client_id: client_id(ctx),
         client_host: client_host(ctx),
         member_id_required: ctx.version >= 1,
+        session_timeout,
+        heartbeat_interval,
     };
     let answer = broker
         .groups

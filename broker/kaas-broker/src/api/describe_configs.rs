@@ -174,34 +174,36 @@ fn broker_entries(broker: &Broker, keys: Option<&[StrBytes]>) -> Vec<DescribeCon
         .collect()
 }
 
-/// A group's config entries: Kafka's KIP-848 consumer-group settings, at the values this broker
-/// applies to every group (read-only here), and the share-group settings a group may override
-/// (`crate::group_configs`: GROUP_CONFIG where the group sets one, else the default). Kafka names
-/// the broker-wide setting each falls back to as its synonym.
+/// A group's config entries: the consumer- and share-group settings a group may override
+/// (`crate::group_configs`): GROUP_CONFIG where the group sets one, else the default (the
+/// broker's setting for the consumer-group ones, which Kafka names as the synonym).
 fn group_entries(broker: &Broker, group: &str, keys: Option<&[StrBytes]>) -> Vec<DescribeConfigsResourceResult> {
     let groups = &broker.config.groups;
-    let fixed = [
-        ("consumer.session.timeout.ms", "group.consumer.session.timeout.ms", groups.consumer_session_timeout),
-        ("consumer.heartbeat.interval.ms", "group.consumer.heartbeat.interval.ms", groups.consumer_heartbeat_interval),
-    ];
-    let fixed = fixed.into_iter().filter(|(name, _, _)| wanted(keys, name)).map(|(name, broker_name, value)| {
-        let value = value.as_millis().to_string();
-        entry(name, &value, DEFAULT_CONFIG, INT, true, Some((broker_name, &value)))
-    });
-    let share = crate::group_configs::GROUP_CONFIGS.iter().filter(|def| wanted(keys, def.name)).map(|def| {
-        let (value, set) = broker.group_configs.value(group, def);
-        let config_type = if matches!(def.check, crate::group_configs::Check::Int { .. }) { INT } else { STRING };
-        let synonym = (!def.broker_name.is_empty()).then_some((def.broker_name, def.default));
-        entry(def.name, &value, if set { GROUP_CONFIG } else { DEFAULT_CONFIG }, config_type, false, synonym).with_documentation(Some(str_bytes(def.doc)))
-    });
-    fixed.chain(share).collect()
+    crate::group_configs::GROUP_CONFIGS
+        .iter()
+        .filter(|def| wanted(keys, def.name))
+        .map(|def| {
+            let default = match def.name {
+                "consumer.session.timeout.ms" => groups.consumer_session_timeout.as_millis().to_string(),
+                "consumer.heartbeat.interval.ms" => groups.consumer_heartbeat_interval.as_millis().to_string(),
+                _ => def.default.to_string(),
+            };
+            let (value, set) = match broker.group_configs.of(group).get(def.name) {
+                Some(v) => (v.clone(), true),
+                None => (default.clone(), false),
+            };
+            let config_type = if matches!(def.check, crate::group_configs::Check::Int { .. }) { INT } else { STRING };
+            let synonym = (!def.broker_name.is_empty()).then_some((def.broker_name, default.as_str()));
+            entry(def.name, &value, if set { GROUP_CONFIG } else { DEFAULT_CONFIG }, config_type, synonym).with_documentation(Some(str_bytes(def.doc)))
+        })
+        .collect()
 }
 
-fn entry(name: &str, value: &str, source: i8, config_type: i8, read_only: bool, synonym: Option<(&str, &str)>) -> DescribeConfigsResourceResult {
+fn entry(name: &str, value: &str, source: i8, config_type: i8, synonym: Option<(&str, &str)>) -> DescribeConfigsResourceResult {
     DescribeConfigsResourceResult::default()
         .with_name(str_bytes(name))
         .with_value(Some(str_bytes(value)))
-        .with_read_only(read_only)
+        .with_read_only(false)
         .with_config_source(source)
         .with_config_type(config_type)
         .with_synonyms(synonym.map(|(n, v)| self::synonym(n, v, DEFAULT_CONFIG)).into_iter().collect())

@@ -203,6 +203,8 @@ fn consumer_hb(member: &str, epoch: i32) -> ConsumerHeartbeat {
         client_id: "c".into(),
         client_host: "/127.0.0.1".into(),
         member_id_required: true,
+        session_timeout: None,
+        heartbeat_interval: None,
     }
 }
 

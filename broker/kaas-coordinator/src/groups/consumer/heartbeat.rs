@@ -37,6 +37,10 @@ pub struct ConsumerHeartbeat {
     pub client_host: String,
     /// v1+: the client generates its member id (KIP-1082), so it may not be empty.
     pub member_id_required: bool,
+    /// The group's `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
+    /// overrides (group configs); `None`: the broker's settings.
+    pub session_timeout: Option<Duration>,
+    pub heartbeat_interval: Option<Duration>,
 }
 
 /// A ConsumerGroupHeartbeat answer.
@@ -167,7 +171,7 @@ pub(crate) fn heartbeat(
     config: &GroupConfig,
     now: Instant,
 ) -> HeartbeatAnswer {
-    let interval = millis(config.consumer_heartbeat_interval);
+    let interval = millis(req.heartbeat_interval.unwrap_or(config.consumer_heartbeat_interval));
     let result = match req.member_epoch {
         LEAVE_EPOCH | STATIC_LEAVE_EPOCH => leave(cg, &req),
         _ => join_or_beat(cg, req, topics, config, now),
@@ -429,8 +433,10 @@ fn join_or_beat(
     } else {
         cg.revoke_by.remove(&id);
     }
-    cg.session
-        .insert(id.clone(), now + config.consumer_session_timeout);
+    cg.session.insert(
+        id.clone(),
+        now + req.session_timeout.unwrap_or(config.consumer_session_timeout),
+    );
 
     let full = req.member_epoch == 0
         || (req.rebalance_timeout_ms != -1

@@ -28,6 +28,8 @@ fn join(member: &str, topics: &[&str]) -> ConsumerHeartbeat {
         client_id: "c".into(),
         client_host: "/127.0.0.1".into(),
         member_id_required: true,
+        session_timeout: None,
+        heartbeat_interval: None,
     }
 }
 
