@@ -44,6 +44,9 @@ CACHE = Path(os.environ.get("KAAS_CACHE", Path.home() / ".cache" / "kaas"))
 BROKERS = ("kafka", "kaas")
 BROKER_TITLE = {"kafka": "Apache Kafka", "kaas": "kaas"}
 WAIT_S = 15  # how long a scenario waits for something that should happen
+# The groups of the share group scenarios (Conformance's ShareConformance and the CLI's), the only
+# ones that set group configs.
+SHARE_GROUP_CONFIGS = re.compile(r"^conf-(java|cli)-share-")
 
 
 class Failed(Exception):
@@ -80,12 +83,13 @@ def log(msg: str) -> None:
 class Tools:
     # The admin-client tools take --command-config: bound their API calls like the client
     # programs', so that a request kaas leaves unanswered fails in seconds, with the client's error.
-    ADMIN_TOOLS = ("topics", "configs", "consumer-groups", "transactions", "log-dirs")
+    ADMIN_TOOLS = ("topics", "configs", "consumer-groups", "share-groups", "transactions", "log-dirs")
 
     def __init__(self, bootstrap: str, logdir: Path):
         self.bootstrap = bootstrap
         self.logdir = logdir
         self.count = 0
+        self.running: dict[int, tuple[list[str], Path]] = {}  # started tools: command and output file
         self.client_config = logdir / "admin-client.properties"
         self.client_config.write_text(f"default.api.timeout.ms={WAIT_S * 1000}\nrequest.timeout.ms={WAIT_S * 1000}\n")
 
@@ -109,6 +113,30 @@ class Tools:
             raise Failed(f"`{tool} {args[0]}`{status}: {first_error(p.stderr + p.stdout)}")
         return p.stdout
 
+    def start(self, tool: str, *args: str) -> subprocess.Popen:
+        """A tool left running while others look at it (a consumer in its group); stop() ends it."""
+        cmd = [str(BIN / "kafka-class.sh"), tool, "--bootstrap-server", self.bootstrap, *args]
+        self.count += 1
+        out = self.logdir / f"{tool}-{self.count}.out"
+        with open(out, "w") as f:
+            p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT)
+        self.running[p.pid] = (cmd, out)
+        return p
+
+    def stop(self, p: subprocess.Popen) -> None:
+        # SIGTERM, as Ctrl-C would: kafka-class.sh execs the JVM, whose shutdown hook closes the
+        # consumer, so that it leaves its group at once rather than after the session timeout.
+        p.terminate()
+        try:
+            p.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        cmd, out = self.running.pop(p.pid)
+        with open(self.logdir / "tools.log", "a") as f:
+            f.write(f"$ {' '.join(cmd)} (stopped)\n[exit {p.returncode}]\n{out.read_text()}\n")
+        out.unlink()
+
 
 def first_error(text: str) -> str:
     """The most telling part of a tool's output: its innermost exception, else its Error line,
@@ -129,11 +157,12 @@ def shorten(s: str, n: int = 200) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
-def poll(what: str, cond: Callable[[], bool], seconds: float = WAIT_S) -> None:
+def poll(what: str | Callable[[], str], cond: Callable[[], bool], seconds: float = WAIT_S) -> None:
+    """Waits until cond() holds; fails with `what` (or what() says, when the last try saw it) after `seconds`."""
     deadline = time.monotonic() + seconds
     while not cond():
         if time.monotonic() > deadline:
-            raise Failed(what)
+            raise Failed(what() if callable(what) else what)
         time.sleep(0.2)
 
 
@@ -148,6 +177,9 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
     con_topic = f"conf-cli-console-{stem}"
     group = f"conf-cli-group-{stem}"
     lines = ["h1:a,h2:b\tkey1|value1", "h1:c\tkey2|value2", "h3:\tkey3|"]
+    share_topic = f"conf-cli-share-{stem}"
+    share_group = f"conf-cli-share-{stem}"  # SHARE_GROUP_CONFIGS matches it
+    share_values = [f"value{i}" for i in range(30)]
 
     def describe_partitions() -> int:
         out = t.run("topics", "--describe", "--topic", topic)
@@ -182,13 +214,13 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
         t.run("topics", "--delete", "--topic", topic)
         poll("deleted topic still listed", lambda: topic not in t.run("topics", "--list").split())
 
-    def described_until(ok: Callable[[str], bool], what: str) -> None:
+    def described_until(ok: Callable[[str], bool], what: str, entity: tuple[str, str] = ("topics", cfg_topic)) -> None:
         # In a cluster the broker answering the describe may apply a change a moment after the
         # one that answered the alter, as each broker of a multi-broker Kafka applies the
         # metadata log at its own pace: read until it shows, within WAIT_S.
         deadline = time.monotonic() + WAIT_S
         while True:
-            out = t.run("configs", "--describe", "--entity-type", "topics", "--entity-name", cfg_topic)
+            out = t.run("configs", "--describe", "--entity-type", entity[0], "--entity-name", entity[1])
             if ok(out):
                 return
             if time.monotonic() > deadline:
@@ -230,12 +262,21 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
 
     def configs_list_resources() -> None:
         # Without --entity-name, kafka-configs 4.1+ lists the resources to describe with
-        # ListConfigResources (KIP-1142) — and for groups every group ListGroups names — and
-        # describes each (DescribeConfigs); a broker without either fails the command. No group
-        # sets a config and no client-metrics subscription exists, so at most a header per group.
+        # ListConfigResources (KIP-1142) — and for groups every group ListGroups names, and every
+        # group with configs — and describes each (DescribeConfigs); a broker without either fails
+        # the command. No client-metrics subscription exists, and only the share group scenarios
+        # set group configs (share.*, on their own groups; Kafka keeps a group's configs after the
+        # group is deleted, so those of earlier runs against the same broker show too): else at
+        # most a header per group.
         for entity_type in ("client-metrics", "groups"):
             out = t.run("configs", "--describe", "--entity-type", entity_type)
-            configs = [l for l in out.splitlines() if l.strip() and not l.startswith("Dynamic configs for ")]
+            entity, configs = "", []
+            for l in out.splitlines():
+                if m := re.match(r"Dynamic configs for .* (\S+) are:$", l):
+                    entity = m.group(1)
+                elif l.strip() and not (entity_type == "groups" and SHARE_GROUP_CONFIGS.match(entity)
+                                        and l.strip().startswith("share.")):
+                    configs.append(f"{entity}: {l.strip()}")
             if configs:
                 raise Failed(f"{entity_type}: expected no dynamic configs, got {shorten(chr(10).join(configs))}")
 
@@ -308,6 +349,108 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
         if not rows:
             raise Failed("no producer state for a partition an idempotent producer wrote")
 
+    # Share groups (KIP-932): a group config, a console share consumer, kafka-share-groups.
+
+    def share_config() -> None:
+        # share.auto.offset.reset is latest by default: the records are produced before the
+        # group's first consumer comes, and it must get them.
+        t.run("configs", "--alter", "--entity-type", "groups", "--entity-name", share_group,
+              "--add-config", "share.auto.offset.reset=earliest")
+        described_until(lambda out: "share.auto.offset.reset=earliest" in out,
+                        "share.auto.offset.reset=earliest missing", ("groups", share_group))
+
+    def share_consume() -> None:
+        t.run("topics", "--create", "--topic", share_topic, "--partitions", "3", "--replication-factor", "1")
+        # Keyed, so that the records spread over the three partitions.
+        t.run("console-producer", "--topic", share_topic, "--reader-property", "parse.key=true",
+              "--reader-property", "key.separator=|",
+              stdin="".join(f"key{i}|{v}\n" for i, v in enumerate(share_values)))
+        out = t.run("console-share-consumer", "--group", share_group, "--topic", share_topic,
+                    "--max-messages", str(len(share_values)), "--timeout-ms", str(WAIT_S * 1000))
+        got = out.splitlines()
+        if sorted(got) != sorted(share_values):
+            raise Failed(f"consumed {len(got)} values ({shorten(' '.join(got), 80)}), expected value0..value{len(share_values) - 1} once each")
+
+    def share_groups_list() -> None:
+        if share_group not in t.run("share-groups", "--list").split():
+            raise Failed("the console share consumer's group is not listed")
+
+    def share_offsets() -> list[tuple[str, str]]:
+        """(START-OFFSET, LAG) of each partition, in partition order, as --describe prints them."""
+        out = t.run("share-groups", "--describe", "--group", share_group)
+        rows = re.findall(rf"^{re.escape(share_group)}\s+{re.escape(share_topic)}\s+(\d+)\s+(\S+)\s+(\S+)\s*$", out, re.M)
+        if sorted(int(p) for p, _, _ in rows) != [0, 1, 2]:
+            raise Failed(f"expected a row per partition: {shorten(out)}")
+        return [(start, lag) for _, start, lag in sorted(rows, key=lambda r: int(r[0]))]
+
+    def share_groups_describe() -> None:
+        # Every record was acknowledged (the console share consumer accepts what it prints), so
+        # no partition has a lag. The start offset need not have moved: Kafka 4.4 shows 0 here,
+        # having written the state with the offset as it was and the records as acknowledged
+        # (and "-" for both in a partition whose state holds no records yet). The LAG column
+        # needs DescribeShareGroupOffsets v1 ("-" from a broker answering v0); this is the one
+        # scenario that requires it.
+        rows: list[tuple[str, str]] = []
+
+        def no_lag() -> bool:
+            nonlocal rows
+            rows = share_offsets()
+            return all(start.isdigit() and lag == "0" for start, lag in rows)
+        poll(lambda: f"START-OFFSET/LAG of the partitions are {rows}, expected a start offset and lag 0 each", no_lag)
+
+    def share_groups_members() -> None:
+        # A console share consumer left running (no records left for it) is the one member, with
+        # every partition of the topic: a row GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS ASSIGNMENT.
+        row = re.compile(rf"^{re.escape(share_group)}\s+\S+\s+\S+\s+console-share-consumer\s+3\s+{re.escape(share_topic)}:([\d,]+)\s*$", re.M)
+        consumer = t.start("console-share-consumer", "--group", share_group, "--topic", share_topic)
+        out = ""
+        try:
+            def described() -> bool:
+                nonlocal out
+                if consumer.poll() is not None:
+                    raise Failed(f"the console share consumer exited ({consumer.returncode})")
+                out = t.run("share-groups", "--describe", "--group", share_group, "--members")
+                rows = row.findall(out)
+                return len(rows) == 1 and sorted(rows[0].split(",")) == ["0", "1", "2"]
+            # Each describe is a JVM start too: give the consumer's JVM and its join twice WAIT_S.
+            poll(lambda: f"expected one member with {share_topic}:0,1,2: {shorten(out)}", described, 2 * WAIT_S)
+        finally:
+            t.stop(consumer)
+
+    def share_state() -> str:
+        out = t.run("share-groups", "--describe", "--group", share_group, "--state")
+        m = re.search(rf"^{re.escape(share_group)}\s+.*\(\d+\)\s+(\w+)\s+(\d+)\s*$", out, re.M)
+        return f"{m.group(1)} {m.group(2)}" if m else shorten(out)
+
+    def share_groups_reset() -> None:
+        # Offsets of a share group are reset only while it has no members: the consumer of the
+        # scenario before left when it stopped.
+        state = ""
+
+        def empty() -> bool:
+            nonlocal state
+            state = share_state()
+            return state == "Empty 0"
+        poll(lambda: f"state/members of the group: {state}, expected Empty 0", empty)
+        out = t.run("share-groups", "--reset-offsets", "--group", share_group, "--topic", share_topic,
+                    "--to-earliest", "--execute")
+        reset = re.findall(rf"^{re.escape(share_group)}\s+{re.escape(share_topic)}\s+(\d+)\s+(\d+)\s*$", out, re.M)
+        if sorted(reset) != [("0", "0"), ("1", "0"), ("2", "0")]:
+            raise Failed(f"expected NEW-OFFSET 0 for each partition: {shorten(out)}")
+        # Back at the start, every record is to be delivered again: the lags add up to them all
+        # (where the broker reports lags: `describe (offsets)` requires them).
+        rows = share_offsets()
+        lags = [lag for _, lag in rows if lag != "-"]
+        if any(start != "0" for start, _ in rows) or len(lags) not in (0, len(rows)) \
+                or not all(l.isdigit() for l in lags) or (lags and sum(map(int, lags)) != len(share_values)):
+            raise Failed(f"after the reset START-OFFSET/LAG are {rows}, expected 0 and lags adding up to {len(share_values)}")
+
+    def share_groups_delete() -> None:
+        out = t.run("share-groups", "--delete", "--group", share_group)
+        if "successful" not in out:
+            raise Failed(f"unexpected output: {shorten(out)}")
+        poll("deleted share group still listed", lambda: share_group not in t.run("share-groups", "--list").split())
+
     return [
         ("kafka-topics", "create with config", topics_create),
         ("kafka-topics", "list", topics_list),
@@ -329,6 +472,13 @@ def cli_scenarios(t: Tools, stem: str) -> list[tuple[str, str, Callable[[], None
         ("kafka-transactions", "list", txn_list),
         ("kafka-transactions", "describe", txn_describe),
         ("kafka-transactions", "describe-producers", txn_describe_producers),
+        ("kafka-configs", "alter/describe group config", share_config),
+        ("kafka-console-share-consumer", "consume (--group)", share_consume),
+        ("kafka-share-groups", "list", share_groups_list),
+        ("kafka-share-groups", "describe (offsets)", share_groups_describe),
+        ("kafka-share-groups", "describe --members", share_groups_members),
+        ("kafka-share-groups", "reset-offsets", share_groups_reset),
+        ("kafka-share-groups", "delete", share_groups_delete),
     ]
 
 

@@ -79,6 +79,13 @@ public final class Conformance {
             all.put("group consumer", () -> group("consumer"));
         }
         all.put("transactions", Conformance::transactions);
+        // Share groups (KIP-932) need KafkaShareConsumer (4.1+): ShareConformance.java is
+        // compiled against the pinned client only, so an older release's build lacks the class.
+        try {
+            Class.forName("ShareConformance").getMethod("register", Map.class).invoke(null, all);
+        } catch (ClassNotFoundException e) {
+            // an older client: no share group scenarios
+        }
         List<String> chosen = args.length > 1 ? List.of(args).subList(1, args.length) : new ArrayList<>(all.keySet());
         ExecutorService pool = Executors.newCachedThreadPool(r -> {
             Thread t = new Thread(r);
