@@ -211,7 +211,14 @@ async fn long_poll(
                     w.borrow_and_update();
                     watches.push(w);
                     if budget.max_records > 0 && budget.max_bytes > 0 {
-                        match partitions::deliver(&log, &partition, group, member, settings, budget).await {
+                        let (b, g) = (broker.clone(), group.to_owned());
+                        let fresh_reset: partitions::FreshReset = Box::new(move || {
+                            if let Err(e) = b.group_configs.refresh() {
+                                tracing::warn!(error = %e, "reading the group configs again failed; serving those read before");
+                            }
+                            b.group_configs.share_settings(&g).reset
+                        });
+                        match partitions::deliver(&log, &partition, group, member, settings, budget, fresh_reset).await {
                             Ok(d) => outcome.delivered = d,
                             Err(e) => outcome.error = Some(e),
                         }

@@ -102,13 +102,19 @@ pub struct DeliveryBound {
     pub blocking: bool,
 }
 
+/// Reads the group configs again and answers the group's `share.auto.offset.reset` (blocking).
+pub type FreshReset = Box<dyn FnOnce() -> OffsetReset + Send>;
+
 /// The group's state in the partition, started where `share.auto.offset.reset` says if it
-/// has none.
-async fn group_state(log: &SharePartitionLog, partition: &Arc<Partition>, group: &str, settings: &ShareGroupSettings) -> Result<GroupStateRef, ResponseError> {
+/// has none. That setting is read afresh (`fresh_reset`): in a cluster the group configs are
+/// the controller's file, which other brokers read again only every second, and a group's first
+/// fetch commonly follows its `kafka-configs --alter` at once.
+async fn group_state(log: &SharePartitionLog, partition: &Arc<Partition>, group: &str, fresh_reset: FreshReset) -> Result<GroupStateRef, ResponseError> {
     if let Some(state) = log.group(group) {
         return Ok(state);
     }
-    let start = match settings.reset {
+    let reset = tokio::task::spawn_blocking(fresh_reset).await.map_err(|_| ResponseError::UnknownServerError)?;
+    let start = match reset {
         OffsetReset::Earliest => partition.log_start_offset(),
         OffsetReset::Latest => partition.high_watermark(),
         OffsetReset::ByDuration(d) => {
@@ -126,8 +132,8 @@ async fn group_state(log: &SharePartitionLog, partition: &Arc<Partition>, group:
 
 /// Hands `member` the next records of the partition it may have: released or timed-out ones
 /// first, then new ones, within the bound.
-pub async fn deliver(log: &SharePartitionLog, partition: &Arc<Partition>, group: &str, member: &str, settings: &ShareGroupSettings, bound: DeliveryBound) -> Result<Delivered, ResponseError> {
-    let state = group_state(log, partition, group, settings).await?;
+pub async fn deliver(log: &SharePartitionLog, partition: &Arc<Partition>, group: &str, member: &str, settings: &ShareGroupSettings, bound: DeliveryBound, fresh_reset: FreshReset) -> Result<Delivered, ResponseError> {
+    let state = group_state(log, partition, group, fresh_reset).await?;
     // Held across the read: one delivery of this group's partition at a time, so what the read
     // finds is still what the state says when it is handed out.
     let mut st = state.lock().await;
