@@ -158,8 +158,7 @@ impl GroupConfigs {
     /// `validate_only` checks without writing. Blocking.
     pub fn alter(&self, changes: Vec<(String, GroupConfigChange)>, validate_only: bool, epoch: i64) -> Vec<Result<(), GroupConfigError>> {
         let checked: Vec<Result<(), GroupConfigError>> = changes.iter().map(|(_, c)| validate(c)).collect();
-        let served = |f: &GroupConfigFile| *self.served.write() = f.groups.clone();
-        let altered = self.file.update(epoch, served, |file: &mut GroupConfigFile| {
+        let altered = self.file.update(epoch, |f: &GroupConfigFile| self.serve(f), |file: &mut GroupConfigFile| {
             let mut groups = file.groups.clone();
             let results: Vec<Result<(), GroupConfigError>> = changes
                 .iter()
@@ -195,9 +194,14 @@ impl GroupConfigs {
         }
     }
 
+    /// Serves what the file holds.
+    fn serve(&self, file: &GroupConfigFile) {
+        *self.served.write() = file.groups.clone();
+    }
+
     /// Forgets a deleted group's configs (as Kafka does on DeleteGroups). Blocking.
     pub fn forget(&self, group: &str, epoch: i64) -> Result<(), WriteError> {
-        self.file.update(epoch, |f: &GroupConfigFile| *self.served.write() = f.groups.clone(), |file| {
+        self.file.update(epoch, |f: &GroupConfigFile| self.serve(f), |file| {
             file.groups.remove(group);
         })
     }

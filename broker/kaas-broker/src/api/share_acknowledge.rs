@@ -42,7 +42,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ShareAc
     let (broker, ctx) = (broker.clone(), ctx.clone());
     Reply::Later(Box::pin(async move {
         let settings = broker.group_configs.share_settings(&group);
-        let results = apply_acks(&broker, &ctx, &group, &member, &settings, acks, ctx.version).await;
+        let results = apply_acks(&broker, &ctx, &group, &member, &settings, acks).await;
         if request.share_session_epoch == FINAL_EPOCH
             && let Some(closed) = &begun.closed
         {

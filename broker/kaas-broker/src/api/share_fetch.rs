@@ -84,7 +84,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ShareFe
             release(&broker, &closed, &settings).await;
         }
         let mut outcomes: BTreeMap<SharePartitionKey, PartitionOutcome> = BTreeMap::new();
-        for (key, result) in apply_acks(&broker, &ctx, &group, &member, &settings, acks, ctx.version).await {
+        for (key, result) in apply_acks(&broker, &ctx, &group, &member, &settings, acks).await {
             outcomes.entry(key).or_default().ack = Some(result.err());
         }
         if epoch == FINAL_EPOCH {
@@ -146,8 +146,8 @@ pub(crate) fn ack_batch(first: i64, last: i64, types: &[i8], version: i16) -> Re
     Ok(AckBatch { first, last, types })
 }
 
-/// Applies acknowledgements partition by partition and waits until every one that was applied
-/// is durable.
+/// Applies acknowledgements partition by partition, then waits until every one that was
+/// applied is durable (the partitions' fsyncs run at once, not one after the other).
 pub(crate) async fn apply_acks(
     broker: &Arc<Broker>,
     ctx: &RequestContext,
@@ -155,21 +155,27 @@ pub(crate) async fn apply_acks(
     member: &str,
     settings: &ShareGroupSettings,
     acks: Vec<(SharePartitionKey, Vec<AckBatch>)>,
-    _version: i16,
 ) -> Vec<(SharePartitionKey, Result<(), ResponseError>)> {
-    let mut out = Vec::with_capacity(acks.len());
+    let mut applied = Vec::with_capacity(acks.len());
     for (key, batches) in acks {
-        let result = async {
+        let appended = async {
             let (log, _) = share_log(broker, ctx, key).await?;
             let seq = partitions::acknowledge(&log, group, member, &batches, settings).await?;
-            // NB: a release makes records available to members waiting in a long poll.
-            broker.shares.released.notify_waiters();
-            log.wait_durable(seq).await.map_err(|e| if e.not_owner() { ResponseError::NotLeaderOrFollower } else { ResponseError::KafkaStorageError })
+            Ok::<_, ResponseError>((log, seq))
         }
         .await;
-        out.push((key, result));
+        applied.push((key, appended));
     }
-    out
+    // NB: a release makes records available to members waiting in a long poll.
+    broker.shares.released.notify_waiters();
+    futures::future::join_all(applied.into_iter().map(|(key, appended)| async move {
+        let durable = match appended {
+            Ok((log, seq)) => log.wait_durable(seq).await.map_err(|e| if e.not_owner() { ResponseError::NotLeaderOrFollower } else { ResponseError::KafkaStorageError }),
+            Err(e) => Err(e),
+        };
+        (key, durable)
+    }))
+    .await
 }
 
 /// The share log of a partition this broker leads, checked as Fetch checks a partition.
