@@ -217,7 +217,7 @@ routes! {
     ShareGroupDescribe: messages::ShareGroupDescribeRequest = 1..=1 => api::share_group_describe::handle;
     ShareFetch: messages::ShareFetchRequest = 1..=2 => api::share_fetch::handle;
     ShareAcknowledge: messages::ShareAcknowledgeRequest = 1..=2 => api::share_acknowledge::handle;
-    DescribeShareGroupOffsets: messages::DescribeShareGroupOffsetsRequest = 0..=0 => api::describe_share_group_offsets::handle;
+    DescribeShareGroupOffsets: messages::DescribeShareGroupOffsetsRequest = 0..=1 => api::describe_share_group_offsets::handle;
     AlterShareGroupOffsets: messages::AlterShareGroupOffsetsRequest = 0..=0 => api::alter_share_group_offsets::handle;
     DeleteShareGroupOffsets: messages::DeleteShareGroupOffsetsRequest = 0..=0 => api::delete_share_group_offsets::handle;
     AddPartitionsToTxn: messages::AddPartitionsToTxnRequest = 0..=5 => api::add_partitions_to_txn::handle;

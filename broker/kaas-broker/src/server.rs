@@ -59,6 +59,7 @@ impl ListenerRole {
                         | K::IncrementalAlterConfigs
                         | K::AlterShareGroupOffsets
                         | K::DeleteShareGroupOffsets
+                        | K::DescribeShareGroupOffsets
                 )
             }
         }

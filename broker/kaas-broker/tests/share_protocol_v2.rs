@@ -11,13 +11,20 @@
 //! - ShareAcknowledgeResponse: `AcquisitionLockTimeoutMs` int32 (ignorable, default 0) right
 //!   after `ErrorMessage`.
 //! - ShareFetchResponse: no new field; v2 is byte-for-byte v1.
+//!
+//! And DescribeShareGroupOffsets v1 (KIP-1226, Kafka 4.2+), from the same patch:
+//! - DescribeShareGroupOffsetsResponse: `Lag` int64 (ignorable, default -1) right after each
+//!   partition's `LeaderEpoch`.
+//! - DescribeShareGroupOffsetsRequest: no new field (null topics, "all", already at v0).
 
 #![allow(clippy::unwrap_used)]
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
     share_acknowledge_request, share_acknowledge_response, share_fetch_request,
-    share_fetch_response, ApiKey, GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+    describe_share_group_offsets_request, describe_share_group_offsets_response,
+    share_fetch_response, ApiKey,
+    DescribeShareGroupOffsetsResponse, GroupId, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
     ShareFetchRequest, ShareFetchResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, Message, StrBytes};
@@ -33,6 +40,10 @@ const SHARE_ACK_REQUEST_V1: &str = "04677270046d656d0000000402010203040506070809
 const SHARE_ACK_RESPONSE_V2: &str = "0000000000000000007530020102030405060708090a0b0c0d0e0f10020000000200000000000001000000050000000200000001026800002384000000";
 const SHARE_ACK_RESPONSE_V1: &str = "00000000000000020102030405060708090a0b0c0d0e0f10020000000200000000000001000000050000000200000001026800002384000000";
 const SHARE_FETCH_RESPONSE_V1_V2: &str = "0000000000000000007530020102030405060708090a0b0c0d0e0f10020000000000000000000000000001000000050001020000000000000064000000000000006500010000000100";
+const DESCRIBE_OFFSETS_RESPONSE_V1: &str = "0000000002046772700202740102030405060708090a0b0c0d0e0f100200000002000000000000006400000005000000000000002a00000000000000000000";
+const DESCRIBE_OFFSETS_RESPONSE_V0: &str = "0000000002046772700202740102030405060708090a0b0c0d0e0f10020000000200000000000000640000000500000000000000000000";
+/// One group, topics null (every topic with state): the same bytes at v0 and v1.
+const DESCRIBE_OFFSETS_REQUEST_ALL: &str = "0204677270000000";
 
 const TOPIC: Uuid = Uuid::from_u128(0x0102030405060708_090a0b0c0d0e0f10);
 
@@ -292,4 +303,58 @@ fn versions_outside_1_to_2_are_refused() {
         );
         assert!(decode::<ShareFetchResponse>(&unhex(SHARE_FETCH_RESPONSE_V1_V2), version).is_err());
     }
+}
+
+fn describe_offsets_response(lag: i64) -> DescribeShareGroupOffsetsResponse {
+    use describe_share_group_offsets_response::*;
+    let partition = DescribeShareGroupOffsetsResponsePartition::default()
+        .with_partition_index(2)
+        .with_start_offset(100)
+        .with_leader_epoch(5)
+        .with_lag(lag);
+    let topic = DescribeShareGroupOffsetsResponseTopic::default()
+        .with_topic_name(StrBytes::from_static_str("t").into())
+        .with_topic_id(TOPIC)
+        .with_partitions(vec![partition]);
+    DescribeShareGroupOffsetsResponse::default().with_groups(vec![
+        DescribeShareGroupOffsetsResponseGroup::default()
+            .with_group_id(StrBytes::from_static_str("grp").into())
+            .with_topics(vec![topic]),
+    ])
+}
+
+#[test]
+fn describe_share_group_offsets_v1_carries_the_lag_as_kafka_does() {
+    let resp = describe_offsets_response(42);
+    let bytes = encode(&resp, 1).unwrap();
+    assert_eq!(bytes, unhex(DESCRIBE_OFFSETS_RESPONSE_V1));
+    assert_eq!(decode::<DescribeShareGroupOffsetsResponse>(&bytes, 1).unwrap(), resp);
+    // Lag is ignorable: dropped at v0, read back as its default, -1.
+    let bytes = encode(&resp, 0).unwrap();
+    assert_eq!(bytes, unhex(DESCRIBE_OFFSETS_RESPONSE_V0));
+    assert_eq!(
+        decode::<DescribeShareGroupOffsetsResponse>(&bytes, 0).unwrap(),
+        describe_offsets_response(-1)
+    );
+    assert_eq!(
+        ApiKey::DescribeShareGroupOffsets.valid_versions().max,
+        1
+    );
+}
+
+#[test]
+fn describe_share_group_offsets_request_null_topics_means_all() {
+    use describe_share_group_offsets_request::*;
+    let all = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(StrBytes::from_static_str("grp").into())
+            .with_topics(None),
+    ]);
+    for version in [0, 1] {
+        let bytes = encode(&all, version).unwrap();
+        assert_eq!(bytes, unhex(DESCRIBE_OFFSETS_REQUEST_ALL), "v{version}");
+        assert_eq!(decode::<DescribeShareGroupOffsetsRequest>(&bytes, version).unwrap(), all);
+    }
+    assert!(encode(&all, 2).is_err());
+    assert!(encode(&describe_offsets_response(0), 2).is_err());
 }

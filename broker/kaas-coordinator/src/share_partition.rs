@@ -148,6 +148,12 @@ impl SharePartitionState {
         self.records.values().filter(|r| !r.done()).count()
     }
 
+    /// Offsets in the window whose delivery is complete (acknowledged or archived): they are
+    /// no longer owed to the group (KIP-1226's delivery-complete count, which the lag leaves out).
+    pub fn delivery_complete(&self) -> i64 {
+        self.records.values().filter(|r| r.done()).count() as i64
+    }
+
     pub fn restore(p: &PersistedState) -> SharePartitionState {
         let mut s = SharePartitionState::new(p.start);
         // The window never outgrows `max_locks`; a file claiming more is not believed (it

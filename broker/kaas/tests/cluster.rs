@@ -614,7 +614,7 @@ async fn transactions_v2_add_partitions_and_groups_on_other_brokers() -> TestRes
 /// coordinator reach the partition's leader.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn share_group_state_survives_the_partition_leaders_death() -> TestResult {
-    use common::share::{ACCEPT, acknowledge, acquired, heartbeat, produce, s, set_group_configs, share_fetch, start_offset, topic_id};
+    use common::share::{ACCEPT, acknowledge, acquired, heartbeat, produce, s, set_group_configs, share_fetch, share_offsets, topic_id};
     use kafka_protocol::messages::alter_share_group_offsets_request::{AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic};
     use kafka_protocol::messages::{AlterShareGroupOffsetsRequest, DeleteGroupsRequest, GroupId, ShareGroupDescribeRequest, TopicName};
 
@@ -668,7 +668,7 @@ async fn share_group_state_survives_the_partition_leaders_death() -> TestResult 
         assert_eq!(error, 0);
         let again = acquired(&share_fetch(&mut at_leader, &group, "m2", 0, id, 100, vec![])?);
         assert_eq!(again.iter().map(|a| (a.0, a.1)).collect::<Vec<_>>(), vec![(3, 5)], "acknowledged records stay done");
-        assert_eq!(start_offset(&mut at_coordinator, &group, "shq")?, 3, "the coordinator reads the leader's state");
+        assert_eq!(share_offsets(&mut at_coordinator, &group, "shq")?, (3, 3), "the coordinator asks the leader: 3-5 are owed");
         // Empty the group, then reset it at its coordinator: the leader moves the start.
         for member in ["m1", "m2"] {
             assert_eq!(heartbeat(&mut at_coordinator, &group, member, -1, None, id)?.0, 0);
@@ -682,7 +682,7 @@ async fn share_group_state_survives_the_partition_leaders_death() -> TestResult 
         ]);
         let altered = at_coordinator.call(0, &alter)?;
         assert_eq!((altered.error_code, altered.responses[0].partitions[0].error_code), (0, 0));
-        assert_eq!(start_offset(&mut at_coordinator, &group, "shq")?, 1);
+        assert_eq!(share_offsets(&mut at_coordinator, &group, "shq")?, (1, 5));
         heartbeat(&mut at_coordinator, &group, "m3", 0, Some("shq"), id)?;
         assert_eq!(acquired(&share_fetch(&mut at_leader, &group, "m3", 0, id, 100, vec![])?), vec![(1, 5, 1)], "everything from the new start, afresh");
         heartbeat(&mut at_coordinator, &group, "m3", -1, None, id)?;
@@ -690,7 +690,7 @@ async fn share_group_state_survives_the_partition_leaders_death() -> TestResult 
         assert_eq!(deleted.results[0].error_code, 0);
         // The leader forgot the group's state: a new group of that name starts afresh.
         heartbeat(&mut at_coordinator, &group, "m4", 0, Some("shq"), id)?;
-        assert_eq!(start_offset(&mut at_coordinator, &group, "shq")?, -1, "no state left at the leader");
+        assert_eq!(share_offsets(&mut at_coordinator, &group, "shq")?, (-1, -1), "no state left at the leader");
         Ok(())
     })
     .await?

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::share::{ACCEPT, REJECT, RELEASE, acknowledge, acquired, heartbeat, produce, s, set_group_configs, share_fetch, start_offset, topic_id};
+use common::share::{ACCEPT, REJECT, RELEASE, acknowledge, acquired, heartbeat, produce, s, set_group_configs, share_fetch, share_offsets, topic_id};
 use common::wire::Wire;
 use common::{Kaas, TestResult, wait_for};
 use kafka_protocol::ResponseError;
@@ -45,12 +45,13 @@ fn records_go_to_one_member_at_a_time_and_acknowledgements_survive_a_kill() -> T
     let again = share_fetch(&mut b, "workers", "member-b", 2, id, 100, vec![(4, 9, ACCEPT)])?;
     assert_eq!(acquired(&again), vec![(2, 2, 2)]);
     assert_eq!(again.responses[0].partitions[0].acknowledge_error_code, 0);
-    assert_eq!(start_offset(&mut admin, "workers", "work")?, 2);
+    // Owed still: 2 (delivered again), not 3 (rejected) nor 4-9 (accepted).
+    assert_eq!(share_offsets(&mut admin, "workers", "work")?, (2, 1));
     // Session epochs order a member's requests.
     assert_eq!(share_fetch(&mut b, "workers", "member-b", 7, id, 100, vec![])?.error_code, ResponseError::InvalidShareSessionEpoch.code());
     assert_eq!(share_fetch(&mut b, "workers", "nobody", 1, id, 100, vec![])?.error_code, ResponseError::ShareSessionNotFound.code());
     assert_eq!(acknowledge(&mut b, "workers", "member-b", 3, id, &[(2, 2, ACCEPT)])?, (0, vec![0]));
-    assert_eq!(start_offset(&mut admin, "workers", "work")?, 10, "everything acknowledged or rejected");
+    assert_eq!(share_offsets(&mut admin, "workers", "work")?, (10, 0), "everything acknowledged or rejected");
 
     // b takes the next records and dies with them; the broker is killed: acknowledged records
     // stay acknowledged, b's come back.
@@ -135,7 +136,7 @@ fn share_group_admin_describe_list_reset_and_delete() -> TestResult {
     ]);
     let altered = admin.call(0, &alter)?;
     assert_eq!((altered.error_code, altered.responses[0].partitions[0].error_code), (0, 0));
-    assert_eq!(start_offset(&mut admin, "readers", "feed")?, 1);
+    assert_eq!(share_offsets(&mut admin, "readers", "feed")?, (1, 2));
 
     let mut m = Wire::connect(&kaas.bootstrap)?;
     let (_, epoch, _) = heartbeat(&mut m, "readers", "m1", 0, Some("feed"), id)?;

@@ -96,12 +96,15 @@ public final class ShareConformance {
             Future<?> a = pool.submit(() -> ledger.consume("A", group, topic));
             Future<?> b = pool.submit(() -> ledger.consume("B", group, topic));
             // The records are produced once both consumers hold partitions: with one member the
-            // first could take every record before the second joined, and B would see none.
-            describedUntil(admin, group, "both consumers assigned", d -> {
+            // first could take every record before the second joined, and B would see none. Both
+            // must also have heartbeated since (member epoch = group epoch): until A's next
+            // heartbeat it still fetches every partition it was first given, B's among them.
+            describedUntil(admin, group, "both consumers assigned, each at the group epoch", d -> {
                 Set<TopicPartition> union = new HashSet<>();
                 d.members().forEach(m -> union.addAll(m.assignment().topicPartitions()));
                 return d.members().size() == 2 && union.equals(partitions(topic))
-                    && d.members().stream().noneMatch(m -> m.assignment().topicPartitions().isEmpty());
+                    && d.members().stream().noneMatch(m -> m.assignment().topicPartitions().isEmpty())
+                    && d.members().stream().allMatch(m -> m.memberEpoch() == d.groupEpoch());
             }, () -> ledger.failure());
             produce(topic);
             a.get(4 * Conformance.WAIT.toSeconds(), TimeUnit.SECONDS);
@@ -140,21 +143,20 @@ public final class ShareConformance {
             // Its consumer closed, the group is empty (a member leaves with its last heartbeat).
             describedUntil(admin, group, "the group empty once its consumer closed",
                 d -> d.groupState() == GroupState.EMPTY && d.members().isEmpty(), () -> "");
-            // Every record acknowledged, so each share-partition is settled to its end. Kafka 4.4
-            // (DescribeShareGroupOffsets v1) says so by the lag, 0, while the start offset it
-            // reports may not have moved: it persists a share-partition's start offset as it was
-            // before the write (here 0, with deliveryCompleteCount 100) and computes the lag as
-            // end offset - start offset - deliveryCompleteCount. Without a lag (v0) only the start
-            // offset can say it. kafka-share-groups' `describe (offsets)` requires the lag. The
-            // state is written before the acknowledgement is answered; still read until it shows.
+            // Every record acknowledged, so each share-partition is settled to its end. The lag
+            // (DescribeShareGroupOffsets v1, KIP-1226) says so, 0, while the start offset may not
+            // have moved: Kafka 4.4 persists a share-partition's start offset as it was before the
+            // write (here 0, with deliveryCompleteCount 100) and computes the lag as end offset -
+            // start offset - deliveryCompleteCount. The state is written before the
+            // acknowledgement is answered; still read until it shows.
             long end = RECORDS / PARTITIONS;
-            offsetsUntil(admin, group, topic, "lag 0 (or, without a lag, start offset " + end + ")",
-                o -> o.lag().map(lag -> lag == 0).orElse(o.startOffset() == end));
+            offsetsUntil(admin, group, topic, "lag 0",
+                o -> o.lag().map(lag -> lag == 0).orElse(false));
             Map<TopicPartition, Long> zero = new HashMap<>();
             partitions(topic).forEach(tp -> zero.put(tp, 0L));
             admin.alterShareGroupOffsets(group, zero).all().get();
-            offsetsUntil(admin, group, topic, "start offset 0 (and lag " + end + ")",
-                o -> o.startOffset() == 0 && o.lag().map(lag -> lag == end).orElse(true));
+            offsetsUntil(admin, group, topic, "start offset 0 and lag " + end,
+                o -> o.startOffset() == 0 && o.lag().map(lag -> lag == end).orElse(false));
             got = consumeAll(group, topic, () -> {});
             Conformance.check(got == RECORDS, "after alterShareGroupOffsets to 0 the share consumer got " + got + " records, expected " + RECORDS);
             admin.deleteShareGroups(List.of(group)).all().get();

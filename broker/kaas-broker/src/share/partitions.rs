@@ -249,7 +249,12 @@ pub fn forget(log: &SharePartitionLog, group: &str) -> Result<Option<u64>, Respo
     log.delete(group).map(Some).map_err(|e| if e.not_owner() { ResponseError::NotLeaderOrFollower } else { ResponseError::KafkaStorageError })
 }
 
-/// The group's start offset in the partition (SPSO), if it has state there.
-pub async fn start_offset(log: &SharePartitionLog, group: &str) -> Option<i64> {
-    Some(log.group(group)?.lock().await.start_offset())
+/// The group's start offset in the partition (SPSO) and its lag, if it has state there. The
+/// lag (KIP-1226) is what the group still owes of the log up to `end`: the offsets from the
+/// start on, less those in flight whose delivery is complete.
+pub async fn progress(log: &SharePartitionLog, group: &str, end: i64) -> Option<(i64, i64)> {
+    let state = log.group(group)?;
+    let state = state.lock().await;
+    let start = state.start_offset();
+    Some((start, (end - start - state.delivery_complete()).max(0)))
 }

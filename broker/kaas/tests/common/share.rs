@@ -93,15 +93,17 @@ pub fn acknowledge(wire: &mut Wire, group: &str, member: &str, epoch: i32, id: U
     Ok((r.error_code, r.responses.iter().flat_map(|t| &t.partitions).map(|p| p.error_code).collect()))
 }
 
-pub fn start_offset(wire: &mut Wire, group: &str, topic: &str) -> TestResult<i64> {
+/// The group's start offset and lag in partition 0 of `topic` (DescribeShareGroupOffsets v1).
+pub fn share_offsets(wire: &mut Wire, group: &str, topic: &str) -> TestResult<(i64, i64)> {
     use kafka_protocol::messages::describe_share_group_offsets_request::{DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic};
     let request = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
         DescribeShareGroupOffsetsRequestGroup::default()
             .with_group_id(GroupId(s(group)))
             .with_topics(Some(vec![DescribeShareGroupOffsetsRequestTopic::default().with_topic_name(TopicName(s(topic))).with_partitions(vec![0])])),
     ]);
-    let r = wire.call(0, &request)?;
+    let r = wire.call(1, &request)?;
     assert_eq!(r.groups[0].error_code, 0);
-    Ok(r.groups[0].topics[0].partitions[0].start_offset)
+    let p = &r.groups[0].topics[0].partitions[0];
+    Ok((p.start_offset, p.lag))
 }
 
