@@ -40,7 +40,7 @@ pub use manifest::Manifest;
 #[cfg(any(test, feature = "testing"))]
 pub use partition::CleanHook;
 pub use partition::{
-    AppendOptions, AppendOutcome, CleanReport, CleanStep, CleanerStats, Partition, ReadBound, ReadOutcome, Removed, TakeoverReport,
+    AppendOptions, AppendOutcome, CleanReport, CleanStep, CleanerStats, Durable, Partition, ReadBound, ReadOutcome, Removed, TakeoverReport,
 };
 pub use producer_state::ProducerSummary;
 pub use throttle::{IoThrottle, ThrottleClock};

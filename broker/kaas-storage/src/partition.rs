@@ -12,6 +12,7 @@ mod takeover;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kaas_shared::fs::FsRef;
 use parking_lot::{Mutex, MutexGuard, RwLock};
@@ -24,6 +25,7 @@ use crate::segment::Segment;
 use crate::{Error, Result, manifest, producer_snapshot};
 
 pub use append::{AppendOptions, AppendOutcome};
+pub use durability::Durable;
 #[cfg(any(test, feature = "testing"))]
 pub use compaction::CleanHook;
 pub use compaction::{CleanReport, CleanStep, CleanerStats};
@@ -60,9 +62,47 @@ struct Shared {
     /// The high watermark, published to long-polling fetches and durability waiters. Also
     /// re-sent unchanged to wake waiters on poison and role changes.
     hwm: watch::Sender<i64>,
+    /// The role and epoch, readable without the state lock (the same as `State::published`).
+    role: Arc<PublishedRole>,
     /// Held by the cleaner pass running on this partition (one at a time).
     cleaning: Mutex<()>,
     faults: compaction::Faults,
+}
+
+/// Whether this engine leads the partition, and at which epoch, as of the last role change.
+/// Every request's leadership check reads it without taking the state lock; what it says may
+/// be a moment old, which is safe because every write re-checks under the lock
+/// (`State::require_writable_at`) and a read of a log just handed over only serves bytes that
+/// were durable.
+#[derive(Debug, Default)]
+struct PublishedRole {
+    /// Leading (bit 32), poisoned (bit 33) and the epoch (the low 32 bits), in one word so
+    /// they always agree.
+    role: AtomicU64,
+    /// `State::generation`: a durability wait accepts a high watermark of its own generation
+    /// only (after a role change the offsets it waits for may hold other records).
+    generation: AtomicU64,
+}
+
+impl PublishedRole {
+    fn set(&self, leading: bool, poisoned: bool, epoch: i32, generation: u64) {
+        self.generation.store(generation, Ordering::Release);
+        let flags = u64::from(leading) | (u64::from(poisoned) << 1);
+        self.role.store((flags << 32) | u64::from(epoch as u32), Ordering::Release);
+    }
+
+    /// (leading, epoch)
+    fn get(&self) -> (bool, i32) {
+        let packed = self.role.load(Ordering::Acquire);
+        ((packed >> 32) & 1 == 1, packed as u32 as i32)
+    }
+
+    /// Whether `generation` is still the current one and the log takes writes: a durability
+    /// waiter of it can count on the group commit it registered with.
+    fn writable_in(&self, generation: u64) -> bool {
+        let packed = self.role.load(Ordering::Acquire);
+        (packed >> 32) & 3 == 1 && self.generation.load(Ordering::Acquire) == generation
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +116,9 @@ enum Role {
 struct State {
     role: Role,
     leader_epoch: i32,
+    /// `role` and `leader_epoch` for readers without the lock: published once a role change
+    /// is complete (`State::publish_role`).
+    published: Arc<PublishedRole>,
     /// The valid segment chain, ascending base offsets; the last one is active.
     segments: Vec<Segment>,
     log_start_offset: i64,
@@ -91,6 +134,9 @@ struct State {
     producers: ProducerStates,
     /// Bumped by every role change, so a sync started under an older role changes nothing.
     generation: u64,
+    /// The last generation that ended, and its high watermark then: what a durability waiter
+    /// of that generation may still count on (a hand-over syncs everything before it ends).
+    ended: Option<(u64, i64)>,
     sync_in_flight: bool,
     /// Highest offset a durability waiter needs.
     sync_wanted: i64,
@@ -119,9 +165,12 @@ impl Partition {
         };
         let first = listing.segments.first().map_or(0, |s| s.base_offset);
         let last = listing.segments.last().map_or(0, |s| s.base_offset);
+        let published = Arc::new(PublishedRole::default());
+        published.set(false, unusable.is_some(), listing.max_epoch, 0);
         let state = State {
             role: Role::Follower,
             leader_epoch: listing.max_epoch,
+            published: published.clone(),
             segments: listing.segments,
             log_start_offset: first,
             log_end_offset: last,
@@ -130,6 +179,7 @@ impl Partition {
             rewrote_manifest: false,
             producers: ProducerStates::default(),
             generation: 0,
+            ended: None,
             sync_in_flight: false,
             sync_wanted: -1,
             cleaner: compaction::CleanerState::default(),
@@ -142,6 +192,7 @@ impl Partition {
             config: RwLock::new(config),
             state: Mutex::new(state),
             hwm,
+            role: published,
             cleaning: Mutex::new(()),
             faults: compaction::Faults::default(),
         };
@@ -171,14 +222,25 @@ impl Partition {
         self.lock().poisoned.clone()
     }
 
-    /// Whether this engine currently leads the partition.
+    /// Whether this engine currently leads the partition (without the state lock: see
+    /// `PublishedRole`).
     pub fn is_leader(&self) -> bool {
-        self.lock().role == Role::Leader
+        self.shared.role.get().0
     }
 
-    /// The current leader epoch (while following: the newest epoch seen in segment names).
+    /// The current leader epoch (while following: the newest epoch seen in segment names);
+    /// without the state lock.
     pub fn leader_epoch(&self) -> i32 {
-        self.lock().leader_epoch
+        self.shared.role.get().1
+    }
+
+    /// The epoch this engine leads the partition at, if it leads it: one read, so the two
+    /// always belong together.
+    pub fn led_epoch(&self) -> Option<i32> {
+        match self.shared.role.get() {
+            (true, epoch) => Some(epoch),
+            (false, _) => None,
+        }
     }
 
     /// The fsynced end of the log: consumers see offsets below it.
@@ -342,6 +404,7 @@ impl State {
     fn poison(&mut self, reason: String) -> Error {
         tracing::error!(%reason, "partition storage failed; refusing writes until the next take_over");
         self.poisoned = Some(reason.clone());
+        self.publish_role();
         Error::StorageFailure(reason)
     }
 
@@ -351,8 +414,16 @@ impl State {
             s.close();
         }
         self.role = role;
+        self.ended = Some((self.generation, self.high_watermark));
         self.generation += 1;
         self.sync_in_flight = false;
         self.sync_wanted = -1;
+        self.publish_role();
+    }
+
+    /// Makes the role, epoch and poisoning visible to lock-free readers; called once a change
+    /// is complete (a take-over publishes only when it has succeeded).
+    fn publish_role(&self) {
+        self.published.set(self.role == Role::Leader, self.poisoned.is_some(), self.leader_epoch, self.generation);
     }
 }

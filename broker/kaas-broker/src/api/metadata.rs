@@ -212,7 +212,7 @@ pub(crate) fn partition_leaders(broker: &Broker, topic: &Topic) -> Vec<Partition
         .map(|(index, p)| {
             let index = index as i32;
             let leader = match &assignment {
-                None => p.is_leader().then(|| (broker.config.node_id, p.leader_epoch())),
+                None => p.led_epoch().map(|epoch| (broker.config.node_id, epoch)),
                 Some(a) => a.partition(&topic.name, index).map(|pa| (pa.leader, pa.leader_epoch)),
             };
             PartitionLeader { index, leader, stored_epoch: p.leader_epoch() }

@@ -8,7 +8,7 @@ use futures::future::join_all;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
-use kaas_storage::{AppendOptions, AppendOutcome, Partition};
+use kaas_storage::{AppendOptions, AppendOutcome, Durable};
 use tracing::debug;
 
 use super::access::{Op, Resource, check};
@@ -21,7 +21,7 @@ use crate::txn::Inclusion;
 /// One partition's append, done or refused.
 struct Appended {
     index: i32,
-    result: Result<(Arc<Partition>, AppendOutcome), (ResponseError, Option<String>)>,
+    result: Result<(AppendOutcome, Durable), (ResponseError, Option<String>)>,
 }
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: ProduceRequest) -> Reply<ProduceResponse> {
@@ -81,13 +81,8 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Produce
     // Kafka counts a produce request's size against producer_byte_rate, whatever became of it.
     let throttle_ms = super::quota_use::QuotaSubject::of(ctx).record(broker, QuotaKey::ProducerByteRate, ctx.size as f64);
     if acks == 0 {
-        // Nobody waits for these records, but they become visible only once fsynced: start
-        // that sync now (one group commit with whatever else is appending).
-        for (_, partitions) in &appended {
-            for (partition, outcome) in partitions.iter().filter_map(|a| a.result.as_ref().ok()) {
-                partition.sync_soon(outcome.last_offset);
-            }
-        }
+        // Nobody waits for these records; they become visible once fsynced, by the sync each
+        // append started (one group commit with whatever else is appending).
         return Reply::Silent;
     }
     let timeout = Duration::from_millis(u64::try_from(request.timeout_ms).unwrap_or(0).max(1));
@@ -101,7 +96,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: Produce
     }))
 }
 
-fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) -> Result<(Arc<Partition>, AppendOutcome), (ResponseError, Option<String>)> {
+fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) -> Result<(AppendOutcome, Durable), (ResponseError, Option<String>)> {
     // NB: led_partition also refuses when this broker is fenced: the controller may already
     // be moving the partition, and an acknowledgement now could be lost.
     let led = led_partition(broker, topic, index).map_err(|e| (e, None))?;
@@ -110,12 +105,12 @@ fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) ->
     // a private copy, which is also exactly what gets written.
     let mut batch = records.to_vec();
     let options = AppendOptions { leader_epoch: led.epoch, now_ms: now };
-    match partition.append(&mut batch, options) {
-        Ok(outcome) => {
+    match partition.append_durable(&mut batch, options) {
+        Ok((outcome, durable)) => {
             if !outcome.duplicate {
                 broker.metrics.appended(topic, batch.len(), outcome.last_offset - outcome.base_offset + 1);
             }
-            Ok((partition, outcome))
+            Ok((outcome, durable))
         }
         Err(e) => {
             let e = crate::Error::from(e);
@@ -195,7 +190,7 @@ async fn include_transactional(
 
 async fn respond(appended: Appended, timeout: Duration) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default().with_index(appended.index).with_log_append_time_ms(-1);
-    let (partition, outcome) = match appended.result {
+    let (outcome, durable) = match appended.result {
         Ok(ok) => ok,
         Err((error, message)) => {
             return response
@@ -205,7 +200,7 @@ async fn respond(appended: Appended, timeout: Duration) -> PartitionProduceRespo
                 .with_error_message(message.map(str_bytes));
         }
     };
-    let durable = tokio::time::timeout(timeout, partition.wait_durable(outcome.last_offset)).await;
+    let durable = tokio::time::timeout(timeout, durable.wait()).await;
     let error = match durable {
         Ok(Ok(())) => None,
         Ok(Err(e)) => Some(crate::Error::from(e)),

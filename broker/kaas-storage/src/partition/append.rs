@@ -2,8 +2,10 @@
 //! active segment's page cache. No fsync here (see `durability`).
 
 use kaas_shared::fs::OpenMode;
+use parking_lot::MutexGuard;
 use kaas_shared::names::SegmentFileKind;
 
+use super::durability::Durable;
 use super::{Partition, Shared, State};
 use crate::batch::{self, BatchHeader, TimestampWindow};
 use crate::config::{LogConfig, TimestampType};
@@ -44,6 +46,28 @@ impl Partition {
     /// it to the active segment. A rejected request writes nothing. Does not fsync: await
     /// [`Partition::wait_durable`] before acknowledging.
     pub fn append(&self, records: &mut [u8], opts: AppendOptions) -> Result<AppendOutcome> {
+        self.write_batch(records, opts).map(|(outcome, _)| outcome)
+    }
+
+    /// [`Partition::append`], registering the wait for its durability in the same critical
+    /// section: the group commit that will cover the records starts (or is queued behind the
+    /// round in flight) before the lock is released, and the returned [`Durable`] resolves
+    /// without taking the lock again unless something else happened to the partition first.
+    /// The produce path: one lock per append, however many produces share the fdatasync.
+    pub fn append_durable(&self, records: &mut [u8], opts: AppendOptions) -> Result<(AppendOutcome, Durable)> {
+        let (outcome, mut st) = self.write_batch(records, opts)?;
+        if outcome.duplicate {
+            // The original may not be durable yet: this waiter checks under the lock.
+            return Ok((outcome, Durable::unregistered(self, outcome.last_offset)));
+        }
+        let (durable, round) = Durable::register(self, &mut st, outcome.last_offset);
+        drop(st);
+        self.start_sync(round);
+        Ok((outcome, durable))
+    }
+
+    /// The append itself; the lock is still held on return.
+    fn write_batch(&self, records: &mut [u8], opts: AppendOptions) -> Result<(AppendOutcome, MutexGuard<'_, State>)> {
         let config = self.config();
         // NB: validation (which may decompress) runs before the partition lock is taken.
         let validated = batch::validate_request(records, &limits(&config, opts.now_ms))?;
@@ -71,13 +95,14 @@ impl Partition {
             } else {
                 -1
             };
-            return Ok(AppendOutcome {
+            let outcome = AppendOutcome {
                 base_offset: m.base_offset,
                 last_offset: m.last_offset,
                 log_append_time_ms,
                 log_start_offset: st.log_start_offset,
                 duplicate: true,
-            });
+            };
+            return Ok((outcome, st));
         }
         let records_count: i64 = batches
             .iter()
@@ -105,13 +130,14 @@ impl Partition {
             opts.now_ms,
         )?;
         st.log_end_offset = next;
-        Ok(AppendOutcome {
+        let outcome = AppendOutcome {
             base_offset,
             last_offset: next - 1,
             log_append_time_ms: log_append_time,
             log_start_offset: st.log_start_offset,
             duplicate: false,
-        })
+        };
+        Ok((outcome, st))
     }
 }
 

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use kaas_shared::fs::File;
+use tokio::sync::watch;
 
 use super::{Partition, Role, Shared, State};
 use crate::group_commit::{self, GroupCommit, Outcome};
@@ -32,51 +33,117 @@ impl Partition {
     /// Resolves once every offset up to and including `last_offset` is fsynced (the high
     /// watermark is past it). Concurrent callers share one fdatasync.
     pub async fn wait_durable(&self, last_offset: i64) -> Result<()> {
-        let mut rx = self.shared.hwm.subscribe();
-        loop {
-            rx.borrow_and_update();
-            let job = {
-                let mut st = self.lock();
-                if st.high_watermark > last_offset {
-                    return Ok(());
-                }
-                st.require_writable()?;
-                if last_offset >= st.log_end_offset {
-                    return Err(Error::OffsetOutOfRange {
-                        offset: last_offset,
-                        log_start_offset: st.log_start_offset,
-                        high_watermark: st.high_watermark,
-                    });
-                }
-                st.sync_wanted = st.sync_wanted.max(last_offset);
-                st.plan_sync()
-            };
-            if let Some(job) = job {
-                group_commit::spawn(self.shared.clone(), job);
-            }
-            if rx.changed().await.is_err() {
-                return Err(Error::StorageFailure("partition dropped".into()));
-            }
-        }
+        Durable::unregistered(self, last_offset).wait().await
     }
-}
 
-impl Partition {
     /// Starts a sync covering `last_offset` without waiting for it. An acks=0 produce has no
     /// waiter, and without this its records would stay invisible (the high watermark is the
     /// fsynced end) until some later acknowledged produce synced the log. Shares the group
-    /// commit: a round in flight picks this up when it finishes.
+    /// commit: a round in flight picks this up when it finishes. (An append registers its own
+    /// sync already; this serves callers that appended by other means.)
     pub fn sync_soon(&self, last_offset: i64) {
-        let job = {
+        let round = {
             let mut st = self.lock();
             if st.high_watermark > last_offset || st.require_writable().is_err() {
                 return;
             }
-            st.sync_wanted = st.sync_wanted.max(last_offset);
-            st.plan_sync()
+            st.want_durable(last_offset)
         };
-        if let Some(job) = job {
-            group_commit::spawn(self.shared.clone(), job);
+        self.start_sync(round);
+    }
+
+    pub(super) fn start_sync(&self, round: Option<SyncJob>) {
+        if let Some(round) = round {
+            group_commit::spawn(self.shared.clone(), round);
+        }
+    }
+}
+
+/// A wait for records to become durable (see [`Partition::append_durable`]).
+#[derive(Debug)]
+pub struct Durable {
+    partition: Partition,
+    high_watermark: watch::Receiver<i64>,
+    last_offset: i64,
+    /// The role generation the records were written in, once known: a high watermark counts
+    /// only within it (a deposed leader that leads again may hold other records at these
+    /// offsets).
+    generation: Option<u64>,
+    /// Registered under the partition's lock (by the append, or by a first look here): the
+    /// group commit will cover `last_offset` unless the role changes or the log is poisoned,
+    /// so waiting needs no lock while neither happened.
+    registered: bool,
+}
+
+impl Durable {
+    /// Called by the append, under its lock, once the records are written.
+    pub(super) fn register(partition: &Partition, st: &mut State, last_offset: i64) -> (Durable, Option<SyncJob>) {
+        let round = st.want_durable(last_offset);
+        let durable = Durable {
+            partition: Partition { shared: partition.shared.clone() },
+            high_watermark: partition.shared.hwm.subscribe(),
+            last_offset,
+            generation: Some(st.generation),
+            registered: true,
+        };
+        (durable, round)
+    }
+
+    pub(super) fn unregistered(partition: &Partition, last_offset: i64) -> Durable {
+        Durable {
+            partition: Partition { shared: partition.shared.clone() },
+            high_watermark: partition.shared.hwm.subscribe(),
+            last_offset,
+            generation: None,
+            registered: false,
+        }
+    }
+
+    /// Resolves once every offset up to and including the append's last is fsynced; fails when
+    /// the partition can no longer make it durable (deposed, poisoned, released).
+    pub async fn wait(self) -> Result<()> {
+        let Durable { partition, high_watermark: mut rx, last_offset, mut generation, mut registered } = self;
+        loop {
+            let published = *rx.borrow_and_update();
+            // Still the generation the wait registered in, and not poisoned: the round that
+            // covers `last_offset` is running or queued (each settled round plans the next for
+            // every registered offset), so no lock is needed. (The generation and poisoning
+            // are published before any high watermark that follows them.)
+            let undisturbed = registered && generation.is_some_and(|g| partition.shared.role.writable_in(g));
+            if published > last_offset && undisturbed {
+                return Ok(());
+            }
+            if !undisturbed {
+                let round = {
+                    let mut st = partition.lock();
+                    if let Some(g) = generation.filter(|g| *g != st.generation) {
+                        // Written under a role that has ended: durable only if that role's
+                        // high watermark covered it before it ended.
+                        return match st.ended {
+                            Some((ended, hwm)) if ended == g && hwm > last_offset => Ok(()),
+                            _ => Err(Error::NotLeader),
+                        };
+                    }
+                    generation = Some(st.generation);
+                    if st.high_watermark > last_offset {
+                        return Ok(());
+                    }
+                    st.require_writable()?;
+                    if last_offset >= st.log_end_offset {
+                        return Err(Error::OffsetOutOfRange {
+                            offset: last_offset,
+                            log_start_offset: st.log_start_offset,
+                            high_watermark: st.high_watermark,
+                        });
+                    }
+                    st.want_durable(last_offset)
+                };
+                partition.start_sync(round);
+                registered = true;
+            }
+            if rx.changed().await.is_err() {
+                return Err(Error::StorageFailure("partition dropped".into()));
+            }
         }
     }
 }
@@ -100,7 +167,10 @@ impl GroupCommit for Shared {
     fn settle(&self, job: SyncJob, outcome: Outcome<Error>) -> Option<SyncJob> {
         let mut st = self.state.lock();
         if st.generation != job.generation {
-            return None; // The role changed while we synced: nothing here belongs to it.
+            // The role changed while we synced: nothing here belongs to it. Its waiters are
+            // woken to find that out (not every role change wakes them itself).
+            self.hwm.send_replace(st.high_watermark);
+            return None;
         }
         st.sync_in_flight = false;
         match outcome {
@@ -122,6 +192,13 @@ impl GroupCommit for Shared {
 }
 
 impl State {
+    /// A waiter needs everything up to `last_offset` durable: the round to start for it, if
+    /// none is running (a running round starts the next when it settles).
+    fn want_durable(&mut self, last_offset: i64) -> Option<SyncJob> {
+        self.sync_wanted = self.sync_wanted.max(last_offset);
+        self.plan_sync()
+    }
+
     /// Starts a sync round if a waiter needs one and none is running.
     fn plan_sync(&mut self) -> Option<SyncJob> {
         let wanted =

@@ -73,6 +73,7 @@ impl Partition {
             // take-over succeeds.
             st.poisoned = Some(format!("take-over at epoch {leader_epoch} failed: {e}"));
         }
+        st.publish_role();
         drop(st);
         self.wake();
         result

@@ -125,3 +125,65 @@ fn waiters_on_many_partitions_share_the_runtime() {
     });
     assert!(parts.iter().all(|p| p.high_watermark() == 40));
 }
+
+/// The produce path's wait (`append_durable`): registered with the append under its lock, it
+/// resolves once its round is durable — also when that round ended before anyone waited.
+fn an_appends_registered_wait_resolves(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    let (first, durable) = p.append_durable(&mut batch("a", 3), opts(1)).unwrap();
+    // Nobody waits yet: the append started the group commit itself.
+    block_on(async {
+        let mut rx = p.watch_high_watermark();
+        rx.wait_for(|hwm| *hwm > first.last_offset).await.unwrap();
+    });
+    block_on(durable.wait()).unwrap();
+    let (second, durable) = p.append_durable(&mut batch("b", 2), opts(1)).unwrap();
+    block_on(durable.wait()).unwrap();
+    assert_eq!(p.high_watermark(), second.last_offset + 1);
+    assert_eq!(values(&read_all(&p)), vec!["a-0", "a-1", "a-2", "b-0", "b-1"]);
+}
+scenario!(an_appends_registered_wait_resolves);
+
+/// A registered wait must not outlive its partition's leadership: a leader deposed between its
+/// append and the append's fdatasync learns it at the round's fence read and answers its waiter
+/// with an error (never an acknowledgement, never a hang).
+fn an_appends_registered_wait_sees_its_deposition(v: &Volume) {
+    let config = LogConfig::default();
+    let zombie = v.leader(1, config);
+    append(&zombie, 1, batch("old", 1));
+    // The newer leader claims the partition first, so the zombie's round must find it.
+    let _leader = v.leader(2, config);
+    let (_, durable) = zombie.append_durable(&mut batch("late", 1), opts(1)).unwrap();
+    let waited = block_on(async { tokio::time::timeout(std::time::Duration::from_secs(30), durable.wait()).await });
+    assert!(matches!(waited, Ok(Err(Error::NotLeader))), "{waited:?}");
+    assert!(!zombie.is_leader());
+}
+scenario!(an_appends_registered_wait_sees_its_deposition);
+
+#[test]
+fn an_appends_registered_wait_sees_a_failed_fsync() {
+    let v = Volume::memory();
+    let mem = v.mem.clone().unwrap();
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 1));
+    // Failing before the append: its own round fails, whenever it runs.
+    mem.fail_syncs(true);
+    let (_, durable) = p.append_durable(&mut batch("b", 1), opts(1)).unwrap();
+    let waited = block_on(async { tokio::time::timeout(std::time::Duration::from_secs(30), durable.wait()).await });
+    assert!(matches!(waited, Ok(Err(Error::StorageFailure(_)))), "{waited:?}");
+    assert_eq!(p.high_watermark(), 1);
+    mem.fail_syncs(false);
+}
+
+/// A hand-over (relinquish) syncs everything before the role ends: an append's registered wait
+/// still resolves, though its generation has ended.
+fn an_appends_registered_wait_resolves_through_a_hand_over(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    let (_, durable) = p.append_durable(&mut batch("a", 2), opts(1)).unwrap();
+    p.relinquish().unwrap();
+    assert!(!p.is_leader());
+    block_on(durable.wait()).unwrap();
+    let next = v.leader(2, LogConfig::default());
+    assert_eq!(values(&read_all(&next)), vec!["a-0", "a-1"]);
+}
+scenario!(an_appends_registered_wait_resolves_through_a_hand_over);
