@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
@@ -97,15 +99,24 @@ func TestSecuredListener(t *testing.T) {
 		defer admin.Close()
 		acls := kadm.NewACLs().Allow("User:alice").AllowHosts("*").Topics("orders").TransactionalIDs("secured").
 			Operations(kadm.OpAll).ResourcePatternType(kadm.ACLPatternLiteral)
-		created, err := kadm.NewClient(admin).CreateACLs(ctx, acls)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range created {
-			if r.Err != nil {
-				t.Fatalf("creating %s %s: %v (%s)", r.Type, r.Name, r.Err, r.ErrMessage)
+		// CreateACLs is forwarded to the controller; a broker that does not know it yet (just
+		// started, or the role changing hands) answers NOT_CONTROLLER, which is retriable, and
+		// kadm does not retry a per-resource error itself.
+		c.Eventually(30*time.Second, "the admin creates alice's ACLs", func() (bool, error) {
+			created, err := kadm.NewClient(admin).CreateACLs(ctx, acls)
+			if err != nil {
+				return false, err
 			}
-		}
+			for _, r := range created {
+				if errors.Is(r.Err, kerr.NotController) {
+					return false, fmt.Errorf("creating %s %s: %v (%s)", r.Type, r.Name, r.Err, r.ErrMessage)
+				}
+				if r.Err != nil {
+					t.Fatalf("creating %s %s: %v (%s)", r.Type, r.Name, r.Err, r.ErrMessage)
+				}
+			}
+			return true, nil
+		})
 		// Every broker enforces it once it has read the controller's file (a second or so): ask
 		// each broker itself (a client's own Metadata goes to whichever broker it likes).
 		for i := range seeds {
