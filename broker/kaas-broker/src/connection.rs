@@ -29,7 +29,7 @@ use crate::broker::Broker;
 use crate::connections::{Activity, Closure, ListenerMetrics, Slot};
 use crate::frame::{FrameError, HeaderPrefix, read_frame};
 use crate::metrics::TrafficMetrics;
-use crate::router::{self, DispatchError, Pending, RequestContext, Response};
+use crate::router::{self, DispatchError, Encoded, Pending, RequestContext, Response};
 use crate::sasl::Session;
 use crate::server::ListenerRole;
 use parking_lot::Mutex;
@@ -341,7 +341,7 @@ async fn write_responses<W: AsyncWrite + Send + Unpin>(
             Pending::Silent => None,
         };
         let taken_at = Instant::now();
-        let written = write_one(&mut out, response.as_ref().map(|r| &r.bytes[..]), rx.is_empty(), stall).await;
+        let written = write_one(&mut out, response.as_ref().map(|r| &r.encoded), rx.is_empty(), stall).await;
         activity.request_finished();
         if let (Ok(()), Some(response)) = (&written, &response) {
             observers.traffic.response_written(response.api, response.ready_at, taken_at);
@@ -363,13 +363,52 @@ async fn write_responses<W: AsyncWrite + Send + Unpin>(
 }
 
 /// Writes one response (none for acks=0) and flushes when nothing else is queued, so
-/// pipelined answers share a syscall. Each piece must be taken within `stall`.
-async fn write_one<W: AsyncWrite + Unpin>(out: &mut W, bytes: Option<&[u8]>, flush: bool, stall: Duration) -> Result<(), WriteError> {
-    for piece in bytes.unwrap_or_default().chunks(WRITE_PIECE) {
+/// pipelined answers share a syscall. Each piece must be taken within `stall`. A response that
+/// refers to its record sets instead of holding a copy goes out in vectored writes straight
+/// from them, after what was buffered before it.
+async fn write_one<W: AsyncWrite + Unpin>(out: &mut BufWriter<W>, response: Option<&Encoded>, flush: bool, stall: Duration) -> Result<(), WriteError> {
+    let Some(response) = response else {
+        return flush_within(out, flush, stall).await;
+    };
+    if response.is_gathered() {
+        tokio::time::timeout(stall, out.flush()).await.map_err(|_| WriteError::Stalled(stall))??;
+        return write_all_vectored(out.get_mut(), &response.pieces(), stall).await;
+    }
+    for piece in response.pieces().into_iter().flat_map(|p| p.chunks(WRITE_PIECE)) {
         tokio::time::timeout(stall, out.write_all(piece)).await.map_err(|_| WriteError::Stalled(stall))??;
     }
+    flush_within(out, flush, stall).await
+}
+
+async fn flush_within<W: AsyncWrite + Unpin>(out: &mut W, flush: bool, stall: Duration) -> Result<(), WriteError> {
     if flush {
         tokio::time::timeout(stall, out.flush()).await.map_err(|_| WriteError::Stalled(stall))??;
+    }
+    Ok(())
+}
+
+/// Writes every piece, as many at once as one vectored write takes; each write must take
+/// some bytes within `stall`.
+async fn write_all_vectored<W: AsyncWrite + Unpin>(out: &mut W, pieces: &[&[u8]], stall: Duration) -> Result<(), WriteError> {
+    // NB: Linux takes at most IOV_MAX (1,024) slices per writev.
+    const MAX_SLICES: usize = 1024;
+    let (mut piece, mut within) = (0, 0);
+    while piece < pieces.len() {
+        let slices: Vec<io::IoSlice<'_>> = pieces[piece..]
+            .iter()
+            .take(MAX_SLICES)
+            .enumerate()
+            .map(|(i, p)| io::IoSlice::new(if i == 0 { &p[within..] } else { p }))
+            .collect();
+        let mut n = tokio::time::timeout(stall, out.write_vectored(&slices)).await.map_err(|_| WriteError::Stalled(stall))??;
+        if n == 0 {
+            return Err(WriteError::Io(io::ErrorKind::WriteZero.into()));
+        }
+        while piece < pieces.len() && n >= pieces[piece].len() - within {
+            n -= pieces[piece].len() - within;
+            (piece, within) = (piece + 1, 0);
+        }
+        within += n;
     }
     Ok(())
 }
@@ -425,6 +464,37 @@ mod tests {
         }
         assert!(on(ListenerRole::InterBroker, ApiKey::ApiVersions, 0).await.is_ok(), "ApiVersions is served");
         assert!(on(ListenerRole::Client, ApiKey::Metadata, 1).await.is_ok(), "the client listener serves Metadata");
+    }
+
+    /// A gathered response goes out whole and in order behind what was buffered before it,
+    /// through a reader that takes a few bytes at a time (every write partial).
+    #[tokio::test]
+    async fn a_gathered_response_is_written_whole_through_partial_writes() {
+        use bytes::BufMut;
+        use kafka_protocol::protocol::buf::{ByteBufMut, GatherBuf};
+        let (client, server) = tokio::io::duplex(7);
+        let mut out = BufWriter::with_capacity(64, server);
+        let mut gather = GatherBuf::new(bytes::BytesMut::new(), 16);
+        let big: Vec<Bytes> = (0..3u8).map(|i| Bytes::from(vec![i; 1000 + usize::from(i)])).collect();
+        for (i, b) in big.iter().enumerate() {
+            gather.put_slice(&[0xA0 + i as u8; 5]);
+            gather.put_shared(b);
+        }
+        gather.put_slice(b"end");
+        let (written, shared) = gather.into_parts();
+        let encoded = Encoded::gathered(written.freeze(), shared);
+        let expected = [&b"first"[..], &encoded.to_bytes()].concat();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut { client }, &mut got).await;
+            got
+        });
+        let stall = Duration::from_secs(10);
+        let first = Encoded::whole(Bytes::from_static(b"first"));
+        assert!(write_one(&mut out, Some(&first), false, stall).await.is_ok());
+        assert!(write_one(&mut out, Some(&encoded), true, stall).await.is_ok());
+        drop(out);
+        assert_eq!(reader.await.ok(), Some(expected));
     }
 
     proptest! {

@@ -1,6 +1,7 @@
 //! The one handler table: it routes requests to the API modules and is the only source of the
 //! ApiVersions answer, so the broker never advertises what it does not handle.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::time::Instant;
 use bytes::{BufMut, Bytes, BytesMut};
 use kaas_storage::buffers;
 use kafka_protocol::messages::{self, ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::buf::GatherBuf;
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::task::JoinHandle;
 
@@ -54,14 +56,66 @@ pub enum Pending {
 /// behind earlier answers of its connection and how long sending it took.
 #[derive(Debug)]
 pub struct Response {
-    pub bytes: Bytes,
+    pub encoded: Encoded,
     pub api: ApiKey,
     pub ready_at: Instant,
 }
 
 impl Response {
-    pub fn ready_now(api: ApiKey, bytes: Bytes) -> Response {
-        Response { bytes, api, ready_at: Instant::now() }
+    pub fn ready_now(api: ApiKey, encoded: Encoded) -> Response {
+        Response { encoded, api, ready_at: Instant::now() }
+    }
+}
+
+/// Record sets of at least this size are sent from the bytes the read returned, not copied
+/// into the response: below it, a separate piece of the write costs more than the copy.
+pub const SHARED_RECORDS_MIN: usize = 16 * 1024;
+
+/// An encoded response frame: the bytes the encoder wrote, and the record sets it kept by
+/// reference (each with its position in those bytes), in order.
+#[derive(Debug, Clone, Default)]
+pub struct Encoded {
+    written: Bytes,
+    shared: Vec<(usize, Bytes)>,
+}
+
+impl Encoded {
+    /// A frame encoded whole.
+    pub fn whole(written: Bytes) -> Encoded {
+        Encoded { written, shared: Vec::new() }
+    }
+
+    /// A frame of `written` with `shared` pieces inserted at their positions (as
+    /// [`GatherBuf::into_parts`] gives them).
+    pub fn gathered(written: Bytes, shared: Vec<(usize, Bytes)>) -> Encoded {
+        Encoded { written, shared }
+    }
+
+    /// The frame's length on the wire.
+    pub fn len(&self) -> usize {
+        self.written.len() + self.shared.iter().map(|(_, b)| b.len()).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether parts of the frame are kept by reference (a vectored write sends it best).
+    pub fn is_gathered(&self) -> bool {
+        !self.shared.is_empty()
+    }
+
+    /// The frame's pieces in order.
+    pub fn pieces(&self) -> Vec<&[u8]> {
+        kafka_protocol::protocol::buf::gather_pieces(&self.written, &self.shared)
+    }
+
+    /// The frame as one contiguous buffer (a copy when it is gathered).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.shared.is_empty() {
+            true => self.written.clone(),
+            false => Bytes::from(self.pieces().concat()),
+        }
     }
 }
 
@@ -292,8 +346,8 @@ where
             if let Some(log) = &slow_log {
                 let _ = log.answered(started, None);
             }
-            let bytes = encode_response(key, version, correlation_id, &body)?;
-            Ok(Pending::Ready(Response::ready_now(key, bytes)))
+            let encoded = encode_response(key, version, correlation_id, &body)?;
+            Ok(Pending::Ready(Response::ready_now(key, encoded)))
         }
         Reply::Silent => {
             metrics.answered_silently(key, started);
@@ -312,7 +366,7 @@ where
                     let _ = log.answered(started, Some(deferred_at));
                 }
                 match encode_response(key, version, correlation_id, &body) {
-                    Ok(bytes) => Some(Response::ready_now(key, bytes)),
+                    Ok(encoded) => Some(Response::ready_now(key, encoded)),
                     Err(e) => {
                         tracing::error!(error = %e, "dropping a response that cannot be encoded");
                         None
@@ -323,13 +377,14 @@ where
     }
 }
 
-/// Size prefix, response header (at the version the API key prescribes) and body.
-pub fn encode_response<T: Encodable>(
+/// Size prefix, response header (at the version the API key prescribes) and body. Fetched
+/// records of [`SHARED_RECORDS_MIN`] bytes or more are not copied: the frame refers to them.
+pub fn encode_response<T: Encodable + 'static>(
     key: ApiKey,
     version: i16,
     correlation_id: i32,
     body: &T,
-) -> Result<Bytes, DispatchError> {
+) -> Result<Encoded, DispatchError> {
     let encode_err = |source| DispatchError::Encode { key, version, source };
     let header_version = key.response_header_version(version);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
@@ -339,23 +394,41 @@ pub fn encode_response<T: Encodable>(
     let prefix = i32::try_from(size).map_err(|_| {
         encode_err(anyhow::anyhow!("a {size}-byte response does not fit the protocol's 2 GiB frame"))
     })?;
-    if 4 + size < buffers::MIN_POOLED {
-        let mut buf = BytesMut::with_capacity(4 + size);
+    let written = (4 + size).saturating_sub(shared_records_len(body));
+    if written < buffers::MIN_POOLED {
+        let mut buf = GatherBuf::new(BytesMut::with_capacity(written), SHARED_RECORDS_MIN);
         buf.put_i32(prefix);
         header.encode(&mut buf, header_version).map_err(encode_err)?;
         body.encode(&mut buf, version).map_err(encode_err)?;
-        return Ok(buf.freeze());
+        let (written, shared) = buf.into_parts();
+        return Ok(Encoded { written: written.freeze(), shared });
     }
-    // NB: large responses (fetches) are encoded into a pooled buffer whose pages stay mapped
-    // from one response to the next: a fresh multi-MB buffer per fetch cost more in page faults
-    // than the copy itself (see kaas_storage::buffers).
-    let mut buf = buffers::pool().take(4 + size);
-    buf.clear();
+    // NB: large responses (fetches of many small record sets, big metadata) are encoded into a
+    // pooled buffer whose pages stay mapped from one response to the next: a fresh multi-MB
+    // buffer per fetch cost more in page faults than the copy itself (see
+    // kaas_storage::buffers).
+    let mut pooled = buffers::pool().take(written);
+    pooled.clear();
+    let mut buf = GatherBuf::new(pooled, SHARED_RECORDS_MIN);
     buf.put_i32(prefix);
     header.encode(&mut buf, header_version).map_err(encode_err)?;
     body.encode(&mut buf, version).map_err(encode_err)?;
-    let len = buf.len();
-    Ok(buffers::freeze(buf, len))
+    let (written, shared) = buf.into_parts();
+    let len = written.len();
+    Ok(Encoded { written: buffers::freeze(written, len), shared })
+}
+
+/// The record bytes of a response the encoder will keep by reference (Fetch and ShareFetch
+/// carry records; every other body none), so the buffer for the rest is sized right.
+fn shared_records_len(body: &dyn Any) -> usize {
+    let shared = |records: &Option<Bytes>| records.as_ref().map_or(0, |r| if r.len() >= SHARED_RECORDS_MIN { r.len() } else { 0 });
+    if let Some(fetch) = body.downcast_ref::<messages::FetchResponse>() {
+        return fetch.responses.iter().flat_map(|t| &t.partitions).map(|p| shared(&p.records)).sum();
+    }
+    if let Some(share) = body.downcast_ref::<messages::ShareFetchResponse>() {
+        return share.responses.iter().flat_map(|t| &t.partitions).map(|p| shared(&p.records)).sum();
+    }
+    0
 }
 
 /// The request header, decoded at the version its API key prescribes.
@@ -384,6 +457,60 @@ mod tests {
         for r in ROUTES {
             assert_eq!(api_name(r.key), format!("{:?}", r.key));
         }
+    }
+
+    /// A fetch response whose record sets are kept by reference is, byte for byte, the one
+    /// encoded whole, at every version; the written part holds none of the large sets.
+    #[test]
+    fn a_gathered_fetch_response_is_the_same_frame() {
+        use messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        let big = |fill: u8, len: usize| Bytes::from(vec![fill; len]);
+        let records = [big(1, 1 << 20), big(2, 100), big(3, SHARED_RECORDS_MIN), big(4, SHARED_RECORDS_MIN - 1), Bytes::new()];
+        let partitions = records.iter().enumerate().map(|(i, r)| {
+            PartitionData::default().with_partition_index(i as i32).with_high_watermark(7).with_records(Some(r.clone()))
+        });
+        let topic = FetchableTopicResponse::default().with_topic(messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str("t")));
+        let response = messages::FetchResponse::default().with_responses(vec![topic.with_partitions(partitions.collect())]);
+        for version in 4..=18 {
+            let header_version = ApiKey::Fetch.response_header_version(version);
+            let mut whole = BytesMut::new();
+            let size = ResponseHeader::default().with_correlation_id(9).compute_size(header_version).expect("header size")
+                + response.compute_size(version).expect("body size");
+            whole.put_i32(size as i32);
+            ResponseHeader::default().with_correlation_id(9).encode(&mut whole, header_version).expect("header");
+            response.encode(&mut whole, version).expect("body");
+            let encoded = encode_response(ApiKey::Fetch, version, 9, &response).expect("encodes");
+            assert_eq!(encoded.to_bytes(), whole.freeze(), "v{version}");
+            assert_eq!(encoded.len(), 4 + size);
+            assert_eq!(encoded.shared.iter().map(|(_, b)| b.len()).collect::<Vec<_>>(), vec![1 << 20, SHARED_RECORDS_MIN], "v{version}: the large sets are shared");
+            assert!(encoded.written.len() < 2 * SHARED_RECORDS_MIN, "v{version}: {} bytes copied", encoded.written.len());
+        }
+    }
+
+    /// Offsets, gaps and seeking count the shared bytes, as in a plain buffer.
+    #[test]
+    fn a_gather_buffer_keeps_offsets_and_gaps_of_a_plain_one() {
+        use kafka_protocol::protocol::buf::ByteBufMut;
+        let shared = Bytes::from(vec![7u8; 64]);
+        let mut plain = BytesMut::new();
+        let mut gather = GatherBuf::new(BytesMut::new(), 32);
+        fn fill<B: ByteBufMut>(buf: &mut B, shared: &Bytes) {
+            buf.put_u8(1);
+            let gap = buf.put_gap(4);
+            buf.put_shared(shared);
+            buf.put_u8(2);
+            let after = buf.offset();
+            buf.put_shared(shared);
+            buf.gap_buf(gap).copy_from_slice(&(after as u32).to_be_bytes());
+            buf.seek(after + 10); // back into the second shared piece: cut it short
+            buf.put_u8(3);
+        }
+        fill(&mut plain, &shared);
+        fill(&mut gather, &shared);
+        assert_eq!(gather.offset(), plain.len());
+        let (written, pieces) = gather.into_parts();
+        let encoded = Encoded { written: written.freeze(), shared: pieces };
+        assert_eq!(encoded.to_bytes(), plain.freeze());
     }
 
     #[test]

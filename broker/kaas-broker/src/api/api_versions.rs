@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
@@ -77,13 +76,10 @@ fn valid_software_field(s: &str) -> bool {
 
 /// The KIP-511 answer to an ApiVersions request at a version we do not speak: v0 framing,
 /// UNSUPPORTED_VERSION, and our ranges.
-pub fn unsupported_version_response(correlation_id: i32) -> Bytes {
+pub fn unsupported_version_response(correlation_id: i32) -> router::Encoded {
     let body = ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
         .with_api_keys(advertised());
-    match router::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body) {
-        Ok(bytes) => bytes,
-        // v0 of this body always encodes; an empty answer would only close the connection.
-        Err(_) => Bytes::new(),
-    }
+    // v0 of this body always encodes; an empty answer would only close the connection.
+    router::encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).unwrap_or_default()
 }

@@ -208,6 +208,158 @@ pub trait ByteBufMut: BufMut {
     fn fill_typed_gap<T: GapType>(&mut self, gap: TypedGap<T>, value: T::Value) {
         gap.type_.put(self.gap_buf(gap.gap), value);
     }
+
+    /// Put the contents of a shared [`Bytes`] at the current offset. The default copies them;
+    /// a buffer that can keep a reference instead ([`GatherBuf`]) overrides this, so that
+    /// encoding a message with large `bytes` fields (fetched records) does not copy them.
+    fn put_shared(&mut self, bytes: &Bytes) {
+        self.put_slice(bytes);
+    }
+}
+
+/// An encoding buffer that keeps large [`Bytes`] fields by reference instead of copying them.
+///
+/// Everything but the [`ByteBufMut::put_shared`] calls of at least `threshold` bytes is
+/// written into the inner buffer (a [`BytesMut`], a `Vec<u8>`); those are kept as they are, with the position in the written
+/// bytes where they belong; [`gather_pieces`] gives the encoded message in order, ready for a
+/// vectored write. Offsets ([`ByteBufMut::offset`], gaps) count the shared bytes too.
+#[derive(Debug, Default)]
+pub struct GatherBuf<B = BytesMut> {
+    written: B,
+    /// `(position in written, bytes)`, in order.
+    shared: Vec<(usize, Bytes)>,
+    shared_len: usize,
+    threshold: usize,
+}
+
+impl<B: ByteBufMut> GatherBuf<B> {
+    /// Writes into `written` (from its current offset), sharing fields of `threshold` bytes
+    /// or more.
+    pub fn new(written: B, threshold: usize) -> Self {
+        GatherBuf {
+            written,
+            shared: Vec::new(),
+            shared_len: 0,
+            threshold: threshold.max(1),
+        }
+    }
+
+    /// Length of the encoded message, shared bytes included.
+    pub fn len(&self) -> usize {
+        self.written.offset() + self.shared_len
+    }
+
+    /// Whether nothing was put yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes written and the shared ones with their positions in them.
+    pub fn into_parts(self) -> (B, Vec<(usize, Bytes)>) {
+        (self.written, self.shared)
+    }
+
+    /// The position in `written` of a logical offset (one inside a shared piece maps to where
+    /// the piece is inserted).
+    fn physical(&self, logical: usize) -> usize {
+        let mut skipped = 0;
+        for (at, bytes) in &self.shared {
+            let start = at + skipped;
+            if logical <= start {
+                break;
+            }
+            if logical < start + bytes.len() {
+                return *at;
+            }
+            skipped += bytes.len();
+        }
+        logical - skipped
+    }
+}
+
+/// The encoded message's pieces in order: written bytes and shared ones in turn (empty pieces
+/// left out).
+pub fn gather_pieces<'a>(written: &'a [u8], shared: &'a [(usize, Bytes)]) -> Vec<&'a [u8]> {
+    let mut pieces = Vec::with_capacity(2 * shared.len() + 1);
+    let mut from = 0;
+    for (at, bytes) in shared {
+        let at = (*at).clamp(from, written.len());
+        pieces.push(&written[from..at]);
+        pieces.push(&bytes[..]);
+        from = at;
+    }
+    pieces.push(&written[from..]);
+    pieces.retain(|p| !p.is_empty());
+    pieces
+}
+
+// SAFETY: every method forwards to the buffer that holds the written bytes, which upholds
+// `BufMut`'s contract; `put_slice` is overridden only to forward as well.
+unsafe impl<B: ByteBufMut> BufMut for GatherBuf<B> {
+    fn remaining_mut(&self) -> usize {
+        self.written.remaining_mut()
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        // SAFETY: the caller's promise about `cnt` holds for `written`, whose chunk it wrote.
+        unsafe { self.written.advance_mut(cnt) }
+    }
+
+    fn chunk_mut(&mut self) -> &mut bytes::buf::UninitSlice {
+        self.written.chunk_mut()
+    }
+
+    fn put_slice(&mut self, src: &[u8]) {
+        self.written.put_slice(src);
+    }
+}
+
+impl<B: ByteBufMut> ByteBufMut for GatherBuf<B> {
+    fn offset(&self) -> usize {
+        self.len()
+    }
+
+    fn seek(&mut self, offset: usize) {
+        // Seeking back drops the shared pieces from `offset` on (a piece it falls in is cut
+        // short, and what was written after that piece goes).
+        let mut skipped = 0;
+        let mut i = 0;
+        while i < self.shared.len() {
+            let (at, len) = (self.shared[i].0, self.shared[i].1.len());
+            let start = at + skipped;
+            if offset <= start {
+                break;
+            }
+            if offset < start + len {
+                self.shared[i].1.truncate(offset - start);
+                self.shared.truncate(i + 1);
+                self.written.seek(at);
+                self.shared_len = skipped + (offset - start);
+                return;
+            }
+            skipped += len;
+            i += 1;
+        }
+        self.shared.truncate(i);
+        self.shared_len = skipped;
+        self.written.seek(offset - skipped);
+    }
+
+    fn range(&mut self, r: Range<usize>) -> &mut [u8] {
+        let start = self.physical(r.start);
+        let len = r.end.saturating_sub(r.start);
+        let end = (start + len).min(self.written.offset());
+        self.written.range(start..end)
+    }
+
+    fn put_shared(&mut self, bytes: &Bytes) {
+        if bytes.len() < self.threshold {
+            self.written.put_slice(bytes);
+        } else {
+            self.shared.push((self.written.offset(), bytes.clone()));
+            self.shared_len += bytes.len();
+        }
+    }
 }
 
 impl ByteBufMut for BytesMut {
@@ -243,5 +395,8 @@ impl<T: ByteBufMut> ByteBufMut for &mut T {
     }
     fn range(&mut self, r: Range<usize>) -> &mut [u8] {
         (**self).range(r)
+    }
+    fn put_shared(&mut self, bytes: &Bytes) {
+        (**self).put_shared(bytes)
     }
 }
