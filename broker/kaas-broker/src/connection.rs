@@ -374,7 +374,7 @@ async fn write_one<W: AsyncWrite + Unpin>(out: &mut BufWriter<W>, response: Opti
         tokio::time::timeout(stall, out.flush()).await.map_err(|_| WriteError::Stalled(stall))??;
         return write_all_vectored(out.get_mut(), &response.pieces(), stall).await;
     }
-    for piece in response.pieces().into_iter().flat_map(|p| p.chunks(WRITE_PIECE)) {
+    for piece in response.to_bytes().chunks(WRITE_PIECE) {
         tokio::time::timeout(stall, out.write_all(piece)).await.map_err(|_| WriteError::Stalled(stall))??;
     }
     flush_within(out, flush, stall).await

@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use kaas_storage::buffers;
 use kafka_protocol::messages::{self, ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::buf::GatherBuf;
@@ -190,7 +190,7 @@ macro_rules! routes {
         /// A default request of a routed API, encoded at `version` (tests).
         #[cfg(test)]
         fn encode_default(key: ApiKey, version: i16) -> anyhow::Result<Bytes> {
-            let mut buf = BytesMut::new();
+            let mut buf = bytes::BytesMut::new();
             match key {
                 $( ApiKey::$key => <$req>::default().encode(&mut buf, version)?, )*
                 other => anyhow::bail!("{other:?} is not routed"),
@@ -395,13 +395,16 @@ pub fn encode_response<T: Encodable + 'static>(
         encode_err(anyhow::anyhow!("a {size}-byte response does not fit the protocol's 2 GiB frame"))
     })?;
     let written = (4 + size).saturating_sub(shared_records_len(body));
-    if written < buffers::MIN_POOLED {
-        let mut buf = GatherBuf::new(BytesMut::with_capacity(written), SHARED_RECORDS_MIN);
+    let frame = |buf: Vec<u8>| -> Result<_, DispatchError> {
+        let mut buf = GatherBuf::new(buf, SHARED_RECORDS_MIN);
         buf.put_i32(prefix);
         header.encode(&mut buf, header_version).map_err(encode_err)?;
         body.encode(&mut buf, version).map_err(encode_err)?;
-        let (written, shared) = buf.into_parts();
-        return Ok(Encoded { written: written.freeze(), shared });
+        Ok(buf.into_parts())
+    };
+    if written < buffers::MIN_POOLED {
+        let (written, shared) = frame(Vec::with_capacity(written))?;
+        return Ok(Encoded { written: Bytes::from(written), shared });
     }
     // NB: large responses (fetches of many small record sets, big metadata) are encoded into a
     // pooled buffer whose pages stay mapped from one response to the next: a fresh multi-MB
@@ -409,11 +412,7 @@ pub fn encode_response<T: Encodable + 'static>(
     // kaas_storage::buffers).
     let mut pooled = buffers::pool().take(written);
     pooled.clear();
-    let mut buf = GatherBuf::new(pooled, SHARED_RECORDS_MIN);
-    buf.put_i32(prefix);
-    header.encode(&mut buf, header_version).map_err(encode_err)?;
-    body.encode(&mut buf, version).map_err(encode_err)?;
-    let (written, shared) = buf.into_parts();
+    let (written, shared) = frame(pooled)?;
     let len = written.len();
     Ok(Encoded { written: buffers::freeze(written, len), shared })
 }
@@ -473,7 +472,7 @@ mod tests {
         let response = messages::FetchResponse::default().with_responses(vec![topic.with_partitions(partitions.collect())]);
         for version in 4..=18 {
             let header_version = ApiKey::Fetch.response_header_version(version);
-            let mut whole = BytesMut::new();
+            let mut whole = bytes::BytesMut::new();
             let size = ResponseHeader::default().with_correlation_id(9).compute_size(header_version).expect("header size")
                 + response.compute_size(version).expect("body size");
             whole.put_i32(size as i32);
@@ -492,8 +491,8 @@ mod tests {
     fn a_gather_buffer_keeps_offsets_and_gaps_of_a_plain_one() {
         use kafka_protocol::protocol::buf::ByteBufMut;
         let shared = Bytes::from(vec![7u8; 64]);
-        let mut plain = BytesMut::new();
-        let mut gather = GatherBuf::new(BytesMut::new(), 32);
+        let mut plain = bytes::BytesMut::new();
+        let mut gather = GatherBuf::new(bytes::BytesMut::new(), 32);
         fn fill<B: ByteBufMut>(buf: &mut B, shared: &Bytes) {
             buf.put_u8(1);
             let gap = buf.put_gap(4);
