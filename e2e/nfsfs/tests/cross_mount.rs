@@ -6,7 +6,7 @@ mod common;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -117,16 +117,32 @@ fn same_directory_rename_is_atomic_for_a_reader_on_another_host() {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut version: u8 = 1;
+            // The writer holds the version it replaces open (as FUSE's asynchronous RELEASE
+            // makes any just-closed file look): its own mount must keep that file for it, and
+            // doing so must not open a window in which the name is missing for other hosts.
+            let mut previous = File::open(writer_dir.join("current")).unwrap();
             while !stop.load(Ordering::SeqCst) {
                 let tmp = writer_dir.join("current.tmp");
-                let mut f = File::create(&tmp).unwrap();
+                let mut f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&tmp)
+                    .unwrap();
                 // Written in pieces, so a non-atomic publish would be visible half-done.
                 for _ in 0..4 {
                     f.write_all(&vec![version; LEN / 4]).unwrap();
                 }
                 f.sync_all().unwrap();
-                drop(f);
                 fs::rename(&tmp, writer_dir.join("current")).unwrap();
+                let mut replaced = vec![0u8; LEN];
+                previous.read_exact_at(&mut replaced, 0).unwrap();
+                assert!(
+                    replaced.iter().all(|&b| b == replaced[0]),
+                    "the replaced version stays readable here"
+                );
+                previous = f;
                 version = version.wrapping_add(1).max(1);
             }
         })

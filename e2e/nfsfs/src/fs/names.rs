@@ -140,7 +140,7 @@ impl MountFs {
             return Err(Errno::EBUSY);
         }
         if needs_silly_rename(&st, &meta) {
-            return self.silly_rename(&mut st, parent, &rel, &meta);
+            return self.silly_rename(&mut st, parent, &rel, &meta, Ghosting::Move);
         }
         fs::remove_file(&abs)?;
         Ok(())
@@ -172,10 +172,12 @@ impl MountFs {
         if flags.is_empty() {
             match fs::symlink_metadata(&abs_to) {
                 // Renaming over an open file would destroy it on the server: ghost it first.
+                // By a second link, not a move: the rename below then swaps the name in one
+                // step, so no other host ever finds it missing.
                 Ok(target)
                     if Key::of(&target) != Key::of(&src) && needs_silly_rename(&st, &target) =>
                 {
-                    self.silly_rename(&mut st, new_parent, &to, &target)?;
+                    self.silly_rename(&mut st, new_parent, &to, &target, Ghosting::Link)?;
                 }
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -191,9 +193,16 @@ impl MountFs {
         Ok(())
     }
 
-    /// Renames `rel` (a file this mount holds open) to a `.nfs<fileid><counter>` ghost in the
+    /// Gives `rel` (a file this mount holds open) a `.nfs<fileid><counter>` ghost name in the
     /// same directory, as the Linux NFS client does, and remembers it for the last close.
-    fn silly_rename(&self, st: &mut State, parent: u64, rel: &Path, meta: &Metadata) -> Res<()> {
+    fn silly_rename(
+        &self,
+        st: &mut State,
+        parent: u64,
+        rel: &Path,
+        meta: &Metadata,
+        how: Ghosting,
+    ) -> Res<()> {
         let key = Key::of(meta);
         let dir = rel.parent().unwrap_or(Path::new(""));
         loop {
@@ -203,14 +212,24 @@ impl MountFs {
                 self.next_ghost_seq()
             ));
             let ghost = dir.join(&ghost_name);
-            // NOREPLACE: a name taken by another host's ghost must not be clobbered.
-            match nix::fcntl::renameat2(
-                AT_FDCWD,
-                &self.abs(rel),
-                AT_FDCWD,
-                &self.abs(&ghost),
-                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-            ) {
+            // Never replacing: a name taken by another host's ghost must not be clobbered.
+            let named = match how {
+                Ghosting::Move => nix::fcntl::renameat2(
+                    AT_FDCWD,
+                    &self.abs(rel),
+                    AT_FDCWD,
+                    &self.abs(&ghost),
+                    nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+                ),
+                Ghosting::Link => nix::unistd::linkat(
+                    AT_FDCWD,
+                    &self.abs(rel),
+                    AT_FDCWD,
+                    &self.abs(&ghost),
+                    nix::fcntl::AtFlags::empty(),
+                ),
+            };
+            match named {
                 Ok(()) => {
                     tracing::info!(mount = %self.name, path = %rel.display(), ghost = %ghost.display(), "silly rename");
                     st.inodes.moved(key, parent, &ghost_name);
@@ -301,6 +320,16 @@ impl MountFs {
         }
         Ok(out)
     }
+}
+
+/// How a silly rename gives an open file its ghost name.
+#[derive(Debug, Clone, Copy)]
+enum Ghosting {
+    /// The name moves to the ghost (an unlink: the name is meant to go).
+    Move,
+    /// The ghost is a second link and the caller's rename replaces the name (a rename over
+    /// the file: the name must stay present throughout).
+    Link,
 }
 
 /// A regular file whose last link this mount would remove while holding it open.
