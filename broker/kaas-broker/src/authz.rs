@@ -97,6 +97,7 @@ impl Authorizer {
     fn serve(&self, file: &AclFile) {
         let mut sources = self.sources.lock();
         if sources.file != file.acls {
+            tracing::info!(acls = file.acls.len(), before = sources.file.len(), "serving the ACL file's ACLs");
             sources.file = file.acls.clone();
             *self.index.write() = Arc::new(sources.index());
         }

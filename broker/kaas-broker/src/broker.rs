@@ -197,6 +197,15 @@ impl Broker {
         }
     }
 
+    /// This broker (the controller, or a local-mode broker) changed a file it writes for every
+    /// broker (the ACLs, client quotas, group configs): in a cluster the other brokers are told
+    /// to read them again now, not at their next periodic read.
+    pub(crate) fn controller_files_written(&self) {
+        if let Some(cluster) = &self.cluster {
+            cluster.link.control.controller_files_written();
+        }
+    }
+
     /// Reads the files the controller writes (the ACLs, the client quotas) again and serves what
     /// they hold; an error names the file that could not be read, and keeps it served as before.
     /// Blocking (file I/O).

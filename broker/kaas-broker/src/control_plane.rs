@@ -20,6 +20,9 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
     /// Asks the controller role (if this broker holds it) to recompute the placement now: a
     /// topic was created or deleted.
     fn topics_changed(&self);
+    /// This broker, as controller, changed a file it writes for every broker (the ACLs, the
+    /// client quotas, the group configs) and fsynced it: the others read them again now.
+    fn controller_files_written(&self);
     /// The high watermark of a partition another broker leads, as the controller last handed it
     /// back; `None` if it did not.
     fn remote_high_watermark(&self, topic: &str, partition: i32) -> Option<i64>;
@@ -65,6 +68,7 @@ impl ControlPlane for FixedControlPlane {
         &self.assignment_changed
     }
     fn topics_changed(&self) {}
+    fn controller_files_written(&self) {}
     fn remote_high_watermark(&self, _: &str, _: i32) -> Option<i64> {
         None
     }

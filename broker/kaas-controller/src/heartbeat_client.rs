@@ -49,6 +49,8 @@ pub struct HeartbeatStatus {
     last_beat: Mutex<Option<(u64, Instant)>>,
     /// Woken on every ASSIGNMENT_CHANGED push.
     pub assignment_changed: Notify,
+    /// Woken on every CONTROLLER_FILES_CHANGED push.
+    pub controller_files_changed: Notify,
     /// Beat to acknowledgement, for `/metrics`.
     pub round_trip: Histogram,
     /// What the controller handed back of partitions other brokers lead, as of their leaders'
@@ -62,6 +64,7 @@ impl HeartbeatStatus {
             last_ack: Mutex::new(None),
             last_beat: Mutex::new(None),
             assignment_changed: Notify::new(),
+            controller_files_changed: Notify::new(),
             // 100 µs to ~3 s.
             round_trip: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
             remote: Mutex::new(HashMap::new()),
@@ -238,6 +241,7 @@ async fn beat_session(
                         status.acknowledged(ack.seq);
                     }
                     Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
+                    Some(controller_message::Kind::ControllerFilesChanged(_)) => status.controller_files_changed.notify_one(),
                     None => {}
                 },
             },

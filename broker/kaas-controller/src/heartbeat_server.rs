@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 use kaas_shared::interbroker_key::InterBrokerKey;
 
 use crate::proto::heartbeat_server::{Heartbeat, HeartbeatServer};
-use crate::proto::{Ack, AssignmentChanged, BrokerBeat, BrokerTotals, ControllerMessage, GroupSummary, controller_message};
+use crate::proto::{Ack, AssignmentChanged, BrokerBeat, BrokerTotals, ControllerFilesChanged, ControllerMessage, GroupSummary, controller_message};
 use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, PartitionStats};
 
 /// The gRPC metadata key of a heartbeat stream's token.
@@ -67,7 +67,8 @@ pub struct HeartbeatHub {
     role: watch::Sender<Role>,
     sessions: Mutex<BTreeMap<i32, BrokerSession>>,
     reports: Mutex<BTreeMap<i32, BrokerReport>>,
-    pushes: broadcast::Sender<AssignmentChanged>,
+    /// What the controller tells every connected broker without being asked.
+    pushes: broadcast::Sender<controller_message::Kind>,
 }
 
 impl Default for HeartbeatHub {
@@ -152,7 +153,16 @@ impl HeartbeatHub {
 
     /// Tells every connected broker that a new assignment.json is on the volume.
     pub fn push_assignment_changed(&self, controller_epoch: i64, assignment_version: i64) {
-        let _ = self.pushes.send(AssignmentChanged { controller_epoch, assignment_version });
+        let _ = self.pushes.send(controller_message::Kind::AssignmentChanged(AssignmentChanged { controller_epoch, assignment_version }));
+    }
+
+    /// Tells every connected broker that this controller changed the ACLs, client quotas or
+    /// group configs on the volume (fsynced): they read them again now. Nothing while this
+    /// broker is not the controller (its streams are closed).
+    pub fn push_controller_files_changed(&self) {
+        if let Role::Controller { epoch } = self.role() {
+            let _ = self.pushes.send(controller_message::Kind::ControllerFilesChanged(ControllerFilesChanged { controller_epoch: epoch }));
+        }
     }
 
     pub(crate) fn record(&self, beat: &BrokerBeat) {
@@ -253,7 +263,7 @@ impl Heartbeat for HeartbeatService {
                         Ok(None) | Err(_) => break,
                     },
                     push = pushes.recv() => match push {
-                        Ok(changed) => controller_message::Kind::AssignmentChanged(changed),
+                        Ok(push) => push,
                         Err(broadcast::error::RecvError::Lagged(_)) => continue,
                         Err(broadcast::error::RecvError::Closed) => break,
                     },

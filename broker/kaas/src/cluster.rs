@@ -70,6 +70,10 @@ pub struct ClusterSettings {
     /// (KafkaCluster and KafkaTopic status), and how often; `None`: nowhere.
     pub status_sink: Option<Arc<dyn StatusSink>>,
     pub status_pacing: Pacing,
+    /// How often a broker reads the files the controller writes (ACLs, client quotas, group
+    /// configs) and the KafkaUsers file again; the controller's push after each change of its
+    /// own files makes those read at once.
+    pub controller_files_refresh: Duration,
 }
 
 impl ClusterSettings {
@@ -92,6 +96,7 @@ impl ClusterSettings {
             ready_brokers: None,
             status_sink: None,
             status_pacing: Pacing { round: Duration::from_secs(1), topic_min_interval: Duration::ZERO, topic_writes_per_round: 1000 },
+            controller_files_refresh: Duration::from_secs(1),
         }
     }
 
@@ -245,19 +250,16 @@ impl Runtime {
             self.heartbeat.clone(),
             stop.clone(),
         ));
-        tasks.spawn(follow_controller_files(broker.clone(), stop.clone()));
+        tasks.spawn(follow_controller_files(broker.clone(), self.heartbeat.clone(), settings.controller_files_refresh, stop.clone()));
         tasks.spawn(kaas_broker::cluster::follow_assignments(broker, stop));
         Ok(tasks)
     }
 }
 
-/// How often a broker reads the files the controller writes again.
-const CONTROLLER_FILES_REFRESH: Duration = Duration::from_secs(1);
-
-/// Serves the ACLs and client quotas the controller writes: reads `__cluster/acls.json` and
-/// `__cluster/quotas.json` every [`CONTROLLER_FILES_REFRESH`] until `stop`. A failed read keeps
-/// what was served before (logged).
-async fn follow_controller_files(broker: Arc<Broker>, mut stop: watch::Receiver<bool>) {
+/// Serves the files the controller writes (the ACLs, client quotas and group configs) and the
+/// KafkaUsers file: reads them every `interval`, and at once when the controller pushes that it
+/// changed its files, until `stop`. A failed read keeps what was served before (logged).
+async fn follow_controller_files(broker: Arc<Broker>, heartbeat: Arc<HeartbeatStatus>, interval: Duration, mut stop: watch::Receiver<bool>) {
     loop {
         let reader = broker.clone();
         let read = tokio::task::spawn_blocking(move || reader.refresh_controller_files());
@@ -265,7 +267,9 @@ async fn follow_controller_files(broker: Arc<Broker>, mut stop: watch::Receiver<
             warn!(error = %e, "reading the ACLs, quotas or KafkaUsers failed; serving the ones read before");
         }
         tokio::select! {
-            _ = tokio::time::sleep(CONTROLLER_FILES_REFRESH) => {}
+            _ = tokio::time::sleep(interval) => {}
+            // A push during the read above left its permit: the file it announces is read next.
+            _ = heartbeat.controller_files_changed.notified() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
     }
@@ -298,6 +302,9 @@ impl ControlPlane for Runtime {
     }
     fn topics_changed(&self) {
         self.controller.recompute.notify_one();
+    }
+    fn controller_files_written(&self) {
+        self.hub.push_controller_files_changed();
     }
     fn remote_high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
         self.heartbeat.remote_partition(topic, partition).map(|s| s.high_watermark)

@@ -226,6 +226,11 @@ struct Args {
     /// Cluster mode: how long SIGTERM waits for partitions to move away before relinquishing them.
     #[arg(long, env = "KAAS_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
     drain_timeout_ms: u64,
+    /// Cluster mode: how often a broker reads the ACLs, client quotas, group configs and
+    /// KafkaUsers on the volume again. The controller also tells every broker at once when it
+    /// changed the first three.
+    #[arg(long, env = "KAAS_CONTROLLER_FILES_REFRESH_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    controller_files_refresh_ms: u64,
     /// Log format.
     #[arg(long, env = "KAAS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -476,6 +481,7 @@ async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSetti
         }),
         status_sink,
         status_pacing: kaas_controller::status::Pacing::default(),
+        controller_files_refresh: ms(args.controller_files_refresh_ms),
     })
 }
 

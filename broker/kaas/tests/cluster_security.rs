@@ -160,7 +160,9 @@ async fn acls_changed_through_any_broker_are_enforced_by_every_broker() -> TestR
         }),
         authorizer: Some(AuthzSettings { policy: Policy { super_users: vec!["admin".into()], allow_if_no_acl: false }, max_acls: 100 }),
     };
-    let cluster = Cluster::start_secured(3, security).await?;
+    // No periodic read within the test: a broker that is neither the controller nor the one
+    // a change went through learns of it only by the controller's push.
+    let cluster = Cluster::start_tuned(3, security, |s| s.controller_files_refresh = Duration::from_secs(3600)).await?;
     let settled = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
     let controller = settled.controller_id;
     let mut others = cluster.nodes.values().filter(|n| n.id != controller).map(|n| n.bootstrap.clone());
@@ -255,7 +257,8 @@ fn throttles(broker: &str, client: &str) -> TestResult<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn client_quotas_set_through_any_broker_apply_on_every_broker() -> TestResult {
-    let cluster = Cluster::start(3).await?;
+    // No periodic read within the test: the controller's push carries each change.
+    let cluster = Cluster::start_tuned(3, ListenerSecurity::default(), |s| s.controller_files_refresh = Duration::from_secs(3600)).await?;
     let settled = cluster.wait_assignment(SETTLE, |a| a.brokers.len() == 3).await?;
     let controller = settled.controller_id;
     let mut others = cluster.nodes.values().filter(|n| n.id != controller).map(|n| n.bootstrap.clone());
@@ -275,7 +278,8 @@ async fn client_quotas_set_through_any_broker_apply_on_every_broker() -> TestRes
         assert_eq!(answered(&controller_broker, "AlterClientQuotas")?, 1, "the controller wrote it");
         let file = std::fs::read_to_string(data.join("__cluster/quotas.json"))?;
         assert!(file.contains("metered") && file.contains("\"controller_epoch\""), "written by the controller: {file}");
-        // The broker that forwarded the change serves it at once; the others within a refresh.
+        // The broker that forwarded the change serves it at once; the others when the push
+        // reaches them.
         assert_eq!(described_quotas(&via)?, ["request_percentage=0.0001"]);
         for broker in &every {
             eventually(&format!("{broker} describes the quota"), || Ok(described_quotas(broker)? == ["request_percentage=0.0001"]))?;

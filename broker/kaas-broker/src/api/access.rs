@@ -164,12 +164,15 @@ pub(crate) async fn change_acls<R: Send + 'static>(
     change: impl FnOnce(&Authorizer) -> Vec<R> + Send + 'static,
 ) -> Vec<R> {
     let every = move |error: ResponseError, message: &str| (0..count).map(|_| failed(error, message.to_string())).collect();
-    tokio::task::spawn_blocking(move || match &broker.authorizer {
+    let writer = broker.clone();
+    let answers = tokio::task::spawn_blocking(move || match &writer.authorizer {
         Some(authorizer) => change(authorizer),
         None => every(ResponseError::SecurityDisabled, "no authorizer is configured on the broker (--authorizer)"),
     })
     .await
-    .unwrap_or_else(|_| every(ResponseError::UnknownServerError, "the ACL write failed"))
+    .unwrap_or_else(|_| every(ResponseError::UnknownServerError, "the ACL write failed"));
+    broker.controller_files_written();
+    answers
 }
 
 /// Kafka's error for a refused operation on a resource of this type.

@@ -52,9 +52,11 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: AlterCl
     let (broker, validate_only) = (broker.clone(), request.validate_only);
     Reply::Later(Box::pin(async move {
         let count = changes.len();
-        let results = tokio::task::spawn_blocking(move || broker.quotas.alter(changes, validate_only, epoch))
+        let writer = broker.clone();
+        let results = tokio::task::spawn_blocking(move || writer.quotas.alter(changes, validate_only, epoch))
             .await
             .unwrap_or_else(|_| (0..count).map(|_| Err(QuotaError::File(WriteError::Storage("the quota write failed".into())))).collect());
+        broker.controller_files_written();
         answer(results.into_iter().map(|r| r.map_err(|e| (code(&e), e.to_string()))).collect())
     }))
 }

@@ -47,6 +47,7 @@ async fn delete(broker: &Arc<Broker>, id: &str) -> Option<kafka_protocol::Respon
         if let super::access::ClusterWriter::Here(epoch) = super::access::local_writer(broker) {
             let (b, group) = (broker.clone(), id.to_owned());
             let _ = tokio::task::spawn_blocking(move || b.group_configs.forget(&group, epoch)).await;
+            broker.controller_files_written();
         }
     }
     None

@@ -122,6 +122,7 @@ fn alter_groups(
                 let groups: Vec<String> = changes.iter().map(|(g, _)| g.clone()).collect();
                 let b = broker.clone();
                 let results = tokio::task::spawn_blocking(move || b.group_configs.alter(changes, validate_only, epoch)).await.unwrap_or_default();
+                broker.controller_files_written();
                 groups
                     .iter()
                     .zip(results.into_iter().map(Some).chain(std::iter::repeat(None)))

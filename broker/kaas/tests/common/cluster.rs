@@ -48,6 +48,8 @@ pub struct Cluster {
     paused: BTreeMap<i32, Arc<Runtime>>,
     /// What every broker's client listener is secured with.
     security: ListenerSecurity,
+    /// Changes every broker's cluster settings from the tests' defaults.
+    tune: fn(&mut ClusterSettings),
     _tmp: tempfile::TempDir,
 }
 
@@ -58,6 +60,12 @@ impl Cluster {
 
     /// A cluster whose brokers' client listeners are secured with `security` (TLS, SASL).
     pub async fn start_secured(brokers: i32, security: ListenerSecurity) -> TestResult<Cluster> {
+        Cluster::start_tuned(brokers, security, |_| {}).await
+    }
+
+    /// A cluster whose brokers' client listeners are secured with `security`, and whose cluster
+    /// settings `tune` changes from the tests' defaults.
+    pub async fn start_tuned(brokers: i32, security: ListenerSecurity, tune: fn(&mut ClusterSettings)) -> TestResult<Cluster> {
         // The brokers log into the test output (RUST_LOG=info shows every leadership change).
         let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
         let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
@@ -70,6 +78,7 @@ impl Cluster {
             lease_cuts: BTreeMap::new(),
             paused: BTreeMap::new(),
             security,
+            tune,
             _tmp: tmp,
         };
         for id in 0..brokers {
@@ -89,7 +98,9 @@ impl Cluster {
         let mount = self.mounts.entry(id).or_default().clone();
         let lease = Arc::new(CuttableLease::new(self.lease.clone(), self.lease_cuts.entry(id).or_default().clone()));
         let volume = FaultyFs::wrap(Arc::new(RealFs), mount);
-        let runtime = Runtime::new(ClusterSettings::for_tests(&format!("kaas-{id}"), lease), id, volume.clone(), Layout::new(&self.data));
+        let mut settings = ClusterSettings::for_tests(&format!("kaas-{id}"), lease);
+        (self.tune)(&mut settings);
+        let runtime = Runtime::new(settings, id, volume.clone(), Layout::new(&self.data));
         let config = BrokerConfig {
             node_id: id,
             listen: addr,
