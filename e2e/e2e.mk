@@ -13,7 +13,7 @@
 E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
 
-.PHONY: e2e-bins e2e-selftest e2e-scenarios conformance-cluster bench-failover e2e-up e2e-down
+.PHONY: e2e-bins e2e-selftest e2e-scenarios conformance-cluster bench-failover bench-scaleout e2e-up e2e-down
 
 e2e-bins:
 	@$(E2E_DIR)/hack/bins.sh >/dev/null
@@ -47,6 +47,14 @@ conformance-cluster: e2e-bins conformance-deps
 bench-failover: e2e-bins
 	$(DEV_BUILD)
 	cd $(E2E_DIR)/scenarios && go test -count=1 -timeout 30m -run '^$$' -bench Failover -benchtime 1x .
+
+# Aggregate produce throughput as the load spreads over 1, 2 and 3 brokers of that cluster, with
+# each broker's durable bytes and syncs per second on the shared volume (BenchmarkScaleOut). The
+# brokers run the release build (`make build`); KAAS_SCALEOUT_SECONDS per step (default 20).
+bench-scaleout: e2e-bins build
+	$(DEV_BUILD)
+	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
+		go test -count=1 -timeout 30m -run '^$$' -bench ScaleOut -benchtime 1x .
 
 e2e-up: e2e-bins
 	@$(E2E_DIR)/hack/up.sh
