@@ -26,14 +26,7 @@ import (
 //
 //	make bench-failover    (go test -run '^$' -bench Failover -benchtime 1x ./e2e/scenarios)
 func BenchmarkFailover(b *testing.B) {
-	runs := 10
-	if v := os.Getenv("KAAS_FAILOVER_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("KAAS_FAILOVER_RUNS=%q: want a positive number", v)
-		}
-		runs = n
-	}
+	runs := positiveEnv(b, "KAAS_FAILOVER_RUNS", 10)
 	e := startCluster(b)
 	e.Apply(kaastest.Topic("bench", 1, ""))
 	// One partition per broker, so that one is led by the controller.
@@ -159,6 +152,21 @@ func fill(tb testing.TB, e *seedsEnv, topic string, bytes int) {
 	if err := cl.Flush(ctx); err != nil {
 		tb.Fatal(err)
 	}
+}
+
+// positiveEnv is the positive whole number in the environment variable name, or def when it
+// is unset; anything else fails the benchmark.
+func positiveEnv(tb testing.TB, name string, def int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		tb.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
 }
 
 func summary(what string, took []time.Duration) string {

@@ -117,11 +117,11 @@ func TestSecuredListener(t *testing.T) {
 			}
 			return true, nil
 		})
-		// Every broker enforces it once it has read the controller's file (the controller tells them
-		// at once after the change; each also reads it every second): ask
-		// each broker the cluster lists itself (a client's own Metadata goes to whichever broker
-		// it likes, and the seed is one bootstrap address). Both ACLs are in the one file, so a
-		// broker that lets alice describe orders lets her write as "secured" too.
+		// Every broker enforces it once it has read the controller's file (the controller tells
+		// them at once after the change; each also reads it every second): ask each broker the
+		// cluster lists itself (a client's own Metadata goes to whichever broker it likes, and
+		// the seed is one bootstrap address). Both ACLs are in the one file, so a broker that
+		// lets alice describe orders lets her write as "secured" too.
 		var ids []int32
 		c.Eventually(30*time.Second, "the cluster lists its three brokers", func() (bool, error) {
 			// Not kadm's BrokerMetadata: it answers from the client's metadata cache.

@@ -13,7 +13,8 @@
 //!   the cluster's next controller still writes over it). Writes on
 //!   one broker are serialised by one mutex, each starting from what is on disk (a previous
 //!   controller may have written since this broker last read it). Every broker of a cluster
-//!   reads the file again every second ([`ControllerFile::refresh`]). Two controllers overlap
+//!   reads the file again when the controller says it changed it and every
+//!   `--controller-files-refresh-ms` ([`ControllerFile::refresh`]). Two controllers overlap
 //!   only within the Lease's window, as for the assignment.
 //!
 //! Its read half (`read`, `refresh`) also follows `kafka-users.json`, whose one writer is the
