@@ -77,6 +77,10 @@ pub struct Controller {
 #[derive(Debug, Clone, Copy)]
 struct Grace {
     brokers_until: Instant,
+    /// The broker that wrote the assignment on the volume when the Lease was won: the previous
+    /// controller. Taken then, not from each round's assignment, which from the first write on
+    /// names this controller.
+    previous_controller: Option<i32>,
     previous_controller_until: Instant,
 }
 
@@ -143,7 +147,7 @@ impl Controller {
                 (Role::Controller { .. }, Some(at)) => self.renew_deadline().saturating_sub(at.elapsed()),
                 _ => self.renew_deadline(),
             };
-            let round = match tokio::time::timeout(budget, self.lease_round()).await {
+            let round = match tokio::time::timeout(budget, self.lease_round(round_started)).await {
                 Ok(result) => result,
                 Err(_) => Err(crate::Error::Lease(format!("no answer from the Lease store within {budget:?}"))),
             };
@@ -175,13 +179,31 @@ impl Controller {
                 Ok(Role::Follower) => controlling = false,
                 Err(e) => warn!(error = %e, "lease round failed; retrying"),
             }
+            let deadline = async {
+                match self.next_deadline().filter(|_| controlling) {
+                    Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(self.config.renew_interval) => {}
+                _ = deadline => {}
                 _ = self.recompute.notified() => last_recompute = Instant::now() - self.config.recompute_interval,
                 _ = stop.changed() => break,
             }
         }
         self.release().await;
+    }
+
+    /// The next moment a broker's work may move without anything happening: a session ending,
+    /// or a grace after winning the Lease. The loop acts on it then instead of at its next round,
+    /// so a silent broker's partitions move a session timeout after its last beat (or when the
+    /// grace ends), not up to a round later.
+    fn next_deadline(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let graces = (*self.grace_until.lock()).map_or([None, None], |g| [Some(g.brokers_until), Some(g.previous_controller_until)]);
+        let sessions = self.hub.next_expiry(self.config.session_timeout);
+        graces.into_iter().flatten().filter(|at| *at > now).chain(sessions).min()
     }
 
     /// Gives the controller role up (the Lease is left to expire or be taken).
@@ -197,10 +219,12 @@ impl Controller {
         self.config.lease_duration * 2 / 3
     }
 
-    /// Reads the Lease, acts on it, and publishes the outcome.
-    async fn lease_round(&self) -> Result<Role> {
+    /// Reads the Lease, acts on it, and publishes the outcome. `started` is when the round
+    /// began, before the Lease was read: a renewal counts from then.
+    async fn lease_round(&self, started: tokio::time::Instant) -> Result<Role> {
         let current = self.lease.get().await?;
-        let floor = assignment::read(&*self.fs, &self.layout).ok().flatten().map_or(0, |a| a.controller_epoch);
+        let on_volume = assignment::read(&*self.fs, &self.layout).ok().flatten();
+        let floor = on_volume.as_ref().map_or(0, |a| a.controller_epoch);
         let now = SystemTime::now();
         let holding = matches!(self.hub.role(), Role::Controller { .. });
         let action = decide(&self.config.identity, holding, now, current.as_ref().map(|l| &l.state), floor);
@@ -224,6 +248,7 @@ impl Controller {
                     let now_instant = Instant::now();
                     *self.grace_until.lock() = Some(Grace {
                         brokers_until: now_instant + self.config.session_timeout,
+                        previous_controller: on_volume.as_ref().map(|a| a.controller_id),
                         previous_controller_until: now_instant + grace,
                     });
                     info!(epoch = transitions, identity = %self.config.identity, reason, ?grace, "won the controller lease");
@@ -242,6 +267,9 @@ impl Controller {
             }
             LeaseAction::Follow { .. } => Role::Follower,
         };
+        if matches!(role, Role::Controller { .. }) {
+            self.hub.renewed(started + self.renew_deadline());
+        }
         let was = self.hub.role();
         if was != role && matches!(was, Role::Controller { .. }) {
             info!(?was, now = ?role, "no longer the controller");
@@ -295,7 +323,7 @@ impl Controller {
                     .brokers
                     .keys()
                     .filter(|id| registered.contains_key(id))
-                    .filter(|id| **id != previous.controller_id || controller_in_grace),
+                    .filter(|id| Some(**id) != grace.previous_controller || controller_in_grace),
             );
         }
         let draining: BTreeSet<i32> = sessions.iter().filter(|(_, s)| s.draining).map(|(id, _)| *id).collect();

@@ -2,7 +2,7 @@
 //! second, remember when the controller last acknowledged (for fencing) and relay its
 //! ASSIGNMENT_CHANGED pushes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,11 @@ use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, Partitio
 
 /// How often a broker beats.
 pub const BEAT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Beats remembered until acknowledged; an older beat's acknowledgement is ignored. A stream
+/// holds a few (its channel's four and what is on the wire); a beat a minute old gives no
+/// freshness anyway.
+const MAX_BEATS_IN_FLIGHT: usize = 64;
 
 /// What the broker tells the controller in every beat.
 pub trait BeatSource: Send + Sync + std::fmt::Debug {
@@ -44,9 +49,11 @@ pub trait BeatSource: Send + Sync + std::fmt::Debug {
 /// What the heartbeat learned, for the rest of the broker.
 #[derive(Debug)]
 pub struct HeartbeatStatus {
+    /// When the newest beat the controller acknowledged was *sent* (not when its
+    /// acknowledgement arrived): see [`HeartbeatStatus::acknowledged`].
     last_ack: Mutex<Option<Instant>>,
-    /// The last beat sent: its sequence number and when.
-    last_beat: Mutex<Option<(u64, Instant)>>,
+    /// Beats sent and not yet acknowledged, oldest first: sequence number and when sent.
+    in_flight: Mutex<VecDeque<(u64, Instant)>>,
     /// Woken on every ASSIGNMENT_CHANGED push.
     pub assignment_changed: Notify,
     /// Woken on every CONTROLLER_FILES_CHANGED push.
@@ -62,7 +69,7 @@ impl HeartbeatStatus {
     pub fn new() -> Arc<HeartbeatStatus> {
         Arc::new(HeartbeatStatus {
             last_ack: Mutex::new(None),
-            last_beat: Mutex::new(None),
+            in_flight: Mutex::new(VecDeque::new()),
             assignment_changed: Notify::new(),
             controller_files_changed: Notify::new(),
             // 100 µs to ~3 s.
@@ -105,18 +112,40 @@ impl HeartbeatStatus {
         }
     }
 
-    fn sent(&self, seq: u64) {
-        *self.last_beat.lock() = Some((seq, Instant::now()));
+    pub(crate) fn sent(&self, seq: u64) {
+        let mut in_flight = self.in_flight.lock();
+        if in_flight.len() >= MAX_BEATS_IN_FLIGHT {
+            in_flight.pop_front();
+        }
+        in_flight.push_back((seq, Instant::now()));
     }
 
-    /// The controller acknowledged beat `seq`: the broker is not fenced, and if it is the last
-    /// beat sent its round trip is observed.
-    fn acknowledged(&self, seq: u64) {
-        self.acknowledged_now();
-        if let Some((sent, at)) = *self.last_beat.lock()
-            && sent == seq
-        {
-            self.round_trip.observe(at.elapsed().as_secs_f64());
+    /// The controller acknowledged beat `seq`. The broker counts its fence from when that beat
+    /// was sent: the controller received it later, and counts the broker's session from then,
+    /// so the broker stops acknowledging writes a margin before the controller may move its
+    /// partitions however late the acknowledgement arrives — from a controller resumed after a
+    /// pause, which answers what queued meanwhile, or over a slow network. Counting from the
+    /// arrival would let a late acknowledgement stretch the broker's fence past the session.
+    /// An acknowledgement of a beat no longer tracked (too old) changes nothing.
+    pub(crate) fn acknowledged(&self, seq: u64) {
+        let sent_at = {
+            let mut in_flight = self.in_flight.lock();
+            while in_flight.front().is_some_and(|(s, _)| *s < seq) {
+                in_flight.pop_front();
+            }
+            match in_flight.front() {
+                Some(&(s, at)) if s == seq => {
+                    in_flight.pop_front();
+                    Some(at)
+                }
+                _ => None,
+            }
+        };
+        let Some(sent_at) = sent_at else { return };
+        self.round_trip.observe(sent_at.elapsed().as_secs_f64());
+        let mut last = self.last_ack.lock();
+        if last.is_none_or(|t| t < sent_at) {
+            *last = Some(sent_at);
         }
     }
 
@@ -127,12 +156,7 @@ impl HeartbeatStatus {
         self.last_ack.lock().is_none_or(|t| t.elapsed() > fence_timeout)
     }
 
-    /// Records an acknowledgement from the controller (the heartbeat stream; tests).
-    pub fn acknowledged_now(&self) {
-        *self.last_ack.lock() = Some(Instant::now());
-    }
-
-    /// Time since the last acknowledgement (metrics, logs).
+    /// Time since the newest acknowledged beat was sent (fencing, metrics, logs).
     pub fn since_last_ack(&self) -> Option<Duration> {
         self.last_ack.lock().map(|t| t.elapsed())
     }

@@ -65,6 +65,9 @@ pub struct BrokerReport {
 #[derive(Debug)]
 pub struct HeartbeatHub {
     role: watch::Sender<Role>,
+    /// The controller's renew deadline: it acknowledges no beat after this instant (see
+    /// [`HeartbeatHub::renewed`]). `None` while no controller loop set one (tests).
+    acknowledge_until: Mutex<Option<tokio::time::Instant>>,
     sessions: Mutex<BTreeMap<i32, BrokerSession>>,
     reports: Mutex<BTreeMap<i32, BrokerReport>>,
     /// What the controller tells every connected broker without being asked.
@@ -75,6 +78,7 @@ impl Default for HeartbeatHub {
     fn default() -> Self {
         HeartbeatHub {
             role: watch::Sender::new(Role::Follower),
+            acknowledge_until: Mutex::new(None),
             sessions: Mutex::new(BTreeMap::new()),
             reports: Mutex::new(BTreeMap::new()),
             pushes: broadcast::channel(16).0,
@@ -98,9 +102,25 @@ impl HeartbeatHub {
             changed
         });
         if role == Role::Follower {
+            *self.acknowledge_until.lock() = None;
             self.sessions.lock().clear();
             self.reports.lock().clear();
         }
+    }
+
+    /// The controller renewed its Lease and may act until `deadline` (its renew deadline), when
+    /// it steps down unless it renews again. Beats are acknowledged only until then, also by a
+    /// controller resumed after a pause before its loop has stepped down: every acknowledgement
+    /// a broker holds was sent before the deadline the Lease shows, which is what lets the next
+    /// controller move a paused controller's work a session timeout after that deadline.
+    pub fn renewed(&self, deadline: tokio::time::Instant) {
+        *self.acknowledge_until.lock() = Some(deadline);
+    }
+
+    /// Whether this broker is the controller at `epoch` and within its renew deadline.
+    fn may_acknowledge(&self, epoch: i64) -> bool {
+        self.role() == (Role::Controller { epoch })
+            && self.acknowledge_until.lock().is_none_or(|until| tokio::time::Instant::now() < until)
     }
 
     /// What the brokers alive within `session_timeout` reported, by broker id.
@@ -149,6 +169,13 @@ impl HeartbeatHub {
     /// Brokers whose last beat is younger than `session_timeout`, with what they said.
     pub fn alive(&self, session_timeout: Duration) -> BTreeMap<i32, BrokerSession> {
         self.sessions.lock().iter().filter(|(_, s)| s.last_beat.elapsed() < session_timeout).map(|(id, s)| (*id, s.clone())).collect()
+    }
+
+    /// When the next session ends (the soonest `last beat + session_timeout` still ahead), if
+    /// any: the controller wakes then to move that broker's work, rather than at its next round.
+    pub fn next_expiry(&self, session_timeout: Duration) -> Option<Instant> {
+        let now = Instant::now();
+        self.sessions.lock().values().map(|s| s.last_beat + session_timeout).filter(|at| *at > now).min()
     }
 
     /// Tells every connected broker that a new assignment.json is on the volume.
@@ -254,6 +281,10 @@ impl Heartbeat for HeartbeatService {
                             warn!(sender, claimed = beat.broker_id, "a heartbeat for another broker; closing the stream");
                             break;
                         }
+                        Ok(Some(_)) if !hub.may_acknowledge(epoch) => {
+                            debug!(sender, "past the renew deadline; closing the stream unacknowledged");
+                            break;
+                        }
                         Ok(Some(beat)) => {
                             hub.record(&beat);
                             hub.record_report(&beat);
@@ -279,3 +310,6 @@ impl Heartbeat for HeartbeatService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -56,6 +56,20 @@ impl TopicSource for OneTopic {
 /// `previous` describes; broker 0 then wins the Lease while only it beats. Returns the leader of
 /// t/0 in the new controller's first assignment.
 async fn leader_after_the_win(previous: LeaseState, writer: i32) -> Result<i32, Box<dyn std::error::Error>> {
+    let leaders = leaders_after_the_win(previous, writer, |_, _| {}, |_| true).await?;
+    leaders.first().copied().ok_or_else(|| "no leader".into())
+}
+
+/// As [`leader_after_the_win`], with the controller's configuration and the beats of broker 1
+/// left to `setup` (broker 0 beats throughout), but follows the new controller's assignments
+/// until `enough` holds for the leaders of t/0 seen so far (each change once, in order), and
+/// returns them.
+async fn leaders_after_the_win(
+    previous: LeaseState,
+    writer: i32,
+    setup: impl FnOnce(&mut ControllerConfig, &Arc<HeartbeatHub>),
+    enough: impl Fn(&[i32]) -> bool,
+) -> Result<Vec<i32>, Box<dyn std::error::Error>> {
     let tmp = tempfile::tempdir()?;
     let fs: FsRef = Arc::new(RealFs);
     let layout = Layout::new(tmp.path());
@@ -84,7 +98,7 @@ async fn leader_after_the_win(previous: LeaseState, writer: i32) -> Result<i32, 
     let lease = Arc::new(MemoryLease::new());
     assert!(lease.put(previous, None).await?);
 
-    let config = ControllerConfig {
+    let mut config = ControllerConfig {
         identity: "kaas-0".into(),
         broker_id: 0,
         lease_duration: LEASE,
@@ -96,23 +110,39 @@ async fn leader_after_the_win(previous: LeaseState, writer: i32) -> Result<i32, 
         ready_brokers: None,
     };
     let hub = HeartbeatHub::new();
+    setup(&mut config, &hub);
     let controller = Controller::new(config, fs.clone(), layout.clone(), lease, Arc::new(OneTopic), hub.clone());
     // Broker 0 has beaten already, so the first recompute after the win knows it is alive.
     hub.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
     let (stop, stop_rx) = watch::channel(false);
+    let beating = hub.clone();
+    let mut beats_stop = stop_rx.clone();
+    let beats = tokio::spawn(async move {
+        loop {
+            beating.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = beats_stop.changed() => return,
+            }
+        }
+    });
     let task = tokio::spawn(controller.run(stop_rx));
     let deadline = Instant::now() + Duration::from_secs(20);
-    let after = loop {
+    let mut leaders: Vec<i32> = Vec::new();
+    while leaders.is_empty() || !enough(&leaders) {
         if let Some(a) = assignment::read(&*fs, &layout)?.filter(|a| a.controller_epoch == 2) {
-            break a;
+            let leader = a.partitions.get(&names::partition_key("t", 0)).ok_or("t/0 unplaced")?.leader;
+            if leaders.last() != Some(&leader) {
+                leaders.push(leader);
+            }
         }
-        assert!(Instant::now() < deadline, "no assignment of epoch 2");
+        assert!(Instant::now() < deadline, "after 20 s the leaders of t/0 were {leaders:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    }
     let _ = stop.send(true);
     task.await?;
-    let moved = after.partitions.get(&names::partition_key("t", 0)).ok_or("t/0 unplaced")?;
-    Ok(moved.leader)
+    beats.await?;
+    Ok(leaders)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,5 +169,45 @@ async fn other_brokers_of_the_previous_assignment_get_a_session_timeout_to_beat(
     // which was not the controller, keeps t/0 until it beats this one or a session timeout ends.
     let long_ago = held_by(None, SystemTime::now() - SESSION - LEASE);
     assert_eq!(leader_after_the_win(long_ago, 2).await?, 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_controller_s_partitions_move_when_its_grace_ends_after_the_first_write() -> Result<(), Box<dyn std::error::Error>> {
+    // kaas-1 (broker 1) may have acknowledged beats until a second and a half from now: the new
+    // controller's first assignment keeps t/0 on broker 1, and a later round moves it once that
+    // grace is over — not a session timeout (a minute here) after the win. The later rounds read
+    // an assignment this controller wrote, so they must remember who the previous one was.
+    let grace = Duration::from_millis(1500);
+    let deadline = LEASE * 2 / 3;
+    let paused = held_by(Some("kaas-1"), SystemTime::now() + grace - deadline - SESSION);
+    let leaders = leaders_after_the_win(paused, 1, |_, _| {}, |l| l.contains(&0)).await?;
+    assert_eq!(leaders, [1, 0], "kept through the grace, then moved");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_broker_s_partitions_move_when_its_session_ends_not_at_the_next_round() -> Result<(), Box<dyn std::error::Error>> {
+    // The controller's rounds are a minute apart. Broker 1 beats for its first second, then
+    // falls silent: its session ends 300 ms later, and the controller acts then.
+    let long_ago = held_by(None, SystemTime::now() - SESSION - LEASE);
+    let started = Instant::now();
+    let setup = |c: &mut ControllerConfig, hub: &Arc<HeartbeatHub>| {
+        c.session_timeout = Duration::from_millis(300);
+        c.renew_interval = Duration::from_secs(60);
+        c.lease_duration = Duration::from_secs(120);
+        let hub = hub.clone();
+        tokio::spawn(async move {
+            while started.elapsed() < Duration::from_secs(1) {
+                hub.record(&BrokerBeat { broker_id: 1, incarnation: "1".into(), ..Default::default() });
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+    };
+    let leaders = leaders_after_the_win(long_ago, 2, setup, |l| l.contains(&0)).await?;
+    assert_eq!(leaders, [1, 0], "kept while broker 1 beat, then moved");
+    let moved_after = started.elapsed();
+    assert!(moved_after > Duration::from_secs(1), "moved after {moved_after:?}, while broker 1 still beat");
+    assert!(moved_after < Duration::from_secs(30), "moved at a round ({moved_after:?}), not when the session ended");
     Ok(())
 }
