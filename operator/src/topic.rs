@@ -255,23 +255,28 @@ async fn converge(topic: &Arc<KafkaTopic>, ctx: &AgentContext) -> Result<Action>
         partitions: topic.spec.partitions,
         configs: topic.spec.config.clone(),
     };
-    // Identities of every live KafkaTopic, fresh from the API server rather than the cache: a
-    // directory stamped by a topic the cache has not seen yet must count as live, or it would
-    // be reclaimed from under that topic.
-    let live: HashSet<Uuid> = Api::<KafkaTopic>::namespaced(ctx.client.clone(), &ctx.namespace)
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter_map(|t| t.uid().and_then(|u| Uuid::parse_str(&u).ok()))
-        .collect();
-    let outcome = {
-        let desired = desired.clone();
+    let ensure = |live: Option<HashSet<Uuid>>| {
+        let (desired, assignment) = (desired.clone(), assignment.clone());
         ctx.with_volume(move |fs, root| {
-            volume::ensure_topic(fs, root, &desired, &live, assignment.as_ref())
+            volume::ensure_topic(fs, root, &desired, live.as_ref(), assignment.as_ref())
         })
-        .await?
     };
+    let mut outcome = ensure(None).await?;
+    if outcome == Ensured::NeedsLiveTopics {
+        // Another incarnation's stamp is on the path. Identities of every live KafkaTopic,
+        // fresh from the API server rather than the cache: a directory stamped by a topic the
+        // cache has not seen yet must count as live, or it would be reclaimed from under that
+        // topic. Listed only here, not for every topic reconciled: with thousands of topics a
+        // list per reconcile made creating them quadratic in API server work.
+        let live: HashSet<Uuid> = Api::<KafkaTopic>::namespaced(ctx.client.clone(), &ctx.namespace)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter_map(|t| t.uid().and_then(|u| Uuid::parse_str(&u).ok()))
+            .collect();
+        outcome = ensure(Some(live)).await?;
+    }
     let (cond, partitions, action) = match outcome {
         Ensured::Ready {
             partitions,
@@ -334,6 +339,17 @@ async fn converge(topic: &Arc<KafkaTopic>, ctx: &AgentContext) -> Result<Action>
             ),
             previous.partitions,
             Action::requeue(Duration::from_secs(30)),
+        ),
+        // Not with the live identities given; should a change ever make it so, try again.
+        Ensured::NeedsLiveTopics => (
+            Cond::new(
+                READY,
+                false,
+                "Pending",
+                "the directory's stamp is another incarnation's".to_string(),
+            ),
+            previous.partitions,
+            Action::requeue(Duration::from_secs(2)),
         ),
     };
     if !cond.status && is_news(&previous.conditions, &cond) {

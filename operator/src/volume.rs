@@ -65,6 +65,9 @@ pub enum Ensured {
         /// The other topic's identity.
         other: Uuid,
     },
+    /// The path holds another incarnation's stamp and no live identities were given: call
+    /// again with them, fresh from the API server, to tell a live topic from a dead one.
+    NeedsLiveTopics,
 }
 
 /// Whether `assignment` has any partition of incarnation `id` of `topic` led by a broker.
@@ -78,18 +81,24 @@ pub fn is_led(assignment: Option<&Assignment>, topic: &str, id: Uuid) -> bool {
 
 /// Converges `<root>/<name>` to `desired`: reclaims a directory of another (dead) incarnation,
 /// stamps the identity by exclusive create, writes topic.json atomically. Safe to call again
-/// after an interruption at any step.
+/// after an interruption at any step. `live_ids` (every live KafkaTopic's identity) is needed
+/// only when the path holds another incarnation's stamp; without it that case answers
+/// [`Ensured::NeedsLiveTopics`] and changes nothing, so the caller lists the topics only then
+/// rather than for every topic it reconciles.
 pub fn ensure_topic(
     fs: &dyn Fs,
     root: &Path,
     desired: &DesiredTopic,
-    live_ids: &HashSet<Uuid>,
+    live_ids: Option<&HashSet<Uuid>>,
     assignment: Option<&Assignment>,
 ) -> Result<Ensured> {
     let dir = root.join(&desired.name);
     match identity::read(fs, &dir) {
         Ok(Some(found)) if found == desired.id => {}
-        Ok(Some(other)) if live_ids.contains(&other) => return Ok(Ensured::Conflict { other }),
+        Ok(Some(_)) if live_ids.is_none() => return Ok(Ensured::NeedsLiveTopics),
+        Ok(Some(other)) if live_ids.is_some_and(|live| live.contains(&other)) => {
+            return Ok(Ensured::Conflict { other });
+        }
         Ok(Some(old)) => {
             if is_led(assignment, &desired.name, old) {
                 return Ok(Ensured::WaitingForOldIncarnation { old });
@@ -265,7 +274,7 @@ mod tests {
         on_both(|fs, root| {
             let id = Uuid::new_v4();
             let d = desired("orders", id, 3);
-            let first = ensure_topic(fs, root, &d, &HashSet::new(), None).unwrap();
+            let first = ensure_topic(fs, root, &d, Some(&HashSet::new()), None).unwrap();
             assert_eq!(
                 first,
                 Ensured::Ready {
@@ -274,7 +283,7 @@ mod tests {
                 }
             );
             assert_eq!(identity::read(fs, &root.join("orders")).unwrap(), Some(id));
-            let again = ensure_topic(fs, root, &d, &HashSet::new(), None).unwrap();
+            let again = ensure_topic(fs, root, &d, Some(&HashSet::new()), None).unwrap();
             assert_eq!(
                 again,
                 Ensured::Ready {
@@ -297,13 +306,13 @@ mod tests {
             // Crashed after mkdir, before the stamp.
             fs.create_dir_all(&root.join("t")).unwrap();
             assert!(matches!(
-                ensure_topic(fs, root, &desired("t", id, 1), &HashSet::new(), None).unwrap(),
+                ensure_topic(fs, root, &desired("t", id, 1), Some(&HashSet::new()), None).unwrap(),
                 Ensured::Ready { .. }
             ));
             // Crashed after the stamp, before topic.json.
             identity::stamp(fs, &root.join("u"), id).unwrap();
             assert!(matches!(
-                ensure_topic(fs, root, &desired("u", id, 2), &HashSet::new(), None).unwrap(),
+                ensure_topic(fs, root, &desired("u", id, 2), Some(&HashSet::new()), None).unwrap(),
                 Ensured::Ready {
                     partitions: 2,
                     written: true
@@ -316,13 +325,13 @@ mod tests {
     fn partitions_grow_and_configs_follow_but_never_shrink() {
         on_both(|fs, root| {
             let id = Uuid::new_v4();
-            ensure_topic(fs, root, &desired("t", id, 2), &HashSet::new(), None).unwrap();
+            ensure_topic(fs, root, &desired("t", id, 2), Some(&HashSet::new()), None).unwrap();
             let mut grown = desired("t", id, 5);
             grown
                 .configs
                 .insert("cleanup.policy".into(), "compact".into());
             assert_eq!(
-                ensure_topic(fs, root, &grown, &HashSet::new(), None).unwrap(),
+                ensure_topic(fs, root, &grown, Some(&HashSet::new()), None).unwrap(),
                 Ensured::Ready {
                     partitions: 5,
                     written: true
@@ -338,7 +347,7 @@ mod tests {
                 ..grown
             };
             assert!(matches!(
-                ensure_topic(fs, root, &shrunk, &HashSet::new(), None).unwrap(),
+                ensure_topic(fs, root, &shrunk, Some(&HashSet::new()), None).unwrap(),
                 Ensured::Ready { partitions: 5, .. }
             ));
         });
@@ -348,7 +357,7 @@ mod tests {
     fn an_earlier_incarnation_is_reclaimed_before_the_new_one_is_created() {
         on_both(|fs, root| {
             let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
-            ensure_topic(fs, root, &desired("t", old, 1), &HashSet::new(), None).unwrap();
+            ensure_topic(fs, root, &desired("t", old, 1), Some(&HashSet::new()), None).unwrap();
             fs.create_dir_all(&root.join("t").join("0")).unwrap();
             fs.open(
                 &root
@@ -362,7 +371,14 @@ mod tests {
             // While a broker still leads the old incarnation, nothing moves.
             let led = leading("t", old);
             assert_eq!(
-                ensure_topic(fs, root, &desired("t", new, 1), &HashSet::new(), Some(&led)).unwrap(),
+                ensure_topic(
+                    fs,
+                    root,
+                    &desired("t", new, 1),
+                    Some(&HashSet::new()),
+                    Some(&led)
+                )
+                .unwrap(),
                 Ensured::WaitingForOldIncarnation { old }
             );
             assert_eq!(identity::read(fs, &root.join("t")).unwrap(), Some(old));
@@ -374,7 +390,7 @@ mod tests {
                     fs,
                     root,
                     &desired("t", new, 1),
-                    &HashSet::new(),
+                    Some(&HashSet::new()),
                     Some(&new_led)
                 )
                 .unwrap(),
@@ -394,13 +410,39 @@ mod tests {
     fn a_live_topic_of_the_same_name_is_a_conflict_not_a_reclaim() {
         on_both(|fs, root| {
             let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
-            ensure_topic(fs, root, &desired("t", a, 1), &HashSet::new(), None).unwrap();
+            ensure_topic(fs, root, &desired("t", a, 1), Some(&HashSet::new()), None).unwrap();
             let live = HashSet::from([a, b]);
             assert_eq!(
-                ensure_topic(fs, root, &desired("t", b, 1), &live, None).unwrap(),
+                ensure_topic(fs, root, &desired("t", b, 1), Some(&live), None).unwrap(),
                 Ensured::Conflict { other: a }
             );
             assert_eq!(identity::read(fs, &root.join("t")).unwrap(), Some(a));
+        });
+    }
+
+    #[test]
+    fn another_incarnation_s_stamp_asks_for_the_live_topics_and_changes_nothing() {
+        on_both(|fs, root| {
+            let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+            ensure_topic(fs, root, &desired("t", a, 1), None, None).unwrap();
+            assert_eq!(
+                ensure_topic(fs, root, &desired("t", b, 1), None, None).unwrap(),
+                Ensured::NeedsLiveTopics
+            );
+            assert_eq!(identity::read(fs, &root.join("t")).unwrap(), Some(a));
+            // With them, a dead incarnation is renamed aside and the path stamped anew.
+            assert!(matches!(
+                ensure_topic(
+                    fs,
+                    root,
+                    &desired("t", b, 1),
+                    Some(&HashSet::from([b])),
+                    None
+                )
+                .unwrap(),
+                Ensured::Ready { .. }
+            ));
+            assert_eq!(identity::read(fs, &root.join("t")).unwrap(), Some(b));
         });
     }
 
@@ -442,10 +484,10 @@ mod tests {
     fn a_stale_orphan_list_never_reclaims_a_new_incarnation() {
         on_both(|fs, root| {
             let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
-            ensure_topic(fs, root, &desired("t", old, 1), &HashSet::new(), None).unwrap();
+            ensure_topic(fs, root, &desired("t", old, 1), Some(&HashSet::new()), None).unwrap();
             let stale = orphans(&scan(fs, root).unwrap(), &BTreeMap::new());
             // Meanwhile the topic is recreated.
-            ensure_topic(fs, root, &desired("t", new, 1), &HashSet::new(), None).unwrap();
+            ensure_topic(fs, root, &desired("t", new, 1), Some(&HashSet::new()), None).unwrap();
             let report = reclaim_round(fs, root, &stale, None).unwrap();
             assert!(report.renamed.is_empty());
             assert_eq!(identity::read(fs, &root.join("t")).unwrap(), Some(new));
@@ -456,7 +498,14 @@ mod tests {
     fn a_deleted_topic_is_reclaimed_once_no_broker_leads_it() {
         on_both(|fs, root| {
             let id = Uuid::new_v4();
-            ensure_topic(fs, root, &desired("gone", id, 1), &HashSet::new(), None).unwrap();
+            ensure_topic(
+                fs,
+                root,
+                &desired("gone", id, 1),
+                Some(&HashSet::new()),
+                None,
+            )
+            .unwrap();
             fs.create_dir_all(&root.join("lost+found")).unwrap();
             fs.create_dir_all(&root.join("__cluster")).unwrap();
             let dirs = scan(fs, root).unwrap();

@@ -31,3 +31,6 @@ pub trait TopicCatalog: LiveTopics {
     /// Wakes whoever waits for the live set to change (a watch event arrived).
     fn changed(&self) -> &tokio::sync::Notify;
 }
+
+#[cfg(test)]
+pub(crate) mod fake;

@@ -25,6 +25,18 @@ const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The field manager of the mirror's writes.
 const FIELD_MANAGER: &str = "kaas-controller";
 
+/// At most one mirror write this often (the newest assignment then): each write carries every
+/// partition, about 115 bytes each, and the operator follows every one, so a burst of topic
+/// creations must not become a write per topic.
+const MIN_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The most JSON a mirror write's spec carries, well under etcd's 1.5 MiB object limit: past
+/// about 9,000 partitions the rest are left out (see [`fitted`]).
+const MAX_SPEC_BYTES: usize = 1 << 20;
+
+/// Says how many partitions a mirror shows when it cannot show them all.
+const SHOWN_ANNOTATION: &str = "kaas.dev/partitions-shown";
+
 /// Publishes into the KafkaClusterAssignments named after the cluster.
 #[derive(Debug)]
 pub(crate) struct KubeMirror {
@@ -40,13 +52,23 @@ impl KubeMirror {
             // Only the newest assignment matters: a burst of publishes collapses into one write.
             while next.changed().await.is_ok() {
                 let Some(assignment) = next.borrow_and_update().clone() else { continue };
-                let mut object = KafkaClusterAssignments::new(&name, KafkaClusterAssignmentsSpec::of(&assignment));
+                let (spec, shown) = fitted(&assignment, MAX_SPEC_BYTES);
+                let total = spec.partition_count;
+                let mut object = KafkaClusterAssignments::new(&name, spec);
+                if usize::try_from(total).is_ok_and(|total| shown < total) {
+                    let note = format!("{shown} of {total}; assignment.json on the volume has every partition");
+                    object.metadata.annotations = Some([(SHOWN_ANNOTATION.to_string(), note)].into());
+                }
                 // Owned by the KafkaCluster (deleted with it). The next write may be long in
                 // coming, so this one waits a little for the owner's look-up.
                 object.metadata.owner_references = owner.wait(OWNER_WAIT).await.map(|o| vec![o]);
                 let params = PatchParams::apply(FIELD_MANAGER).force();
                 match api.patch(&name, &params, &Patch::Apply(&object)).await {
-                    Ok(_) => debug!(version = assignment.assignment_version, "assignment mirrored"),
+                    Ok(_) => {
+                        debug!(version = assignment.assignment_version, "assignment mirrored");
+                        // Assignments published meanwhile collapse into the next write.
+                        tokio::time::sleep(MIN_INTERVAL).await;
+                    }
                     Err(e) => {
                         warn!(version = assignment.assignment_version, error = %e, "mirroring the assignment failed; retrying shortly");
                         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
@@ -57,6 +79,24 @@ impl KubeMirror {
         });
         KubeMirror { latest }
     }
+}
+
+/// The mirror's spec of `assignment` within `max_bytes` of JSON, and how many partitions it
+/// lists: those past what fits are left out (the first in topic order are kept), while
+/// `partitionCount` still counts every one.
+fn fitted(assignment: &Assignment, max_bytes: usize) -> (KafkaClusterAssignmentsSpec, usize) {
+    let mut spec = KafkaClusterAssignmentsSpec::of(assignment);
+    loop {
+        let size = serde_json::to_vec(&spec).map_or(usize::MAX, |json| json.len());
+        if size <= max_bytes || spec.partitions.is_empty() {
+            break;
+        }
+        // In proportion, and a tenth more, so that long topic names take few rounds.
+        let keep = spec.partitions.len().saturating_mul(max_bytes) / size * 9 / 10;
+        spec.partitions.truncate(keep);
+    }
+    let shown = spec.partitions.len();
+    (spec, shown)
 }
 
 impl AssignmentMirror for KubeMirror {
@@ -148,5 +188,41 @@ impl StatusSink for KubeStatus {
             self.topics.patch_status(&resource, &params, &Patch::Apply(&patch)).await.map_err(status_error)?;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kaas_shared::assignment::{Assignment, PartitionAssignment};
+    use uuid::Uuid;
+
+    use super::fitted;
+
+    fn assignment(topics: usize, partitions: i32, name_length: usize) -> Assignment {
+        let mut a = Assignment::default();
+        for t in 0..topics {
+            let topic = format!("{t:0name_length$}");
+            for p in 0..partitions {
+                let placed = PartitionAssignment { topic_id: Uuid::from_u128(t as u128), leader: p % 3, leader_epoch: 0 };
+                a.partitions.insert(kaas_shared::names::partition_key(&topic, p), placed);
+            }
+        }
+        a
+    }
+
+    #[test]
+    fn a_mirror_that_fits_lists_every_partition() {
+        let (spec, shown) = fitted(&assignment(100, 5, 12), 1 << 20);
+        assert_eq!((shown, spec.partitions.len(), spec.partition_count), (500, 500, 500));
+    }
+
+    #[test]
+    fn a_mirror_too_large_for_etcd_lists_what_fits_and_counts_every_partition() {
+        // 12,000 partitions of 200-character topic names: about 3 MB in full.
+        let (spec, shown) = fitted(&assignment(2_000, 6, 200), 1 << 20);
+        let size = serde_json::to_vec(&spec).map(|json| json.len()).unwrap_or(usize::MAX);
+        assert!(size <= 1 << 20, "{size} bytes");
+        assert!(shown > 2_000 && shown < 12_000, "{shown} shown");
+        assert_eq!((spec.partitions.len(), spec.partition_count), (shown, 12_000));
     }
 }

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
@@ -17,37 +18,60 @@ use crate::error::Error;
 use crate::router::{Reply, RequestContext};
 use crate::topics::NewTopic;
 
+/// How many of a request's topics are created at once: enough that a hundred-topic request
+/// takes a few rounds of the operator and the controller, few enough that a huge request does
+/// not flood the API server.
+const CONCURRENT_CREATIONS: usize = 32;
+
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateTopicsRequest) -> Reply<CreateTopicsResponse> {
     let mut seen = HashSet::new();
     let duplicated: HashSet<String> =
         request.topics.iter().map(|t| t.name.0.to_string()).filter(|n| !seen.insert(n.clone())).collect();
     let timeout = admin_timeout(request.timeout_ms);
-    let mut topics = Vec::with_capacity(request.topics.len());
     let mut mutations = Mutations::new(broker, ctx, ctx.version >= 6);
+    // Each topic is refused at once or admitted; the admitted ones are then created together.
+    // In a cluster each creation waits for the operator to write the volume and the controller
+    // to place it, so a request of a hundred topics waits about as long as one, not a hundred
+    // times as long (Kafka's controller creates a request's topics in one batch too).
+    let mut slots: Vec<Result<CreatableTopicResult, (CreatableTopicResult, bool)>> = Vec::with_capacity(request.topics.len());
+    let mut creations = Vec::new();
     for wanted in request.topics {
         let name = wanted.name.0.to_string();
         let result = CreatableTopicResult::default().with_name(wanted.name.clone());
         if duplicated.contains(&name) {
-            topics.push(failed(result, &Error::InvalidRequest(format!("topic {name} appears more than once in the request"))));
+            slots.push(Ok(failed(result, &Error::InvalidRequest(format!("topic {name} appears more than once in the request")))));
             continue;
         }
         // Kafka: CREATE on the cluster or on the topic.
         if !cluster_allowed(broker, ctx, Op::Create) && !allowed(broker, ctx, Op::Create, Resource::Topic, &name) {
-            topics.push(refused(result, ResponseError::TopicAuthorizationFailed));
+            slots.push(Ok(refused(result, ResponseError::TopicAuthorizationFailed)));
             continue;
         }
-        if !request.validate_only && !mutations.admit() {
-            topics.push(throttled(result));
-            continue;
+        if !request.validate_only {
+            // KIP-599: each topic is checked against the quota and counted as it is admitted,
+            // so the topics after one that takes the client over are refused.
+            if !mutations.admit() {
+                slots.push(Ok(throttled(result)));
+                continue;
+            }
+            mutations.done(wanted_partitions(broker, &wanted));
         }
         // Kafka returns the new topic's configs only to who may describe them.
         let describe_configs = allowed(broker, ctx, Op::DescribeConfigs, Resource::Topic, &name);
-        topics.push({
-            match create(broker, wanted, request.validate_only, timeout).await {
-                Ok((new, id)) => {
-                    if !request.validate_only {
-                        mutations.done(new.partitions);
-                    }
+        slots.push(Err((result, describe_configs)));
+        creations.push(create(broker, wanted, request.validate_only, timeout));
+    }
+    let created: Vec<_> = futures::stream::iter(creations).buffered(CONCURRENT_CREATIONS).collect().await;
+    let mut created = created.into_iter();
+    let topics = slots
+        .into_iter()
+        .map(|slot| {
+            let (result, describe_configs) = match slot {
+                Ok(done) => return done,
+                Err(pending) => pending,
+            };
+            match created.next() {
+                Some(Ok((new, id))) => {
                     let configs = super::describe_configs::topic_entries(broker, &new.configs, None, false)
                         .into_iter()
                         .map(|c| {
@@ -66,11 +90,24 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateT
                         result.with_topic_config_error_code(ResponseError::TopicAuthorizationFailed.code())
                     }
                 }
-                Err(e) => failed(result, &e),
+                Some(Err(e)) => failed(result, &e),
+                None => failed(result, &Error::InvalidRequest("no creation for this topic".into())),
             }
-        });
-    }
+        })
+        .collect();
     Reply::Now(CreateTopicsResponse::default().with_topics(topics).with_throttle_time_ms(mutations.throttle_ms()))
+}
+
+/// The partitions a CreateTopics entry asks for: its replica assignments', else its count, else
+/// the broker's default.
+fn wanted_partitions(broker: &Broker, wanted: &CreatableTopic) -> i32 {
+    if !wanted.assignments.is_empty() {
+        i32::try_from(wanted.assignments.len()).unwrap_or(i32::MAX)
+    } else if wanted.num_partitions == -1 {
+        broker.config.default_partitions
+    } else {
+        wanted.num_partitions
+    }
 }
 
 fn throttled(result: CreatableTopicResult) -> CreatableTopicResult {
@@ -98,7 +135,7 @@ async fn create(broker: &Arc<Broker>, wanted: CreatableTopic, validate_only: boo
             wanted.replication_factor
         )));
     }
-    let partitions = if !wanted.assignments.is_empty() {
+    if !wanted.assignments.is_empty() {
         if wanted.num_partitions != -1 || wanted.replication_factor != -1 {
             return Err(Error::InvalidRequest(
                 "both numPartitions or replicationFactor and replicasAssignments were set".into(),
@@ -110,12 +147,8 @@ async fn create(broker: &Arc<Broker>, wanted: CreatableTopic, validate_only: boo
                 return Err(Error::InvalidRequest(format!("partition {} is assigned to an unknown broker", a.partition_index)));
             }
         }
-        wanted.assignments.len() as i32
-    } else if wanted.num_partitions == -1 {
-        broker.config.default_partitions
-    } else {
-        wanted.num_partitions
-    };
+    }
+    let partitions = wanted_partitions(broker, &wanted);
     let configs: BTreeMap<String, String> = wanted
         .configs
         .into_iter()
@@ -129,3 +162,6 @@ async fn create(broker: &Arc<Broker>, wanted: CreatableTopic, validate_only: boo
     let id = crate::topic_admin::create(broker, new.clone(), timeout).await?;
     Ok((new, id))
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,56 +7,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kaas_shared::live_topics::LiveTopics;
 use kaas_shared::assignment::{Assignment, PartitionAssignment};
 use kaas_shared::names::partition_key;
-use parking_lot::Mutex;
 use uuid::Uuid;
 
 use super::{create, followed};
 use crate::broker::Broker;
-use crate::catalog::{CatalogFuture, TopicCatalog};
+use crate::catalog::fake::FakeCatalog;
 use crate::config::{BrokerConfig, ClusterLink, StorageMode};
 use crate::control_plane::FixedControlPlane;
 use crate::error::Error;
 use crate::topics::NewTopic;
 
-/// The KafkaTopics: what was created, and the live set it reports.
-#[derive(Debug, Default)]
-struct Catalog {
-    live: Mutex<BTreeMap<String, Uuid>>,
-    created: Mutex<Vec<String>>,
-    changed: tokio::sync::Notify,
-}
-
-impl LiveTopics for Catalog {
-    fn live(&self) -> Option<BTreeMap<String, Uuid>> {
-        Some(self.live.lock().clone())
-    }
-}
-
-impl TopicCatalog for Catalog {
-    fn create<'a>(&'a self, topic: &'a NewTopic) -> CatalogFuture<'a, ()> {
-        Box::pin(async move {
-            self.created.lock().push(topic.name.clone());
-            Ok(())
-        })
-    }
-    fn delete<'a>(&'a self, _name: &'a str) -> CatalogFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
-    fn set_partitions<'a>(&'a self, _name: &'a str, _partitions: i32) -> CatalogFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
-    fn set_configs<'a>(&'a self, _name: &'a str, _configs: &'a BTreeMap<String, String>) -> CatalogFuture<'a, ()> {
-        Box::pin(async { Ok(()) })
-    }
-    fn changed(&self) -> &tokio::sync::Notify {
-        &self.changed
-    }
-}
-
-fn cluster_broker(dir: &tempfile::TempDir, catalog: Arc<Catalog>) -> Arc<Broker> {
+fn cluster_broker(dir: &tempfile::TempDir, catalog: Arc<FakeCatalog>) -> Arc<Broker> {
     let link = ClusterLink { catalog: Some(catalog), ..ClusterLink::for_tests(Arc::new(FixedControlPlane::default())) };
     let config = BrokerConfig { storage: StorageMode::Disk(dir.path().to_path_buf()), cluster: Some(link), ..BrokerConfig::local_in_memory() };
     Broker::open(config).unwrap()
@@ -69,7 +32,7 @@ fn new_topic(name: &str, partitions: i32) -> NewTopic {
 #[tokio::test(start_paused = true)]
 async fn a_topic_the_catalog_has_is_waited_for_not_reported_unknown() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = Arc::new(Catalog::default());
+    let catalog = Arc::new(FakeCatalog::default());
     let broker = cluster_broker(&dir, catalog.clone());
     catalog.live.lock().insert("late".into(), Uuid::new_v4());
     catalog.live.lock().insert("lost".into(), Uuid::new_v4());
@@ -95,7 +58,7 @@ async fn a_topic_the_catalog_has_is_waited_for_not_reported_unknown() {
 #[tokio::test(start_paused = true)]
 async fn create_answers_once_every_partition_has_a_leader() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = Arc::new(Catalog::default());
+    let catalog = Arc::new(FakeCatalog::default());
     let broker = cluster_broker(&dir, catalog.clone());
     let creating = tokio::spawn({
         let broker = broker.clone();
