@@ -13,7 +13,7 @@
 E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
 
-.PHONY: e2e-bins e2e-selftest e2e-scenarios conformance-cluster bench-failover bench-scaleout e2e-up e2e-down
+.PHONY: e2e-bins e2e-selftest e2e-scenarios conformance-cluster bench-failover bench-scaleout bench-scale-cluster e2e-up e2e-down
 
 e2e-bins:
 	@$(E2E_DIR)/hack/bins.sh >/dev/null
@@ -55,6 +55,15 @@ bench-scaleout: e2e-bins build
 	$(DEV_BUILD)
 	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
 		go test -count=1 -timeout 30m -run '^$$' -bench ScaleOut -benchtime 1x .
+
+# 10,000 partitions on that cluster (BenchmarkScaleCluster): creation through the operator, each
+# broker's memory and descriptors, Metadata, produce latency over every partition, a pause and a
+# kill -9 of a broker leading a third of them. Release build; sizes from KAAS_SCALE_TOPICS,
+# KAAS_SCALE_PARTITIONS, KAAS_SCALE_RATE, KAAS_SCALE_SECONDS.
+bench-scale-cluster: e2e-bins build
+	$(DEV_BUILD)
+	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
+		go test -count=1 -timeout 60m -run '^$$' -bench ScaleCluster -benchtime 1x .
 
 e2e-up: e2e-bins
 	@$(E2E_DIR)/hack/up.sh

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -113,16 +112,10 @@ func (f fsyncs) minus(o fsyncs) fsyncs {
 // their metrics port, summed over the files they label.
 func scrapeFsyncs(b *testing.B, e *seedsEnv, brokers int) []fsyncs {
 	b.Helper()
-	client := http.Client{Timeout: 10 * time.Second}
 	out := make([]fsyncs, brokers)
 	for id := range brokers {
-		resp, err := client.Get("http://" + e.PodAddr(ns, fmt.Sprintf("kc-%d", id), 9095) + "/metrics")
-		if err != nil {
-			b.Fatal(err)
-		}
-		out[id], err = parseFsyncs(resp.Body)
-		resp.Body.Close()
-		if err != nil {
+		var err error
+		if out[id], err = fetchMetrics(e, id, parseFsyncs); err != nil {
 			b.Fatalf("kc-%d /metrics: %v", id, err)
 		}
 	}

@@ -222,16 +222,39 @@ async fn cluster_at_scale() -> TestResult {
         started.elapsed().as_secs_f64()
     );
 
-    // A cold start: every broker down, then all three up over the same volume.
-    for id in [0, 1] {
-        cluster.kill(id).await;
+    // Then a second one: the last broker leads every partition alone.
+    let second = 1;
+    let orphans = moved.partitions.values().filter(|p| p.leader == second).count();
+    let started = Instant::now();
+    cluster.kill(second).await;
+    let alone = cluster.wait_assignment(SETTLE, |a| a.partitions.values().all(|p| p.leader == 0)).await?;
+    let moved_at = started.elapsed();
+    cluster.wait_led(SETTLE, &alone).await?;
+    println!(
+        "kill of broker {second} ({orphans} partitions; the controller was broker {}): moved after {:.2} s, all {total} led by broker 0 alone after {:.2} s",
+        moved.controller_id,
+        moved_at.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    release_idle_descriptors(&cluster).await?;
+    let (rss, fds) = footprint()?;
+    println!(
+        "  broker 0 alone, its partitions idle: process {:.1} MiB, {fds} descriptors (the dead brokers' memory may not have gone back to the system)",
+        rss as f64 / 1048576.0
+    );
+    metadata_figures(&cluster, total).await?;
+    for rate in &rates {
+        wire_produce_figures(&cluster, topics, partitions, *rate, seconds).await?;
     }
+
+    // A cold start: every broker down, then all three up over the same volume.
+    cluster.kill(0).await;
     let started = Instant::now();
     for id in 0..3 {
         cluster.start_node(id).await?;
     }
     let opened = started.elapsed();
-    let version = moved.assignment_version;
+    let version = alone.assignment_version;
     let settled = cluster.wait_assignment(SETTLE, |a| a.assignment_version > version && a.brokers.len() == 3).await?;
     cluster.wait_led(SETTLE, &settled).await?;
     println!(
