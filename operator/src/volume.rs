@@ -95,15 +95,17 @@ pub fn ensure_topic(
     let dir = root.join(&desired.name);
     match identity::read(fs, &dir) {
         Ok(Some(found)) if found == desired.id => {}
-        Ok(Some(_)) if live_ids.is_none() => return Ok(Ensured::NeedsLiveTopics),
-        Ok(Some(other)) if live_ids.is_some_and(|live| live.contains(&other)) => {
-            return Ok(Ensured::Conflict { other });
-        }
-        Ok(Some(old)) => {
-            if is_led(assignment, &desired.name, old) {
-                return Ok(Ensured::WaitingForOldIncarnation { old });
+        Ok(Some(other)) => {
+            let Some(live_ids) = live_ids else {
+                return Ok(Ensured::NeedsLiveTopics);
+            };
+            if live_ids.contains(&other) {
+                return Ok(Ensured::Conflict { other });
             }
-            reclaim::rename_aside(fs, root, &desired.name, old)?;
+            if is_led(assignment, &desired.name, other) {
+                return Ok(Ensured::WaitingForOldIncarnation { old: other });
+            }
+            reclaim::rename_aside(fs, root, &desired.name, other)?;
         }
         // No stamp: our own create, interrupted after mkdir; stamping below finishes it.
         Ok(None) => {}

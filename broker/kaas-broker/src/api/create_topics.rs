@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::{Either, ready};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
@@ -29,73 +30,65 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: CreateT
         request.topics.iter().map(|t| t.name.0.to_string()).filter(|n| !seen.insert(n.clone())).collect();
     let timeout = admin_timeout(request.timeout_ms);
     let mut mutations = Mutations::new(broker, ctx, ctx.version >= 6);
-    // Each topic is refused at once or admitted; the admitted ones are then created together.
-    // In a cluster each creation waits for the operator to write the volume and the controller
-    // to place it, so a request of a hundred topics waits about as long as one, not a hundred
-    // times as long (Kafka's controller creates a request's topics in one batch too).
-    let mut slots: Vec<Result<CreatableTopicResult, (CreatableTopicResult, bool)>> = Vec::with_capacity(request.topics.len());
-    let mut creations = Vec::new();
+    // Each topic is answered at once or admitted; the admitted ones are then created together,
+    // answers kept in the request's order. In a cluster each creation waits for the operator to
+    // write the volume and the controller to place it, so a request of a hundred topics waits
+    // about as long as one, not a hundred times as long (Kafka's controller creates a request's
+    // topics in one batch too).
+    let mut answers = Vec::with_capacity(request.topics.len());
     for wanted in request.topics {
         let name = wanted.name.0.to_string();
         let result = CreatableTopicResult::default().with_name(wanted.name.clone());
         if duplicated.contains(&name) {
-            slots.push(Ok(failed(result, &Error::InvalidRequest(format!("topic {name} appears more than once in the request")))));
+            let e = Error::InvalidRequest(format!("topic {name} appears more than once in the request"));
+            answers.push(Either::Left(ready(failed(result, &e))));
             continue;
         }
         // Kafka: CREATE on the cluster or on the topic.
         if !cluster_allowed(broker, ctx, Op::Create) && !allowed(broker, ctx, Op::Create, Resource::Topic, &name) {
-            slots.push(Ok(refused(result, ResponseError::TopicAuthorizationFailed)));
+            answers.push(Either::Left(ready(refused(result, ResponseError::TopicAuthorizationFailed))));
             continue;
         }
         if !request.validate_only {
             // KIP-599: each topic is checked against the quota and counted as it is admitted,
             // so the topics after one that takes the client over are refused.
             if !mutations.admit() {
-                slots.push(Ok(throttled(result)));
+                answers.push(Either::Left(ready(throttled(result))));
                 continue;
             }
             mutations.done(wanted_partitions(broker, &wanted));
         }
         // Kafka returns the new topic's configs only to who may describe them.
         let describe_configs = allowed(broker, ctx, Op::DescribeConfigs, Resource::Topic, &name);
-        slots.push(Err((result, describe_configs)));
-        creations.push(create(broker, wanted, request.validate_only, timeout));
-    }
-    let created: Vec<_> = futures::stream::iter(creations).buffered(CONCURRENT_CREATIONS).collect().await;
-    let mut created = created.into_iter();
-    let topics = slots
-        .into_iter()
-        .map(|slot| {
-            let (result, describe_configs) = match slot {
-                Ok(done) => return done,
-                Err(pending) => pending,
-            };
-            match created.next() {
-                Some(Ok((new, id))) => {
-                    let configs = super::describe_configs::topic_entries(broker, &new.configs, None, false)
-                        .into_iter()
-                        .map(|c| {
-                            CreatableTopicConfigs::default()
-                                .with_name(c.name)
-                                .with_value(c.value)
-                                .with_read_only(c.read_only)
-                                .with_config_source(c.config_source)
-                                .with_is_sensitive(c.is_sensitive)
-                        })
-                        .collect();
-                    let result = result.with_topic_id(id).with_num_partitions(new.partitions).with_replication_factor(1);
-                    if describe_configs {
-                        result.with_configs(Some(configs))
-                    } else {
-                        result.with_topic_config_error_code(ResponseError::TopicAuthorizationFailed.code())
-                    }
-                }
-                Some(Err(e)) => failed(result, &e),
-                None => failed(result, &Error::InvalidRequest("no creation for this topic".into())),
+        answers.push(Either::Right(async move {
+            match create(broker, wanted, request.validate_only, timeout).await {
+                Ok((new, id)) => created(broker, result, &new, id, describe_configs),
+                Err(e) => failed(result, &e),
             }
+        }));
+    }
+    let topics: Vec<CreatableTopicResult> = futures::stream::iter(answers).buffered(CONCURRENT_CREATIONS).collect().await;
+    Reply::Now(CreateTopicsResponse::default().with_topics(topics).with_throttle_time_ms(mutations.throttle_ms()))
+}
+
+/// The answer for a created topic: its id, partitions and, for who may describe them, configs.
+fn created(broker: &Broker, result: CreatableTopicResult, new: &NewTopic, id: uuid::Uuid, describe_configs: bool) -> CreatableTopicResult {
+    let result = result.with_topic_id(id).with_num_partitions(new.partitions).with_replication_factor(1);
+    if !describe_configs {
+        return result.with_topic_config_error_code(ResponseError::TopicAuthorizationFailed.code());
+    }
+    let configs = super::describe_configs::topic_entries(broker, &new.configs, None, false)
+        .into_iter()
+        .map(|c| {
+            CreatableTopicConfigs::default()
+                .with_name(c.name)
+                .with_value(c.value)
+                .with_read_only(c.read_only)
+                .with_config_source(c.config_source)
+                .with_is_sensitive(c.is_sensitive)
         })
         .collect();
-    Reply::Now(CreateTopicsResponse::default().with_topics(topics).with_throttle_time_ms(mutations.throttle_ms()))
+    result.with_configs(Some(configs))
 }
 
 /// The partitions a CreateTopics entry asks for: its replica assignments', else its count, else
