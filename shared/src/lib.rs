@@ -20,6 +20,7 @@ pub mod interbroker_key;
 pub mod kafka_users;
 pub mod layout;
 pub mod listen_address;
+pub mod live_topic_files;
 pub mod live_topics;
 pub mod names;
 pub mod producer_ids;

@@ -6,11 +6,31 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
+/// One live topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveTopic {
+    /// The identity its directory must carry.
+    pub id: Uuid,
+    /// Changes whenever the topic's record changes (a resource's `resourceVersion`), which it
+    /// does after every write of the topic's topic.json: the operator reports each write in the
+    /// status. What was read of the directory at one revision need not be read again at the same
+    /// one. `None`: unknown, the directory is read every time.
+    pub revision: Option<String>,
+}
+
+/// Name → live topic.
+pub type LiveSet = BTreeMap<String, LiveTopic>;
+
 /// The topics that exist by the cluster's source of truth, by name and identity. A topic
 /// directory is served only while a live topic of that name carries its identity: a deleted
 /// topic's directory, or an earlier incarnation's, is never taken over.
 pub trait LiveTopics: Send + Sync + std::fmt::Debug {
-    /// Name → topic id of every live topic; `None` until the first complete list is known (a
-    /// half-synced list would look like a mass deletion).
-    fn live(&self) -> Option<BTreeMap<String, Uuid>>;
+    /// Every live topic by name; `None` until the first complete list is known (a half-synced
+    /// list would look like a mass deletion).
+    fn live(&self) -> Option<LiveSet>;
+}
+
+/// Whether `live` has a topic `name` of identity `id`.
+pub fn is_live(live: &LiveSet, name: &str, id: Uuid) -> bool {
+    live.get(name).is_some_and(|t| t.id == id)
 }

@@ -105,7 +105,9 @@ fn follow_round(broker: &Broker) -> Result<()> {
         // The topics already open stay as they are; the assignment is still applied.
         warn!(error = %e, "cannot read the topics on the volume this round; retrying next round");
     }
-    if let Some(candidate) = assignment::read(&**broker.engine.fs(), broker.engine.layout())? {
+    // Unchanged since the one applied: only its first bytes are read.
+    let applied_stamp = Some(cluster.view.current().stamp()).filter(|s| s.assignment_version > 0);
+    if let assignment::Read::Changed(candidate) = assignment::read_unless(&**broker.engine.fs(), broker.engine.layout(), applied_stamp)? {
         let (epoch, version) = (candidate.controller_epoch, candidate.assignment_version);
         match cluster.view.apply_if_new(candidate) {
             Ok(_) => {

@@ -11,9 +11,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
+use kaas_shared::live_topic_files::LiveTopicFiles;
+use kaas_shared::live_topics::LiveSet;
 use kaas_shared::topic_file::TopicFile;
 use kaas_shared::{identity, reclaim, topic_file};
 use tracing::{info, warn};
@@ -28,6 +31,8 @@ pub struct TopicStore {
     layout: Layout,
     /// Whether this store reclaims directories (local mode: the broker is the only writer).
     reclaims: bool,
+    /// The live topics' files as last read (cluster mode, see [`LiveTopicFiles`]).
+    live_files: Arc<LiveTopicFiles>,
 }
 
 /// What [`TopicStore::load_all`] found.
@@ -43,12 +48,12 @@ pub struct Loaded {
 impl TopicStore {
     /// A store that reclaims deleted and unfinished topic directories (local mode).
     pub fn local(fs: FsRef, root: PathBuf) -> TopicStore {
-        TopicStore { fs, layout: Layout::new(root), reclaims: true }
+        TopicStore { fs, layout: Layout::new(root), reclaims: true, live_files: Default::default() }
     }
 
     /// A store that leaves reclamation to the operator (cluster mode).
     pub fn cluster(fs: FsRef, root: PathBuf) -> TopicStore {
-        TopicStore { fs, layout: Layout::new(root), reclaims: false }
+        TopicStore { fs, layout: Layout::new(root), reclaims: false, live_files: Default::default() }
     }
 
     /// Every topic whose topic.json and identity stamp agree. A directory that disagrees is
@@ -96,6 +101,19 @@ impl TopicStore {
             loaded.topics.push(file);
         }
         Ok(loaded)
+    }
+
+    /// The topics of `live` whose directory holds them (cluster mode): only those directories
+    /// are read, and each only when its topic's record changed since (see [`LiveTopicFiles`]).
+    pub fn load_live(&self, live: &LiveSet) -> Loaded {
+        let found = self.live_files.read(&*self.fs, &self.layout, live);
+        for (name, error) in &found.unreadable {
+            warn!(topic = %name, %error, "cannot read topic.json; not opening this topic now");
+        }
+        for (name, error) in &found.disagreeing {
+            warn!(topic = %name, %error, "identity stamp does not match topic.json; not opening it");
+        }
+        Loaded { topics: found.topics, unreadable: found.unreadable.into_iter().map(|(name, _)| name).collect() }
     }
 
     /// Stamps a new topic directory with its identity and writes its topic.json. A directory

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use kaas_shared::live_topics::{LiveSet, is_live};
 use kaas_storage::{Engine, IoThrottle, Partition};
 use parking_lot::{Mutex, RwLock};
 use tracing::{error, info, warn};
@@ -362,17 +363,17 @@ impl TopicRegistry {
     /// With `live` (the catalog's name → id of live topics), a directory is a topic only while
     /// a live topic carries its identity: a deleted topic is abandoned as soon as the catalog
     /// says so, before any reassignment, and a stale directory is never opened.
-    pub fn refresh_from_volume(&self, live: Option<&BTreeMap<String, Uuid>>) -> Result<()> {
+    pub fn refresh_from_volume(&self, live: Option<&LiveSet>) -> Result<()> {
         let Some(store) = &self.store else { return Ok(()) };
-        let loaded = store.load_all()?;
-        let mut on_disk = loaded.topics;
-        if let Some(live) = live {
-            on_disk.retain(|f| live.get(&f.name) == Some(&f.topic_id));
-        }
+        let loaded = match live {
+            Some(live) => store.load_live(live),
+            None => store.load_all()?,
+        };
+        let on_disk = loaded.topics;
         let _admin = self.admin.lock();
         for known in self.list() {
             // NB: a directory that could not be read this time says nothing about its topic.
-            let unreadable = loaded.unreadable.contains(&known.name) && live.is_none_or(|live| live.get(&known.name) == Some(&known.id));
+            let unreadable = loaded.unreadable.contains(&known.name) && live.is_none_or(|live| is_live(live, &known.name, known.id));
             if !unreadable && !on_disk.iter().any(|f| f.name == known.name && f.topic_id == known.id) {
                 self.forget(&known, "topic directory deleted or replaced");
             }

@@ -71,6 +71,9 @@ pub struct Controller {
     /// without having beaten this controller: a session timeout for all of them, and for the
     /// previous controller only until it is certainly fenced (see [`grace_after_winning`]).
     grace_until: parking_lot::Mutex<Option<Grace>>,
+    /// assignment.json as this controller last read or wrote it: re-read only when the file's
+    /// stamp says another write replaced it (a round reads it up to three times).
+    on_volume: parking_lot::Mutex<Option<Arc<Assignment>>>,
 }
 
 /// A freshly elected controller's grace for the previous assignment's brokers.
@@ -113,6 +116,7 @@ impl Controller {
             recompute_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             readdressing: Default::default(),
             grace_until: Default::default(),
+            on_volume: Default::default(),
         })
     }
 
@@ -223,8 +227,8 @@ impl Controller {
     /// began, before the Lease was read: a renewal counts from then.
     async fn lease_round(&self, started: tokio::time::Instant) -> Result<Role> {
         let current = self.lease.get().await?;
-        let on_volume = assignment::read(&*self.fs, &self.layout).ok().flatten();
-        let floor = on_volume.as_ref().map_or(0, |a| a.controller_epoch);
+        let on_volume = assignment::read_stamp(&*self.fs, &self.layout).ok().flatten();
+        let floor = on_volume.map_or(0, |a| a.controller_epoch);
         let now = SystemTime::now();
         let holding = matches!(self.hub.role(), Role::Controller { .. });
         let action = decide(&self.config.identity, holding, now, current.as_ref().map(|l| &l.state), floor);
@@ -248,7 +252,7 @@ impl Controller {
                     let now_instant = Instant::now();
                     *self.grace_until.lock() = Some(Grace {
                         brokers_until: now_instant + self.config.session_timeout,
-                        previous_controller: on_volume.as_ref().map(|a| a.controller_id),
+                        previous_controller: on_volume.map(|a| a.controller_id),
                         previous_controller_until: now_instant + grace,
                     });
                     info!(epoch = transitions, identity = %self.config.identity, reason, ?grace, "won the controller lease");
@@ -294,9 +298,22 @@ impl Controller {
         LeaseState { holder: Some(self.config.identity.clone()), renew_time: now, duration: self.config.lease_duration, transitions }
     }
 
+    /// assignment.json as it is on the volume now, read whole only if another write replaced
+    /// the one this controller last saw; `None` before the first write.
+    fn on_volume(&self) -> Result<Option<Arc<Assignment>>> {
+        let known = self.on_volume.lock().clone();
+        let current = match assignment::read_unless(&*self.fs, &self.layout, known.as_ref().map(|a| a.stamp()))? {
+            assignment::Read::Absent => None,
+            assignment::Read::Unchanged => known,
+            assignment::Read::Changed(read) => Some(Arc::new(read)),
+        };
+        self.on_volume.lock().clone_from(&current);
+        Ok(current)
+    }
+
     /// Whether a broker joined, left or started draining since the assignment on disk.
     fn membership_changed(&self) -> bool {
-        let Ok(Some(current)) = assignment::read(&*self.fs, &self.layout) else { return true };
+        let Ok(Some(current)) = self.on_volume() else { return true };
         let alive = self.hub.alive(self.config.session_timeout);
         let eligible: BTreeSet<i32> = alive.iter().filter(|(_, s)| !s.draining).map(|(id, _)| *id).collect();
         let placed: BTreeSet<i32> = current.brokers.keys().copied().collect();
@@ -305,7 +322,7 @@ impl Controller {
 
     /// Computes the placement and writes it if anything changed.
     fn recompute(&self, epoch: i64, grace: Option<Grace>) -> Result<()> {
-        let previous = assignment::read(&*self.fs, &self.layout)?.unwrap_or_default();
+        let previous = self.on_volume()?.unwrap_or_default();
         let sessions = self.hub.alive(self.config.session_timeout);
         let registered: BTreeMap<i32, brokers::BrokerRegistration> =
             brokers::list(&*self.fs, &self.layout)?.into_iter().map(|r| (r.broker_id, r)).collect();
@@ -362,6 +379,8 @@ impl Controller {
         };
         log_moves(&previous, &next, &alive, &draining);
         assignment::write(&*self.fs, &self.layout, &next)?;
+        let next = Arc::new(next);
+        *self.on_volume.lock() = Some(next.clone());
         self.readdressing.lock().published(&next.brokers);
         info!(epoch, version = next.assignment_version, partitions = next.partitions.len(), brokers = ?next.brokers.keys().collect::<Vec<_>>(), "assignment written");
         self.hub.push_assignment_changed(epoch, next.assignment_version);

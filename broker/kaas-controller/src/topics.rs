@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use kaas_shared::fs::FsRef;
 use kaas_shared::layout::Layout;
+use kaas_shared::live_topic_files::LiveTopicFiles;
 use kaas_shared::{identity, topic_file};
 pub use kaas_shared::live_topics::LiveTopics;
 use tracing::warn;
@@ -25,26 +26,40 @@ pub struct VolumeTopics {
     fs: FsRef,
     layout: Layout,
     live: Option<Arc<dyn LiveTopics>>,
+    /// The live topics' files as last read (see [`LiveTopicFiles`]).
+    files: Arc<LiveTopicFiles>,
 }
 
 impl VolumeTopics {
     /// Every stamped topic directory is a topic (in-process clusters without Kubernetes).
     pub fn new(fs: FsRef, layout: Layout) -> VolumeTopics {
-        VolumeTopics { fs, layout, live: None }
+        VolumeTopics { fs, layout, live: None, files: Default::default() }
     }
 
     /// Only directories whose identity is that of a live topic are topics.
     pub fn filtered_by(fs: FsRef, layout: Layout, live: Arc<dyn LiveTopics>) -> VolumeTopics {
-        VolumeTopics { fs, layout, live: Some(live) }
+        VolumeTopics { fs, layout, live: Some(live), files: Default::default() }
     }
 }
 
 impl TopicSource for VolumeTopics {
     fn list(&self) -> Result<Vec<TopicInfo>> {
-        let live = match &self.live {
-            None => None,
-            Some(source) => Some(source.live().ok_or(Error::TopicsNotSynced)?),
-        };
+        if let Some(source) = &self.live {
+            // Only live topics are placed: a deleted (or replaced) topic's directory never is
+            // again, so its leader abandons it and reclamation can proceed.
+            let live = source.live().ok_or(Error::TopicsNotSynced)?;
+            let mut found = self.files.read(&*self.fs, &self.layout, &live);
+            // A directory that cannot be read says nothing about its topic: no placement
+            // without it (the round is retried), or its partitions would be dropped.
+            if let Some((_, error)) = found.unreadable.pop() {
+                return Err(error.into());
+            }
+            for (name, error) in &found.disagreeing {
+                warn!(topic = %name, %error, "topic.json and identity stamp disagree; not placing this topic");
+            }
+            // NB: in name order, as the live set is.
+            return Ok(found.topics.into_iter().map(|file| TopicInfo { name: file.name, id: file.topic_id, partitions: file.partitions }).collect());
+        }
         let root = self.layout.root();
         let entries = self.fs.list_dir(root).map_err(|e| kaas_shared::Error::io("list", root, e))?;
         let mut topics = Vec::new();
@@ -53,11 +68,6 @@ impl TopicSource for VolumeTopics {
             let Some(file) = topic_file::read(&*self.fs, &dir)? else { continue };
             if file.name != entry.name || identity::verify(&*self.fs, &dir, file.topic_id).is_err() {
                 warn!(dir = %dir.display(), "topic.json and identity stamp disagree; not placing this topic");
-                continue;
-            }
-            if live.as_ref().is_some_and(|live| live.get(&file.name) != Some(&file.topic_id)) {
-                // Deleted (or replaced) in the source of truth: never placed again, so its
-                // leader abandons it and reclamation can proceed.
                 continue;
             }
             topics.push(TopicInfo { name: file.name, id: file.topic_id, partitions: file.partitions });

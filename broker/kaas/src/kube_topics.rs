@@ -13,6 +13,7 @@ use kaas_broker::Error;
 use kaas_broker::catalog::{CatalogFuture, TopicCatalog};
 use kaas_broker::topics::NewTopic;
 use kaas_controller::topics::LiveTopics;
+use kaas_shared::live_topics::{LiveSet, LiveTopic};
 use kaas_shared::crd::{KafkaTopic, KafkaTopicSpec};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
@@ -99,18 +100,21 @@ impl KubeTopics {
     }
 }
 
-/// Name → id of the live topics of `cluster`.
-fn live_set(topics: &[Arc<KafkaTopic>], cluster: &str) -> BTreeMap<String, Uuid> {
+/// The live topics of `cluster`, each with its resource's `resourceVersion` as its revision.
+fn live_set(topics: &[Arc<KafkaTopic>], cluster: &str) -> LiveSet {
     topics
         .iter()
         .filter(|t| t.spec.cluster_ref == cluster)
         .filter(|t| t.meta().deletion_timestamp.is_none())
-        .filter_map(|t| Some((t.topic_name().to_string(), Uuid::parse_str(t.meta().uid.as_deref()?).ok()?)))
+        .filter_map(|t| {
+            let id = Uuid::parse_str(t.meta().uid.as_deref()?).ok()?;
+            Some((t.topic_name().to_string(), LiveTopic { id, revision: t.meta().resource_version.clone() }))
+        })
         .collect()
 }
 
 impl LiveTopics for KubeTopics {
-    fn live(&self) -> Option<BTreeMap<String, Uuid>> {
+    fn live(&self) -> Option<LiveSet> {
         // Ready once the first list has been applied; an empty store before that is not
         // "every topic deleted".
         self.synced.load(Ordering::Acquire).then(|| live_set(&self.store.state(), &self.cluster))

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use kaas_shared::live_topics::LiveTopics;
+use kaas_shared::live_topics::{LiveSet, LiveTopic, LiveTopics};
 use parking_lot::Mutex;
 use uuid::Uuid;
 
@@ -20,8 +20,8 @@ pub(crate) struct FakeCatalog {
 }
 
 impl LiveTopics for FakeCatalog {
-    fn live(&self) -> Option<BTreeMap<String, Uuid>> {
-        Some(self.live.lock().clone())
+    fn live(&self) -> Option<LiveSet> {
+        Some(self.live.lock().iter().map(|(name, id)| (name.clone(), LiveTopic { id: *id, revision: None })).collect())
     }
 }
 
