@@ -52,6 +52,52 @@ impl TopicSource for OneTopic {
     }
 }
 
+fn register(fs: &FsRef, layout: &Layout, ids: &[i32]) -> kaas_shared::Result<()> {
+    for id in ids {
+        let r = BrokerRegistration {
+            broker_id: *id,
+            host: "127.0.0.1".into(),
+            port: 9092,
+            heartbeat: String::new(),
+            interbroker: None,
+            incarnation: Uuid::new_v4(),
+        };
+        brokers::register(&**fs, layout, &r)?;
+    }
+    Ok(())
+}
+
+/// Broker 0's controller, a round every 100 ms.
+fn controller_0() -> ControllerConfig {
+    ControllerConfig {
+        identity: "kaas-0".into(),
+        broker_id: 0,
+        lease_duration: LEASE,
+        renew_interval: Duration::from_millis(100),
+        session_timeout: SESSION,
+        recompute_interval: Duration::from_millis(200),
+        shards: ShardCounts { groups: 0, transactions: 0 },
+        mirror: None,
+        ready_brokers: None,
+    }
+}
+
+/// Broker 0 beats now (so the first recompute after a win knows it is alive) and every 50 ms
+/// until `stop`.
+fn beat_as_broker_0(hub: &Arc<HeartbeatHub>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
+    hub.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
+    let hub = hub.clone();
+    tokio::spawn(async move {
+        loop {
+            hub.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    })
+}
+
 /// Broker 1 led t/0 in an assignment broker `writer` wrote as controller, under the Lease
 /// `previous` describes; broker 0 then wins the Lease while only it beats. Returns the leader of
 /// t/0 in the new controller's first assignment.
@@ -73,17 +119,7 @@ async fn leaders_after_the_win(
     let tmp = tempfile::tempdir()?;
     let fs: FsRef = Arc::new(RealFs);
     let layout = Layout::new(tmp.path());
-    for id in [0, 1] {
-        let r = BrokerRegistration {
-            broker_id: id,
-            host: "127.0.0.1".into(),
-            port: 9092,
-            heartbeat: String::new(),
-            interbroker: None,
-            incarnation: Uuid::new_v4(),
-        };
-        brokers::register(&*fs, &layout, &r)?;
-    }
+    register(&fs, &layout, &[0, 1])?;
     let endpoint = BrokerEndpoint { host: "127.0.0.1".into(), port: 9092, interbroker: None };
     let before = Assignment {
         controller_epoch: 1,
@@ -98,34 +134,12 @@ async fn leaders_after_the_win(
     let lease = Arc::new(MemoryLease::new());
     assert!(lease.put(previous, None).await?);
 
-    let mut config = ControllerConfig {
-        identity: "kaas-0".into(),
-        broker_id: 0,
-        lease_duration: LEASE,
-        renew_interval: Duration::from_millis(100),
-        session_timeout: SESSION,
-        recompute_interval: Duration::from_millis(200),
-        shards: ShardCounts { groups: 0, transactions: 0 },
-        mirror: None,
-        ready_brokers: None,
-    };
+    let mut config = controller_0();
     let hub = HeartbeatHub::new();
     setup(&mut config, &hub);
     let controller = Controller::new(config, fs.clone(), layout.clone(), lease, Arc::new(OneTopic), hub.clone());
-    // Broker 0 has beaten already, so the first recompute after the win knows it is alive.
-    hub.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
     let (stop, stop_rx) = watch::channel(false);
-    let beating = hub.clone();
-    let mut beats_stop = stop_rx.clone();
-    let beats = tokio::spawn(async move {
-        loop {
-            beating.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                _ = beats_stop.changed() => return,
-            }
-        }
-    });
+    let beats = beat_as_broker_0(&hub, stop_rx.clone());
     let task = tokio::spawn(controller.run(stop_rx));
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut leaders: Vec<i32> = Vec::new();
@@ -209,5 +223,45 @@ async fn a_silent_broker_s_partitions_move_when_its_session_ends_not_at_the_next
     let moved_after = started.elapsed();
     assert!(moved_after > Duration::from_secs(1), "moved after {moved_after:?}, while broker 1 still beat");
     assert!(moved_after < Duration::from_secs(30), "moved at a round ({moved_after:?}), not when the session ended");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_assignment_a_deposed_controller_wrote_over_this_one_s_is_written_again() -> Result<(), Box<dyn std::error::Error>> {
+    // The controller keeps the assignment it wrote and reads the file whole only when its stamp
+    // changed. A deposed controller's late write (past the check-then-act in assignment::write)
+    // must still be noticed: brokers refuse it, so until it is replaced they follow nothing new.
+    let tmp = tempfile::tempdir()?;
+    let fs: FsRef = Arc::new(RealFs);
+    let layout = Layout::new(tmp.path());
+    register(&fs, &layout, &[0])?;
+    let hub = HeartbeatHub::new();
+    let controller = Controller::new(controller_0(), fs.clone(), layout.clone(), Arc::new(MemoryLease::new()), Arc::new(OneTopic), hub.clone());
+    let (stop, stop_rx) = watch::channel(false);
+    let beats = beat_as_broker_0(&hub, stop_rx.clone());
+    let task = tokio::spawn(controller.run(stop_rx));
+    let written = |fs: &FsRef| assignment::read(&**fs, &layout).ok().flatten().filter(|a| a.controller_id == 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let ours = loop {
+        if let Some(a) = written(&fs) {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "no assignment written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let late = Assignment { controller_epoch: ours.controller_epoch - 1, assignment_version: 99, controller_id: 5, ..ours.clone() };
+    kaas_shared::atomic_file::write_json(&*fs, &layout.assignment_file(), &late)?;
+    loop {
+        if let Some(again) = written(&fs) {
+            assert_eq!(again.controller_epoch, ours.controller_epoch);
+            assert_eq!(again.partitions, ours.partitions);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the deposed controller's assignment stayed on the volume");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(true);
+    task.await?;
+    beats.await?;
     Ok(())
 }
