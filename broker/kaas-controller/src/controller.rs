@@ -126,13 +126,18 @@ impl Controller {
     }
 
     /// Runs until `stop` fires; then releases the Lease if held (keeping its epoch).
+    ///
+    /// The Lease rounds run here and nothing else: a recompute reads and writes the volume, which
+    /// through a loaded NFS mount can take seconds, and runs on a blocking thread of its own
+    /// ([`Recomputes`]), so that a slow volume never delays a renewal past the renew deadline
+    /// (the controller would step down, and every broker fence, for a slow disk).
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
         // Whether the last round found this broker the controller: a first win recomputes at once.
         let mut controlling = false;
-        let mut last_recompute = Instant::now() - self.config.recompute_interval;
+        let mut recomputes = Recomputes::default();
         // When this broker last renewed the Lease it holds (tokio's clock: tests pause it).
         let mut renewed_at: Option<tokio::time::Instant> = None;
-        loop {
+        'rounds: loop {
             // client-go's renew-deadline rule: give the role up before the Lease can expire and
             // be taken, so two controllers never act at once. Heartbeats go unacknowledged from
             // then on, and this broker fences on schedule. The deadline counts from the last
@@ -168,35 +173,62 @@ impl Controller {
                 }
             }
             match round {
-                Ok(Role::Controller { epoch }) => {
+                Ok(Role::Controller { .. }) => {
                     let first = !std::mem::replace(&mut controlling, true);
-                    if first || last_recompute.elapsed() >= self.config.recompute_interval || self.membership_changed() {
-                        let started = Instant::now();
-                        let grace = *self.grace_until.lock();
-                        if let Err(e) = self.recompute(epoch, grace) {
-                            warn!(epoch, error = %e, "recompute failed; retrying");
-                        }
-                        self.recompute_seconds.observe(started.elapsed().as_secs_f64());
-                        last_recompute = Instant::now();
-                    }
+                    // A round asks for a recompute if membership changed (checked on the
+                    // recompute's thread: it reads the volume) or the poll interval passed.
+                    recomputes.wanted(if first { Want::Now } else { Want::IfDue });
                 }
                 Ok(Role::Follower) => controlling = false,
                 Err(e) => warn!(error = %e, "lease round failed; retrying"),
             }
-            let deadline = async {
-                match self.next_deadline().filter(|_| controlling) {
-                    Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
-                    None => std::future::pending().await,
+            // Until the next round: a session or grace ending, or a topic change, is acted on at
+            // once, under the renewal this round made, without a round of its own — every
+            // KafkaTopic event (thousands while topics are created) would otherwise be a Lease
+            // write to the API server. The renew deadline counts from that renewal as at the top
+            // of a round, and the recompute checks the role again before it writes.
+            let next_round = tokio::time::Instant::now() + self.config.renew_interval;
+            loop {
+                match (self.hub.role(), renewed_at) {
+                    (Role::Controller { epoch }, Some(at)) if controlling && at.elapsed() < self.renew_deadline() => {
+                        recomputes.start_if_wanted(&self, epoch);
+                    }
+                    // Not the controller (a topic change is none of its business), or the
+                    // renewal is too old to act on: the next round decides.
+                    _ => recomputes.forget(),
                 }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(self.config.renew_interval) => {}
-                _ = deadline => {}
-                _ = self.recompute.notified() => last_recompute = Instant::now() - self.config.recompute_interval,
-                _ = stop.changed() => break,
+                let deadline = async {
+                    match self.next_deadline().filter(|_| controlling) {
+                        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = tokio::time::sleep_until(next_round) => break,
+                    _ = deadline => recomputes.wanted(Want::Now),
+                    _ = self.recompute.notified() => recomputes.wanted(Want::Now),
+                    _ = recomputes.finished() => {}
+                    _ = stop.changed() => break 'rounds,
+                }
             }
         }
+        recomputes.finish().await;
         self.release().await;
+    }
+
+    /// Whether to recompute, on the recompute's thread: `Now`, or `IfDue` when the poll
+    /// interval passed since the last one or a broker joined, left or started draining.
+    fn recompute_if(&self, want: Want, last: Instant, epoch: i64) -> bool {
+        let due = want == Want::Now || last.elapsed() >= self.config.recompute_interval || self.membership_changed();
+        if due {
+            let started = Instant::now();
+            let grace = *self.grace_until.lock();
+            if let Err(e) = self.recompute(epoch, grace) {
+                warn!(epoch, error = %e, "recompute failed; retrying");
+            }
+            self.recompute_seconds.observe(started.elapsed().as_secs_f64());
+        }
+        due
     }
 
     /// The next moment a broker's work may move without anything happening: a session ending,
@@ -227,11 +259,18 @@ impl Controller {
     /// began, before the Lease was read: a renewal counts from then.
     async fn lease_round(&self, started: tokio::time::Instant) -> Result<Role> {
         let current = self.lease.get().await?;
-        let on_volume = assignment::read_stamp(&*self.fs, &self.layout).ok().flatten();
-        let floor = on_volume.map_or(0, |a| a.controller_epoch);
         let now = SystemTime::now();
         let holding = matches!(self.hub.role(), Role::Controller { .. });
-        let action = decide(&self.config.identity, holding, now, current.as_ref().map(|l| &l.state), floor);
+        let mut action = decide(&self.config.identity, holding, now, current.as_ref().map(|l| &l.state), 0);
+        // The volume is read only to take the Lease (a new epoch must be above every epoch on
+        // it), never to renew it: a renewal must not wait for a slow mount.
+        let mut on_volume = None;
+        if matches!(action, LeaseAction::Acquire { .. }) {
+            let (fs, layout) = (self.fs.clone(), self.layout.clone());
+            on_volume = tokio::task::spawn_blocking(move || assignment::read_stamp(&*fs, &layout).ok().flatten()).await.ok().flatten();
+            let floor = on_volume.map_or(0, |a| a.controller_epoch);
+            action = decide(&self.config.identity, holding, now, current.as_ref().map(|l| &l.state), floor);
+        }
         let version = current.as_ref().map(|l| l.version.clone());
         let held_epoch = current.as_ref().map_or(0, |l| l.state.transitions);
         let role = match action {
@@ -377,6 +416,11 @@ impl Controller {
             consumer_groups: placement.consumer_groups,
             transactions: placement.transactions,
         };
+        if self.hub.role() != (Role::Controller { epoch }) {
+            // Stepped down while this ran (its thread does not hold the rounds up): leave the
+            // volume to the next controller.
+            return Ok(());
+        }
         log_moves(&previous, &next, &alive, &draining);
         assignment::write(&*self.fs, &self.layout, &next)?;
         let next = Arc::new(next);
@@ -404,6 +448,68 @@ impl Controller {
             if let Ok(true) = self.lease.put(released, Some(current.version)).await {
                 info!(epoch, reason = "shutdown", "released the controller lease");
             }
+        }
+    }
+}
+
+/// What a round or an event asks of the recompute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Want {
+    /// If the poll interval passed or membership changed.
+    IfDue,
+    /// Whatever else happened: a first win, a topic change, a session or grace ending.
+    Now,
+}
+
+/// The controller's recomputes, one at a time on a blocking thread; what is asked meanwhile
+/// runs when it ends.
+#[derive(Debug)]
+struct Recomputes {
+    running: Option<tokio::task::JoinHandle<bool>>,
+    wanted: Option<Want>,
+    last: Instant,
+}
+
+impl Default for Recomputes {
+    fn default() -> Recomputes {
+        // Long ago: the first one is due.
+        Recomputes { running: None, wanted: None, last: Instant::now() - Duration::from_secs(3600) }
+    }
+}
+
+impl Recomputes {
+    fn wanted(&mut self, want: Want) {
+        self.wanted = self.wanted.max(Some(want));
+    }
+
+    /// Drops what was asked (this broker is not the controller, or cannot act now).
+    fn forget(&mut self) {
+        self.wanted = None;
+    }
+
+    /// Starts what was asked unless one is running.
+    fn start_if_wanted(&mut self, controller: &Arc<Controller>, epoch: i64) {
+        if self.running.is_some() {
+            return;
+        }
+        let Some(want) = self.wanted.take() else { return };
+        let (controller, last) = (controller.clone(), self.last);
+        self.running = Some(tokio::task::spawn_blocking(move || controller.recompute_if(want, last, epoch)));
+    }
+
+    /// Resolves when the running recompute ends (never while none runs).
+    async fn finished(&mut self) {
+        let Some(running) = self.running.as_mut() else { return std::future::pending().await };
+        if let Ok(true) = running.await {
+            self.last = Instant::now();
+        }
+        self.running = None;
+    }
+
+    /// Waits for the running one (at shutdown, before the Lease is released).
+    async fn finish(&mut self) {
+        if self.running.is_some() {
+            self.finished().await;
         }
     }
 }

@@ -226,42 +226,136 @@ async fn a_silent_broker_s_partitions_move_when_its_session_ends_not_at_the_next
     Ok(())
 }
 
+/// Topics a test adds to.
+#[derive(Debug, Default)]
+struct Topics(parking_lot::Mutex<Vec<TopicInfo>>);
+
+impl TopicSource for Topics {
+    fn list(&self) -> crate::Result<Vec<TopicInfo>> {
+        Ok(self.0.lock().clone())
+    }
+}
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// Broker 0's controller over a fresh volume, broker 0 beating, and topic t placed.
+struct Running {
+    _volume: tempfile::TempDir,
+    fs: FsRef,
+    layout: Layout,
+    hub: Arc<HeartbeatHub>,
+    lease: Arc<MemoryLease>,
+    topics: Arc<Topics>,
+    controller: Arc<Controller>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    beats: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Starts it with `config`, its volume seen through `fs` (given the real one).
+    async fn start(config: ControllerConfig, fs: impl FnOnce(FsRef) -> FsRef) -> TestResult<Running> {
+        let volume = tempfile::tempdir()?;
+        let fs = fs(Arc::new(RealFs));
+        let layout = Layout::new(volume.path());
+        register(&fs, &layout, &[0])?;
+        let (hub, lease, topics) = (HeartbeatHub::new(), Arc::new(MemoryLease::new()), Arc::new(Topics::default()));
+        topics.0.lock().push(TopicInfo { name: "t".into(), id: TOPIC_ID, partitions: 1 });
+        let controller = Controller::new(config, fs.clone(), layout.clone(), lease.clone(), topics.clone(), hub.clone());
+        let (stop, stop_rx) = watch::channel(false);
+        let beats = beat_as_broker_0(&hub, stop_rx.clone());
+        let task = tokio::spawn(controller.clone().run(stop_rx));
+        let running = Running { _volume: volume, fs, layout, hub, lease, topics, controller, stop, task, beats };
+        running.until("t placed", |r| r.placed("t")).await?;
+        Ok(running)
+    }
+
+    fn written(&self) -> Option<Assignment> {
+        assignment::read(&*self.fs, &self.layout).ok().flatten()
+    }
+
+    fn placed(&self, topic: &str) -> bool {
+        self.written().is_some_and(|a| a.partition(topic, 0).is_some())
+    }
+
+    /// Adds topic `name` and tells the controller.
+    fn add_topic(&self, name: &str, id: u128) {
+        self.topics.0.lock().push(TopicInfo { name: name.into(), id: Uuid::from_u128(id), partitions: 1 });
+        self.controller.recompute.notify_one();
+    }
+
+    async fn until(&self, what: &str, done: impl Fn(&Running) -> bool) -> TestResult {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done(self) {
+            if Instant::now() > deadline {
+                return Err(format!("not within 20 s: {what}").into());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
+    async fn stop(self) -> TestResult {
+        let _ = self.stop.send(true);
+        self.task.await?;
+        self.beats.await?;
+        Ok(())
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_assignment_a_deposed_controller_wrote_over_this_one_s_is_written_again() -> Result<(), Box<dyn std::error::Error>> {
+async fn an_assignment_a_deposed_controller_wrote_over_this_one_s_is_written_again() -> TestResult {
     // The controller keeps the assignment it wrote and reads the file whole only when its stamp
     // changed. A deposed controller's late write (past the check-then-act in assignment::write)
     // must still be noticed: brokers refuse it, so until it is replaced they follow nothing new.
-    let tmp = tempfile::tempdir()?;
-    let fs: FsRef = Arc::new(RealFs);
-    let layout = Layout::new(tmp.path());
-    register(&fs, &layout, &[0])?;
-    let hub = HeartbeatHub::new();
-    let controller = Controller::new(controller_0(), fs.clone(), layout.clone(), Arc::new(MemoryLease::new()), Arc::new(OneTopic), hub.clone());
-    let (stop, stop_rx) = watch::channel(false);
-    let beats = beat_as_broker_0(&hub, stop_rx.clone());
-    let task = tokio::spawn(controller.run(stop_rx));
-    let written = |fs: &FsRef| assignment::read(&**fs, &layout).ok().flatten().filter(|a| a.controller_id == 0);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let ours = loop {
-        if let Some(a) = written(&fs) {
-            break a;
-        }
-        assert!(Instant::now() < deadline, "no assignment written");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let running = Running::start(controller_0(), |fs| fs).await?;
+    let ours = running.written().ok_or("no assignment")?;
     let late = Assignment { controller_epoch: ours.controller_epoch - 1, assignment_version: 99, controller_id: 5, ..ours.clone() };
-    kaas_shared::atomic_file::write_json(&*fs, &layout.assignment_file(), &late)?;
-    loop {
-        if let Some(again) = written(&fs) {
-            assert_eq!(again.controller_epoch, ours.controller_epoch);
-            assert_eq!(again.partitions, ours.partitions);
-            break;
-        }
-        assert!(Instant::now() < deadline, "the deposed controller's assignment stayed on the volume");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    kaas_shared::atomic_file::write_json(&*running.fs, &running.layout.assignment_file(), &late)?;
+    running.until("the controller's assignment back", |r| r.written().is_some_and(|a| a.controller_id == 0)).await?;
+    let again = running.written().ok_or("no assignment")?;
+    assert_eq!((again.controller_epoch, &again.partitions), (ours.controller_epoch, &ours.partitions));
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_change_is_placed_at_once_without_a_lease_write() -> TestResult {
+    // Rounds a minute apart: the new topic is placed on the notification, under the renewal of
+    // the round before — a Lease write per KafkaTopic event loaded the API server while
+    // thousands of topics were created.
+    let config = ControllerConfig { renew_interval: Duration::from_secs(60), lease_duration: Duration::from_secs(120), ..controller_0() };
+    let running = Running::start(config, |fs| fs).await?;
+    let renewed = running.lease.snapshot().ok_or("no lease")?;
+    running.add_topic("u", 8);
+    running.until("u placed on the notification", |r| r.placed("u")).await?;
+    assert_eq!(running.lease.snapshot(), Some(renewed), "the Lease was written for a topic change");
+    running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_volume_does_not_hold_up_the_renewals() -> TestResult {
+    // The recompute's write stalls in fsync for five renew deadlines (a loaded NFS server): the
+    // controller keeps renewing and keeps the role meanwhile, and places the topic once the
+    // write goes through. A round that waited for the recompute stepped down, and every broker
+    // fenced, for a slow disk.
+    let switch = kaas_shared::fs::FaultSwitch::default();
+    let faulty = switch.clone();
+    let running = Running::start(controller_0(), move |fs| kaas_shared::fs::FaultyFs::wrap(fs, faulty)).await?;
+    let role = running.hub.role();
+    let stall = LEASE * 2 / 3 * 5;
+    switch.set(kaas_shared::fs::MountFault::SlowSync(stall));
+    running.add_topic("u", 8);
+    let stalled = Instant::now();
+    // Well into the stall: the write has started, and later renewals are the loop's own.
+    tokio::time::sleep(stall / 5).await;
+    let renewed = running.lease.snapshot().ok_or("no lease")?.renew_time;
+    while stalled.elapsed() < stall * 4 / 5 {
+        assert_eq!(running.hub.role(), role, "stepped down {:?} into the stalled write", stalled.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = stop.send(true);
-    task.await?;
-    beats.await?;
-    Ok(())
+    assert!(running.lease.snapshot().ok_or("no lease")?.renew_time > renewed, "no renewal while the write stalled");
+    switch.clear();
+    running.until("u placed after the stall", |r| r.placed("u")).await?;
+    assert_eq!(running.hub.role(), role, "the role was given up and taken again over the stall");
+    running.stop().await
 }
