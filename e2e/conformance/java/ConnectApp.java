@@ -97,7 +97,14 @@ public final class ConnectApp {
 
             scenario = "worker restarted: configs and offsets kept";
             worker.destroy(); // SIGTERM: a clean stop, which commits the source's offsets
-            Conformance.check(worker.waitFor(60, TimeUnit.SECONDS), "the worker did not stop on SIGTERM");
+            if (!worker.waitFor(60, TimeUnit.SECONDS)) {
+                // What the worker waits for is the diagnosis: its threads, beside its log.
+                Path dump = work.resolve("worker-1-threads.txt");
+                Process jcmd = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "jcmd").toString(),
+                    String.valueOf(worker.pid()), "Thread.print").redirectErrorStream(true).redirectOutput(dump.toFile()).start();
+                jcmd.waitFor(30, TimeUnit.SECONDS);
+                Conformance.check(false, "the worker did not stop on SIGTERM (its threads: " + dump + ")");
+            }
             Files.writeString(source, lines(LINES, 2 * LINES), StandardOpenOption.APPEND);
             worker = start(work, props, "worker-2.log");
             final Process second = worker;

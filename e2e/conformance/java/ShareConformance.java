@@ -106,6 +106,12 @@ public final class ShareConformance {
                     && d.members().stream().noneMatch(m -> m.assignment().topicPartitions().isEmpty())
                     && d.members().stream().allMatch(m -> m.memberEpoch() == d.groupEpoch());
             }, () -> ledger.failure());
+            // A ShareFetch a consumer sent before its heartbeat brought this assignment may still
+            // wait at a leader (up to fetch.max.wait.ms, 500 ms) for the partitions it had then;
+            // records produced meanwhile could all go to A's, and B would see none (the broker
+            // does not check assignments, as in Kafka). Each consumer polls past that first: a
+            // poll takes 200 ms when nothing comes.
+            ledger.pollsPast(5, Conformance.WAIT);
             produce(topic);
             a.get(4 * Conformance.WAIT.toSeconds(), TimeUnit.SECONDS);
             b.get(4 * Conformance.WAIT.toSeconds(), TimeUnit.SECONDS);
@@ -183,6 +189,20 @@ public final class ShareConformance {
         /** The acknowledgements each consumer's AcknowledgementCommitCallback saw completed. */
         final Map<String, Integer> completed = new ConcurrentHashMap<>();
         final ConcurrentLinkedQueue<String> violations = new ConcurrentLinkedQueue<>();
+        /** How many polls each consumer has made. */
+        final Map<String, Integer> polls = new ConcurrentHashMap<>();
+
+        /** Waits until each consumer has polled `n` times more than now. */
+        void pollsPast(int n, Duration wait) throws InterruptedException {
+            Map<String, Integer> before = new HashMap<>(polls);
+            long deadline = System.nanoTime() + wait.toNanos();
+            for (String name : List.of("A", "B")) {
+                while (polls.getOrDefault(name, 0) < before.getOrDefault(name, 0) + n) {
+                    Conformance.check(System.nanoTime() < deadline, "consumer " + name + " did not poll " + n + " times: " + failure());
+                    Thread.sleep(20);
+                }
+            }
+        }
 
         String failure() {
             String v = violations.peek();
@@ -209,6 +229,7 @@ public final class ShareConformance {
                         break;
                     }
                     var records = c.poll(Duration.ofMillis(200));
+                    polls.merge(name, 1, Integer::sum);
                     for (ConsumerRecord<String, String> r : records) {
                         c.acknowledge(r, settle(name, r));
                     }
