@@ -22,7 +22,7 @@ import (
 
 // BenchmarkScaleCluster prints what many partitions cost on the scenarios' cluster (three
 // broker pods on the e2e control plane, each node on its own kaas-nfsfs mount, the operator
-// reconciling every topic): KAAS_SCALE_TOPICS (2,000) topics of KAAS_SCALE_PARTITIONS (5)
+// reconciling every topic), with the default timeouts (fence 6 s, session 10 s, Lease 15 s): KAAS_SCALE_TOPICS (2,000) topics of KAAS_SCALE_PARTITIONS (5)
 // partitions created with CreateTopics, 100 a request (each becomes a KafkaTopic the operator
 // provisions), until every partition is led; each broker's memory and descriptors then; the
 // assignment's size and the controller's recompute time; Metadata for all topics; produce
@@ -42,11 +42,12 @@ func BenchmarkScaleCluster(b *testing.B) {
 	var report []string
 	say := func(format string, args ...any) {
 		line := fmt.Sprintf(format, args...)
-		b.Log(line)
+		// Progress as it comes (go test shows a benchmark's log only at its end).
+		fmt.Fprintln(os.Stderr, line)
 		report = append(report, line)
 	}
 	say("bench-scale-cluster: %d broker pods on kaas-nfsfs, %d topics × %d partitions = %d", brokers, topics, partitions, total)
-	e := startCluster(b)
+	e := startClusterWith(b, defaultsYAML)
 	names := make([]string, topics)
 	for t := range names {
 		names[t] = fmt.Sprintf("scale-%05d", t)

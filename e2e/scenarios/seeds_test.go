@@ -33,6 +33,17 @@ var clusterYAML = kaastest.Cluster(`  timeouts: {fenceTimeoutMs: 3000, sessionTi
           topologyKey: kubernetes.io/hostname
 `)
 
+// defaultsYAML is clusterYAML with the default timeouts, Lease and housekeeping interval: a
+// user's cluster, for figures a user can expect (the short test timings are tuned for an idle
+// machine, and at thousands of partitions this 2-core machine is anything but).
+var defaultsYAML = kaastest.Cluster(`  podTemplate:
+    affinity:
+      podAntiAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+        - labelSelector: {matchLabels: {app.kubernetes.io/component: broker}}
+          topologyKey: kubernetes.io/hostname
+`)
+
 // namesWith lists the names in dir that match(name, pattern) (strings.HasPrefix/HasSuffix).
 func namesWith(dir string, match func(string, string) bool, pattern string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
@@ -138,6 +149,11 @@ func (e *seedsEnv) waitBrokersReady(timeout time.Duration) {
 // startCluster brings up kaas-nfsfs (one mount per node over one export), a 3-node control
 // plane, the operator from config/ and the 3-broker KafkaCluster, and waits until it is Ready.
 func startCluster(t testing.TB) *seedsEnv {
+	return startClusterWith(t, clusterYAML)
+}
+
+// startClusterWith is startCluster with the KafkaCluster manifest `cluster`.
+func startClusterWith(t testing.TB, cluster string) *seedsEnv {
 	root := repoRoot(t)
 	nfsBin := harness.CargoBinary(t, "KAAS_NFSFS_BIN", "kaas-nfsfs")
 
@@ -165,7 +181,7 @@ func startCluster(t testing.TB) *seedsEnv {
 	for _, crd := range []string{"kafkaclusters", "kafkatopics", "kafkaclusterassignments"} {
 		c.MustKubectl("wait", "--for=condition=Established", "crd/"+crd+".kaas.dev", "--timeout=60s")
 	}
-	c.Apply(clusterYAML)
+	c.Apply(cluster)
 	e.WaitJSONPath(4*time.Minute, ns, "kafkacluster", "kc", `.status.conditions[?(@.type=="Ready")].status`, "True")
 	e.waitBrokersReady(2 * time.Minute)
 	if got := e.JSONPath(ns, "kafkacluster", "kc", ".status.bootstrapServers"); got != bootstrap {
