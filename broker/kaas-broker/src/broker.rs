@@ -219,17 +219,19 @@ impl Broker {
     }
 
     /// Reads the KafkaUsers file again (its writer is the cluster's volume agent) and serves
-    /// what it says to SASL, the authorizer and the quotas. Blocking (file I/O).
+    /// what it says to the authorizer, the quotas and SASL, credentials last: a user logs in
+    /// only once its ACLs and quotas are served, and once it can no longer log in, its ACLs no
+    /// longer authorize its open sessions either. Blocking (file I/O).
     fn refresh_kafka_users(&self) -> std::result::Result<(), String> {
         self.kafka_users
             .refresh(|users| {
-                if let Some(credentials) = self.config.security.sasl.as_ref().and_then(|s| s.credentials.as_ref()) {
-                    credentials.serve_managed(users.credentials);
-                }
                 if let Some(authorizer) = &self.authorizer {
                     authorizer.serve_kafka_users(users.acls);
                 }
                 self.quotas.serve_kafka_users(users.quotas);
+                if let Some(credentials) = self.config.security.sasl.as_ref().and_then(|s| s.credentials.as_ref()) {
+                    credentials.serve_managed(users.credentials);
+                }
             })
             .map_err(|e| e.to_string())
     }
