@@ -193,9 +193,9 @@ impl Opened {
     }
 
     fn whole(self) -> Result<Assignment> {
+        let start = self.prefix.len();
         let mut bytes = self.prefix;
         bytes.resize(self.len, 0);
-        let start = STAMP_PREFIX.min(self.len);
         self.file.read_exact_at(&mut bytes[start..], start as u64).map_err(|e| Error::io("read", &self.path, e))?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Json { what: "assignment.json", path: self.path, source })
     }

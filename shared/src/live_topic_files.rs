@@ -54,10 +54,13 @@ impl LiveTopicFiles {
     pub fn read(&self, fs: &dyn Fs, layout: &Layout, live: &LiveSet) -> Found {
         let mut found = Found::default();
         let now = Instant::now();
+        // One caller at a time (a broker's follow loop, the controller's recompute): the files
+        // are read under the lock.
+        let mut kept_files = self.kept();
         // Names the volume listing never offers as topics: directories renamed aside ('.') and
         // the cluster's own ('__').
         for (name, topic) in live.iter().filter(|(name, _)| !name.starts_with('.') && !name.starts_with("__")) {
-            let kept = self.kept().get(name).and_then(|kept| {
+            let kept = kept_files.get(name).and_then(|kept| {
                 let fresh = Some(&kept.revision) == topic.revision.as_ref() && now.duration_since(kept.at) < REREAD_AFTER;
                 (fresh && kept.file.topic_id == topic.id).then(|| kept.file.clone())
             });
@@ -91,11 +94,11 @@ impl LiveTopicFiles {
                 }
             }
             if let Some(revision) = &topic.revision {
-                self.kept().insert(name.clone(), Kept { revision: revision.clone(), file: file.clone(), at: now });
+                kept_files.insert(name.clone(), Kept { revision: revision.clone(), file: file.clone(), at: now });
             }
             found.topics.push(file);
         }
-        self.kept().retain(|name, _| live.contains_key(name));
+        kept_files.retain(|name, _| live.contains_key(name));
         found
     }
 

@@ -218,8 +218,9 @@ impl Controller {
 
     /// Whether to recompute, on the recompute's thread: `Now`, or `IfDue` when the poll
     /// interval passed since the last one or a broker joined, left or started draining.
-    fn recompute_if(&self, want: Want, last: Instant, epoch: i64) -> bool {
-        let due = want == Want::Now || last.elapsed() >= self.config.recompute_interval || self.membership_changed();
+    fn recompute_if(&self, want: Want, last: Option<Instant>, epoch: i64) -> bool {
+        let interval_passed = last.is_none_or(|at| at.elapsed() >= self.config.recompute_interval);
+        let due = want == Want::Now || interval_passed || self.membership_changed();
         if due {
             let started = Instant::now();
             let grace = *self.grace_until.lock();
@@ -463,18 +464,12 @@ enum Want {
 
 /// The controller's recomputes, one at a time on a blocking thread; what is asked meanwhile
 /// runs when it ends.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Recomputes {
     running: Option<tokio::task::JoinHandle<bool>>,
     wanted: Option<Want>,
-    last: Instant,
-}
-
-impl Default for Recomputes {
-    fn default() -> Recomputes {
-        // Long ago: the first one is due.
-        Recomputes { running: None, wanted: None, last: Instant::now() - Duration::from_secs(3600) }
-    }
+    /// When the last one ended; `None`: none yet, so one is due.
+    last: Option<Instant>,
 }
 
 impl Recomputes {
@@ -501,7 +496,7 @@ impl Recomputes {
     async fn finished(&mut self) {
         let Some(running) = self.running.as_mut() else { return std::future::pending().await };
         if let Ok(true) = running.await {
-            self.last = Instant::now();
+            self.last = Some(Instant::now());
         }
         self.running = None;
     }
