@@ -167,6 +167,15 @@ pub const SETTINGS: &[BrokerSetting] = &[
         "KAAS_FETCH_SESSIONS_PER_CLIENT",
         at_least(0),
     ),
+    setting("fetch.zero.copy", "KAAS_FETCH_ZERO_COPY", ValueKind::Bool),
+    setting(
+        "socket.send.buffer.bytes",
+        "KAAS_SOCKET_SEND_BUFFER_BYTES",
+        ValueKind::Whole {
+            min: -1,
+            max: i32::MAX as i64,
+        },
+    ),
     setting(
         "max.incremental.fetch.session.cache.slots",
         "KAAS_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS",

@@ -29,10 +29,13 @@ use crate::broker::Broker;
 use crate::connections::{Activity, Closure, ListenerMetrics, Slot};
 use crate::frame::{FrameError, HeaderPrefix, read_frame};
 use crate::metrics::TrafficMetrics;
-use crate::router::{self, DispatchError, Encoded, Pending, RequestContext, Response};
+use crate::router::{self, DispatchError, Encoded, Part, Pending, RequestContext, Response};
 use crate::sasl::Session;
 use crate::server::ListenerRole;
 use parking_lot::Mutex;
+
+mod sink;
+use sink::{Halves, Sink};
 
 /// Requests of one connection whose responses may be outstanding at once.
 const MAX_IN_FLIGHT: usize = 64;
@@ -84,14 +87,10 @@ pub async fn serve(
     shutdown: broadcast::Receiver<()>,
     slot: Slot,
 ) {
-    let _ = stream.set_nodelay(true);
+    tune(&stream, &broker.config.connections, peer);
     // NB: the inter-broker listener has neither TLS nor SASL: what it serves is proven by the
     // cluster's key, request by request (`interbroker::from_a_broker`).
-    let tls = match role {
-        ListenerRole::Client | ListenerRole::External => broker.config.security.tls.clone(),
-        ListenerRole::InterBroker => None,
-    };
-    let Some(tls) = tls else {
+    let Some(tls) = tls_of(&broker, role) else {
         return serve_stream(broker, role, stream, peer, shutdown, slot, None).await;
     };
     // The handshake is part of reading the first request: bounded by the same deadline.
@@ -123,6 +122,31 @@ pub async fn serve(
     }
 }
 
+/// Socket options of a new connection: no Nagle delay (responses are whole frames), and
+/// `socket.send.buffer.bytes` when set.
+fn tune(stream: &TcpStream, limits: &crate::config::ConnectionLimits, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    if let Some(bytes) = limits.send_buffer_bytes
+        && let Err(e) = nix::sys::socket::setsockopt(stream, nix::sys::socket::sockopt::SndBuf, &bytes)
+    {
+        debug!(%peer, error = %e, "socket.send.buffer.bytes not applied");
+    }
+}
+
+/// The TLS a listener's connections speak, if any.
+fn tls_of(broker: &Broker, role: ListenerRole) -> Option<Arc<crate::tls::TlsReloader>> {
+    match role {
+        ListenerRole::Client | ListenerRole::External => broker.config.security.tls.clone(),
+        ListenerRole::InterBroker => None,
+    }
+}
+
+/// Whether a listener's connections are plain TCP, whose writer splices record sets from pipes
+/// into the socket (TLS encrypts in user space: its records must be read into memory anyway).
+pub(crate) fn splices(broker: &Broker, role: ListenerRole) -> bool {
+    tls_of(broker, role).is_none()
+}
+
 /// Serves a connection's byte stream (plain TCP or TLS over it); `certificate_user` is who the
 /// client's TLS certificate names.
 async fn serve_stream<S>(
@@ -134,7 +158,7 @@ async fn serve_stream<S>(
     slot: Slot,
     certificate_user: Option<Arc<str>>,
 ) where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    S: Halves,
 {
     let limits = &broker.config.connections;
     let activity = slot.activity().clone();
@@ -143,7 +167,7 @@ async fn serve_stream<S>(
         ListenerRole::InterBroker => None,
     };
     let session = Arc::new(Mutex::new(Session::for_connection(sasl, certificate_user)));
-    let (read_half, write_half) = tokio::io::split(stream);
+    let (read_half, write_half) = stream.into_halves();
     let mut reader = BufReader::with_capacity(64 * 1024, Touching { inner: read_half, activity: activity.clone() });
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
     let closed = CancellationToken::new();
@@ -325,7 +349,7 @@ struct Observers {
     traffic: TrafficMetrics,
 }
 
-async fn write_responses<W: AsyncWrite + Send + Unpin>(
+async fn write_responses<W: Sink>(
     write_half: W,
     mut rx: mpsc::Receiver<Pending>,
     peer: SocketAddr,
@@ -343,8 +367,9 @@ async fn write_responses<W: AsyncWrite + Send + Unpin>(
         let taken_at = Instant::now();
         let written = write_one(&mut out, response.as_ref().map(|r| &r.encoded), rx.is_empty(), stall).await;
         activity.request_finished();
-        if let (Ok(()), Some(response)) = (&written, &response) {
+        if let (Ok(spliced), Some(response)) = (&written, &response) {
             observers.traffic.response_written(response.api, response.ready_at, taken_at);
+            observers.traffic.spliced(*spliced);
         }
         if let Err(e) = written {
             if matches!(e, WriteError::Stalled(_)) {
@@ -364,20 +389,36 @@ async fn write_responses<W: AsyncWrite + Send + Unpin>(
 
 /// Writes one response (none for acks=0) and flushes when nothing else is queued, so
 /// pipelined answers share a syscall. Each piece must be taken within `stall`. A response that
-/// refers to its record sets instead of holding a copy goes out in vectored writes straight
-/// from them, after what was buffered before it.
-async fn write_one<W: AsyncWrite + Unpin>(out: &mut BufWriter<W>, response: Option<&Encoded>, flush: bool, stall: Duration) -> Result<(), WriteError> {
+/// refers to its record sets instead of holding a copy goes out after what was buffered before
+/// it, in vectored writes straight from them, and record sets in pipes spliced into the socket.
+/// Returns the bytes spliced.
+async fn write_one<W: Sink>(out: &mut BufWriter<W>, response: Option<&Encoded>, flush: bool, stall: Duration) -> Result<u64, WriteError> {
     let Some(response) = response else {
-        return flush_within(out, flush, stall).await;
+        return flush_within(out, flush, stall).await.map(|()| 0);
     };
     if response.is_gathered() {
         tokio::time::timeout(stall, out.flush()).await.map_err(|_| WriteError::Stalled(stall))??;
-        return write_all_vectored(out.get_mut(), &response.pieces(), stall).await;
+        let (mut run, mut spliced): (Vec<&[u8]>, u64) = (Vec::new(), 0);
+        for part in response.parts() {
+            let piped = match part {
+                Part::Shared(bytes) => kaas_storage::piped::claim(bytes)?,
+                Part::Written(_) => None,
+            };
+            let Some(mut piped) = piped else {
+                run.push(part.bytes());
+                continue;
+            };
+            write_all_vectored(out.get_mut(), &run, stall).await?;
+            run.clear();
+            out.get_mut().send_piped(&mut piped, stall).await?;
+            spliced += piped.len() as u64;
+        }
+        return write_all_vectored(out.get_mut(), &run, stall).await.map(|()| spliced);
     }
     for piece in response.to_bytes().chunks(WRITE_PIECE) {
         tokio::time::timeout(stall, out.write_all(piece)).await.map_err(|_| WriteError::Stalled(stall))??;
     }
-    flush_within(out, flush, stall).await
+    flush_within(out, flush, stall).await.map(|()| 0)
 }
 
 async fn flush_within<W: AsyncWrite + Unpin>(out: &mut W, flush: bool, stall: Duration) -> Result<(), WriteError> {
@@ -464,6 +505,25 @@ mod tests {
         }
         assert!(on(ListenerRole::InterBroker, ApiKey::ApiVersions, 0).await.is_ok(), "ApiVersions is served");
         assert!(on(ListenerRole::Client, ApiKey::Metadata, 1).await.is_ok(), "the client listener serves Metadata");
+    }
+
+    /// `socket.send.buffer.bytes` (Kafka's 100 KiB by default) reaches the socket (Linux reports
+    /// twice what was set: it counts its bookkeeping in the buffer); unset leaves the kernel's.
+    #[tokio::test]
+    async fn the_send_buffer_is_what_the_limits_say() -> Result<(), Box<dyn std::error::Error>> {
+        use nix::sys::socket::{getsockopt, sockopt::SndBuf};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let _client = TcpStream::connect(addr).await?;
+        let (plain, _) = listener.accept().await?;
+        let before = getsockopt(&plain, SndBuf)?;
+        let unset = crate::config::ConnectionLimits { send_buffer_bytes: None, ..Default::default() };
+        tune(&plain, &unset, addr);
+        assert_eq!(getsockopt(&plain, SndBuf)?, before, "unset: the kernel's size");
+        tune(&plain, &crate::config::ConnectionLimits::default(), addr);
+        assert_eq!(getsockopt(&plain, SndBuf)?, 2 * 102_400);
+        assert!(plain.nodelay()?);
+        Ok(())
     }
 
     /// A gathered response goes out whole and in order behind what was buffered before it,

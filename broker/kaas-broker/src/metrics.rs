@@ -98,6 +98,7 @@ pub struct TrafficMetrics {
     totals: [Counter; 3],
     /// Segments retention (or DeleteRecords) unlinked, and their bytes.
     retention: [Counter; 2],
+    spliced: Counter,
 }
 
 impl Default for TrafficMetrics {
@@ -118,6 +119,7 @@ impl Default for TrafficMetrics {
             topics_seen: Default::default(),
             totals: Default::default(),
             retention: Default::default(),
+            spliced: Counter::default(),
         }
     }
 }
@@ -159,6 +161,18 @@ impl TrafficMetrics {
             segments.clone(),
         );
         registry.register("retention_deleted_bytes", "Bytes of the segments housekeeping unlinked", bytes.clone());
+        registry.register(
+            "fetch_spliced_bytes",
+            "Record bytes sent from the page cache to sockets by splice, never copied through the broker (fetch.zero.copy)",
+            self.spliced.clone(),
+        );
+    }
+
+    /// Counts record bytes a writer spliced into a socket.
+    pub fn spliced(&self, bytes: u64) {
+        if bytes > 0 {
+            self.spliced.inc_by(bytes);
+        }
     }
 
     /// Counts what a housekeeping round unlinked.

@@ -105,9 +105,24 @@ impl Encoded {
         !self.shared.is_empty()
     }
 
+    /// The frame's parts in order, none empty.
+    pub fn parts(&self) -> Vec<Part<'_>> {
+        let mut parts = Vec::with_capacity(2 * self.shared.len() + 1);
+        let mut from = 0;
+        for (at, bytes) in &self.shared {
+            let at = (*at).clamp(from, self.written.len());
+            parts.push(Part::Written(&self.written[from..at]));
+            parts.push(Part::Shared(bytes));
+            from = at;
+        }
+        parts.push(Part::Written(&self.written[from..]));
+        parts.retain(|p| !p.bytes().is_empty());
+        parts
+    }
+
     /// The frame's pieces in order.
     pub fn pieces(&self) -> Vec<&[u8]> {
-        kafka_protocol::protocol::buf::gather_pieces(&self.written, &self.shared)
+        self.parts().into_iter().map(Part::bytes).collect()
     }
 
     /// The frame as one contiguous buffer (a copy when it is gathered).
@@ -115,6 +130,25 @@ impl Encoded {
         match self.shared.is_empty() {
             true => self.written.clone(),
             false => Bytes::from(self.pieces().concat()),
+        }
+    }
+}
+
+/// A part of an encoded frame.
+#[derive(Debug, Clone, Copy)]
+pub enum Part<'a> {
+    /// Bytes encoded into the frame's own buffer.
+    Written(&'a [u8]),
+    /// A large `bytes` field (a record set) kept by reference: possibly a stand-in for records
+    /// in pipes ([`kaas_storage::piped`]), which only the connection's writer may send.
+    Shared(&'a Bytes),
+}
+
+impl<'a> Part<'a> {
+    pub fn bytes(self) -> &'a [u8] {
+        match self {
+            Part::Written(b) => b,
+            Part::Shared(b) => b,
         }
     }
 }

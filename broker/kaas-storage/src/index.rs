@@ -149,6 +149,17 @@ impl OffsetIndex {
         self.0.len().checked_sub(1).map(|i| self.get(i))
     }
 
+    /// The last entry with a relative offset below `below` and a position in `(after, upto]`:
+    /// where a reader that must find the last whole batch before `upto` can start reading
+    /// headers. (Offsets and positions grow together, so both bounds cut the same prefix.)
+    pub(crate) fn last_within(&self, below: u32, after: u64, upto: u64) -> Option<(u32, u32)> {
+        let by_offset = self.0.partition_point(|e| u32_at(e, 0) < below);
+        let by_position = self.0.partition_point(|e| u64::from(u32_at(e, 4)) <= upto);
+        let i = by_offset.min(by_position).checked_sub(1)?;
+        let entry = self.get(i);
+        (u64::from(entry.1) > after).then_some(entry)
+    }
+
     pub(crate) fn freeze(&mut self) -> Bytes {
         self.0.freeze()
     }

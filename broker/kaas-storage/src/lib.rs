@@ -22,6 +22,7 @@ mod index;
 mod manifest;
 mod mmap;
 mod partition;
+pub mod piped;
 mod producer_snapshot;
 mod producer_state;
 mod scan;

@@ -33,6 +33,11 @@ pub(crate) struct FetchFlags {
     /// Fetch sessions one client address may hold at once (kaas-specific).
     #[arg(long, env = "KAAS_FETCH_SESSIONS_PER_CLIENT", default_value_t = 100)]
     fetch_sessions_per_client: usize,
+    /// Send fetched record sets of 64 KiB and more from the page cache to plain-TCP sockets by
+    /// splice, with no copy through the broker, as Kafka's sendfile does (kaas-specific; TLS
+    /// connections always copy). False: read them into memory and write them.
+    #[arg(long, env = "KAAS_FETCH_ZERO_COPY", default_value_t = true, action = clap::ArgAction::Set)]
+    fetch_zero_copy: bool,
 }
 
 impl FetchFlags {
@@ -46,6 +51,7 @@ impl FetchFlags {
                 per_client: self.fetch_sessions_per_client,
                 max_partitions: self.fetch_max_partitions,
             },
+            zero_copy: self.fetch_zero_copy,
         }
     }
 }

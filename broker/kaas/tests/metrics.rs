@@ -6,17 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Kaas, TestResult};
+use common::{Kaas, TestResult, series};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
-
-/// The value of one series: `name{labels...}` exactly, in the order given.
-fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let rendered: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-    let prefix = if labels.is_empty() { format!("{name} ") } else { format!("{name}{{{}}} ", rendered.join(",")) };
-    text.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.trim().parse().ok())
-}
 
 fn commit(kaas: &Kaas, group: &str, topic: &str, offset: i64) -> TestResult {
     let consumer: BaseConsumer = kaas.config().set("group.id", group).set("enable.auto.commit", "false").create()?;

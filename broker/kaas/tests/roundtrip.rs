@@ -4,7 +4,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Kaas, TestResult, payload};
+use common::{Kaas, TestResult, payload, series};
 use rdkafka::Timestamp;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
@@ -167,5 +167,55 @@ async fn acks_zero_records_become_visible_without_a_later_produce() -> TestResul
     let read = kaas.consume("fire-and-forget", 0, Offset::Beginning, 20)?;
     let values: Vec<String> = read.iter().map(|m| String::from_utf8_lossy(&payload(m)).into_owned()).collect();
     assert_eq!(values, (0..20).map(|i| format!("v{i}")).collect::<Vec<_>>());
+    Ok(())
+}
+
+/// Record sets of 64 KiB and more go from the segment to the socket by splice
+/// (`kaas_storage::piped`): a consumer reading batches of many sizes gets every payload byte
+/// for byte, and the broker counts the bytes it spliced; with `--fetch-zero-copy false` the
+/// same read is copied and nothing is spliced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_record_sets_are_spliced_byte_for_byte_and_copied_when_zero_copy_is_off() -> TestResult {
+    // Payloads from 10 B to 200 KiB, each byte telling its record and position apart.
+    let payload_of = |i: usize| -> Vec<u8> {
+        let len = [10, 3_000, 70_000, 200_000, 900, 40_000][i % 6] + i;
+        (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+    };
+    const RECORDS: usize = 120;
+    for zero_copy in [true, false] {
+        let kaas = Kaas::start_with(&["--fetch-zero-copy", &zero_copy.to_string()])?;
+        kaas.create_topic("piped", 1, &[]).await?;
+        // Lingering producers make batches of several records, some well over 64 KiB.
+        let producer = kaas.producer(&[("acks", "all"), ("linger.ms", "20")])?;
+        let sends = (0..RECORDS).map(|i| {
+            let payload = payload_of(i);
+            let producer = producer.clone();
+            async move {
+                producer
+                    .send(FutureRecord::<(), [u8]>::to("piped").partition(0).payload(&payload), Duration::from_secs(30))
+                    .await
+                    .map_err(|(e, _)| e)
+            }
+        });
+        for sent in futures::future::join_all(sends).await {
+            sent?;
+        }
+        let got = kaas.consume("piped", 0, Offset::Beginning, RECORDS)?;
+        let mut offsets: Vec<i64> = got.iter().map(Message::offset).collect();
+        offsets.dedup();
+        assert_eq!(offsets, (0..RECORDS as i64).collect::<Vec<_>>(), "every record once, in order");
+        let mut payloads: Vec<Vec<u8>> = got.iter().map(payload).collect();
+        let mut want: Vec<Vec<u8>> = (0..RECORDS).map(payload_of).collect();
+        // NB: concurrent sends may be appended in any order; each payload is unique.
+        payloads.sort();
+        want.sort();
+        assert!(payloads == want, "zero copy {zero_copy}: the payloads read are not the ones produced");
+        let spliced = series(&kaas.metrics()?, "kaas_fetch_spliced_bytes_total", &[]).ok_or("no kaas_fetch_spliced_bytes_total")?;
+        let produced: usize = want.iter().map(Vec::len).sum();
+        match zero_copy {
+            true => assert!(spliced >= produced as f64 / 2.0, "{spliced} bytes spliced of {produced} read"),
+            false => assert_eq!(spliced, 0.0, "nothing spliced with zero copy off"),
+        }
+    }
     Ok(())
 }

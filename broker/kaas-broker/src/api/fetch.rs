@@ -43,6 +43,9 @@ pub struct FetchConfig {
     pub max_wait: Duration,
     /// The session cache, and the partitions one request (or session) may name.
     pub sessions: SessionLimits,
+    /// kaas-specific: send record sets of plain-TCP fetches from the page cache to the socket
+    /// by splice instead of copying them through the broker (see `kaas_storage::piped`).
+    pub zero_copy: bool,
 }
 
 impl Default for FetchConfig {
@@ -50,7 +53,7 @@ impl Default for FetchConfig {
     /// `request.timeout.ms`: a client waits no longer for any answer, so a longer long poll
     /// only holds memory for a request its client has given up on.
     fn default() -> FetchConfig {
-        FetchConfig { max_bytes: 57_671_680, max_wait: Duration::from_secs(30), sessions: SessionLimits::default() }
+        FetchConfig { max_bytes: 57_671_680, max_wait: Duration::from_secs(30), sessions: SessionLimits::default(), zero_copy: true }
     }
 }
 
@@ -138,6 +141,8 @@ struct Limits {
     read_committed: bool,
     /// Whether reads touch files (not the in-memory engine) and belong on blocking threads.
     blocking: bool,
+    /// Whether large record sets may come in pipes (the connection's writer splices them).
+    piped: bool,
 }
 
 pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FetchRequest) -> Reply<FetchResponse> {
@@ -155,7 +160,7 @@ pub async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: FetchRe
         Err(error) => return Reply::Now(FetchResponse::default().with_error_code(error.code())),
     };
     let targets: Arc<[Target]> = serve.into_iter().map(|(key, position)| resolve(broker, ctx, key, position, by_id)).collect();
-    let mut limits = limits(broker, &request);
+    let mut limits = limits(broker, ctx, &request);
     let quota = QuotaSubject::of(ctx);
     if let Some(most) = quota.max_in_window(broker, QuotaKey::ConsumerByteRate) {
         // Kafka's bound too: one answer never carries more than the quota's whole window.
@@ -234,7 +239,7 @@ fn legal_topic_name(name: &str) -> bool {
     name.len() <= 249 && crate::topics::validate_topic_name(name).is_ok()
 }
 
-fn limits(broker: &Broker, request: &FetchRequest) -> Limits {
+fn limits(broker: &Broker, ctx: &RequestContext, request: &FetchRequest) -> Limits {
     let config = &broker.config.fetch;
     let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0)).min(config.max_wait);
     Limits {
@@ -243,6 +248,7 @@ fn limits(broker: &Broker, request: &FetchRequest) -> Limits {
         max_bytes: usize::try_from(request.max_bytes).unwrap_or(0).min(config.max_bytes),
         read_committed: request.isolation_level == 1,
         blocking: !matches!(broker.config.storage, StorageMode::InMemory),
+        piped: broker.config.fetch.zero_copy && crate::connection::splices(broker, ctx.listener),
     }
 }
 
@@ -377,7 +383,7 @@ fn read_all(targets: &[Target], limits: &Limits) -> Vec<Found> {
     targets
         .iter()
         .map(|t| {
-            let found = read_one(t, limits.read_committed, budget, total == 0);
+            let found = read_one(t, limits, budget, total == 0);
             total += found.records.len();
             budget = budget.saturating_sub(found.records.len());
             found
@@ -388,7 +394,8 @@ fn read_all(targets: &[Target], limits: &Limits) -> Vec<Found> {
 /// Reads one partition within `budget`. KIP-74: until some partition returned data (`first`),
 /// a batch larger than the limits is still returned whole, so a consumer always progresses;
 /// after that the response budget is strict.
-fn read_one(target: &Target, committed: bool, budget: usize, first: bool) -> Found {
+fn read_one(target: &Target, limits: &Limits, budget: usize, first: bool) -> Found {
+    let (committed, piped) = (limits.read_committed, limits.piped);
     let partition = match &target.partition {
         Ok(p) => p,
         Err(e) => return Found::failed(*e),
@@ -397,7 +404,7 @@ fn read_one(target: &Target, committed: bool, budget: usize, first: bool) -> Fou
         return Found::empty(state_of(partition));
     }
     let partition_max = usize::try_from(target.position.max_bytes).unwrap_or(0);
-    let bound = ReadBound { max_bytes: partition_max.min(budget), first_batch_whole: first };
+    let bound = ReadBound { max_bytes: partition_max.min(budget), first_batch_whole: first, piped };
     match partition.read_bounded(target.position.fetch_offset, bound, committed) {
         Ok(read) => {
             let state = LastSent { high_watermark: read.high_watermark, last_stable_offset: read.last_stable_offset, log_start_offset: read.log_start_offset };

@@ -146,7 +146,7 @@ pub async fn deliver(log: &SharePartitionLog, partition: &Arc<Partition>, group:
     if from >= limit {
         return Ok(Delivered::default());
     }
-    let read_bound = ReadBound { max_bytes: bound.max_bytes, first_batch_whole: bound.first };
+    let read_bound = ReadBound { max_bytes: bound.max_bytes, first_batch_whole: bound.first, piped: false };
     let read = if bound.blocking {
         let p = partition.clone();
         tokio::task::spawn_blocking(move || p.read_bounded(from, read_bound, committed)).await.map_err(|_| ResponseError::UnknownServerError)?

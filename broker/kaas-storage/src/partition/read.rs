@@ -9,7 +9,7 @@ use kaas_shared::fs::File;
 use super::takeover::relative;
 use super::{Partition, State};
 use crate::batch::{self, BatchHeader};
-use crate::buffers;
+use crate::{buffers, piped};
 use crate::scan::{SMALL_CHUNK, Scanner, Step};
 use crate::txn_index::AbortedTxn;
 use crate::{Error, Result};
@@ -41,12 +41,19 @@ pub struct ReadBound {
     /// bigger batch (a corrupt length, or a topic whose limit was lowered below its data) is
     /// refused with [`Error::RecordTooLarge`] rather than loaded whatever its size.
     pub first_batch_whole: bool,
+    /// Hand record sets of [`piped::MIN_PIPED`] bytes or more over in pipes rather than copied
+    /// (see [`crate::piped`]): `records` is then a stand-in whose bytes are not the records,
+    /// for a caller that passes them to the socket untouched. Copied where splicing is not
+    /// possible.
+    pub piped: bool,
 }
 
 /// Where in one segment a read looks, captured under the lock and executed outside it.
 #[derive(Debug)]
 struct Window {
     file: Arc<dyn File>,
+    /// The segment's base offset (which segment this is, once the lock is let go).
+    base_offset: i64,
     /// A position at or before the wanted batch (from the sparse index; 0 if none).
     hint: u64,
     /// The offset the hint was looked up for: the batch at the hint must not start after it.
@@ -106,6 +113,7 @@ impl ReadBound {
         ReadBound {
             max_bytes,
             first_batch_whole: true,
+            piped: false,
         }
     }
 }
@@ -180,6 +188,16 @@ impl Partition {
             }
             let available = usize::try_from(window.limit - pos).unwrap_or(usize::MAX);
             let len = available.min(max_bytes).max(first.size);
+            if limit.piped
+                && len >= piped::MIN_PIPED
+                && let Some((records, next_offset)) = self.read_piped(&window, pos, len, bound)?
+            {
+                return Ok(ReadOutcome {
+                    records,
+                    aborted_transactions: self.aborted_if(committed, fetch_offset, next_offset),
+                    ..outcome
+                });
+            }
             // NB: a pooled buffer, not a fresh one: fetches of up to a MiB per partition
             // otherwise fault in (and zero) every page of every read (see `buffers`).
             let mut buf = buffers::pool().take(len);
@@ -191,20 +209,57 @@ impl Partition {
                 .read_exact_at(&mut buf[..len], pos)
                 .map_err(|e| Error::io("read", "segment", e))?;
             let (end, next_offset) = whole_batches_below(&buf[..len], bound);
-            let aborted_transactions = if committed {
-                self.lock()
-                    .producers
-                    .txns
-                    .aborted_between(fetch_offset, next_offset)
-            } else {
-                Vec::new()
-            };
             return Ok(ReadOutcome {
                 records: buffers::freeze(buf, end),
-                aborted_transactions,
+                aborted_transactions: self.aborted_if(committed, fetch_offset, next_offset),
                 ..outcome
             });
         }
+    }
+
+    /// read_committed: the aborted transactions overlapping `[from, to)`.
+    fn aborted_if(&self, committed: bool, from: i64, to: i64) -> Vec<AbortedTxn> {
+        match committed {
+            true => self.lock().producers.txns.aborted_between(from, to),
+            false => Vec::new(),
+        }
+    }
+
+    /// The whole batches below `bound` in `[pos, pos + len)` of the window, spliced into pipes
+    /// (see [`crate::piped`]), and the offset after the last. Finds where the batches end from
+    /// their headers alone: from the last offset-index entry in the range (verified against the
+    /// header found there), a header read per batch after it. `None` when the file cannot be
+    /// spliced or the pipes are at their bound: the caller copies.
+    fn read_piped(&self, window: &Window, pos: u64, len: usize, bound: i64) -> Result<Option<(Bytes, i64)>> {
+        let Some(file) = window.file.as_std() else {
+            return Ok(None);
+        };
+        let stop = pos + len as u64;
+        let skip_to = {
+            let st = self.lock();
+            st.segments
+                .binary_search_by_key(&window.base_offset, |s| s.base_offset)
+                .ok()
+                .and_then(|i| st.segments[i].index.as_ref())
+                .and_then(|ix| ix.last_within(relative(window.base_offset, bound), pos, stop))
+        };
+        let read = |e| Error::io("read", "segment", e);
+        let mut found = skip_to
+            .map(|(rel, at)| headers_below(window, u64::from(at), stop, bound, Some(window.base_offset + i64::from(rel))))
+            .transpose()
+            .map_err(read)?
+            .flatten();
+        if found.is_none() {
+            found = headers_below(window, pos, stop, bound, None).map_err(read)?;
+        }
+        let Some((end, next_offset)) = found.filter(|&(end, _)| end > pos) else {
+            return Ok(None);
+        };
+        let len = usize::try_from(end - pos).unwrap_or(usize::MAX);
+        let Some(piped) = piped::Piped::fill(file, pos, len) else {
+            return Ok(None);
+        };
+        Ok(piped.into_stand_in().ok().map(|records| (records, next_offset)))
     }
 
     /// The (offset, timestamp) of the first record with a timestamp `>= target`, below the
@@ -346,6 +401,7 @@ impl Partition {
         let file = seg.file.clone().ok_or(Error::NotLeader)?;
         Ok(Window {
             file,
+            base_offset: seg.base_offset,
             hint: hint.min(seg.readable()),
             anchor: offset,
             limit: seg.readable(),
@@ -362,6 +418,44 @@ fn find_timestamp(window: &Window, log_start: i64, target: i64) -> Result<Option
     let batch = window.read_at(pos, header.size)?;
     Ok(batch::first_record_at_or_after(&header, &batch, target)
         .map(|(o, ts)| (o.max(log_start), ts)))
+}
+
+/// Batch headers a piped read reads at most to find where its whole batches end (one small
+/// read each; from the last offset-index entry in range there are a few dozen at most with
+/// the default `index.interval.bytes`).
+const MAX_HEADER_HOPS: usize = 256;
+
+/// Scans batch headers from `start` (a batch boundary in the window) while whole batches end by `stop` and
+/// start below `bound`: the position after the last and the offset after it. With `expect`,
+/// the batch at `start` must begin at that offset (an index entry is a hint) or `None` is
+/// returned, and it is the offset after the batches before `start`. `None` too after
+/// [`MAX_HEADER_HOPS`] batches: so many small batches are cheaper to copy than to hop over.
+fn headers_below(window: &Window, start: u64, stop: u64, bound: i64, expect: Option<i64>) -> std::io::Result<Option<(u64, i64)>> {
+    // NB: scanned up to the window's end, not `stop`: the batch that crosses `stop` is read
+    // too (its header tells that it does, and at an index entry whether the entry holds).
+    let mut scan = Scanner::new(&*window.file, start, window.limit, false, batch::HEADER_LEN);
+    let (mut end, mut next) = (start, expect.unwrap_or(i64::MIN));
+    let mut first = true;
+    let mut hops = 0;
+    while let Step::Batch { pos, header } = scan.next_step()? {
+        if first && expect.is_some_and(|o| o != header.base_offset) {
+            return Ok(None);
+        }
+        first = false;
+        hops += 1;
+        if hops > MAX_HEADER_HOPS {
+            return Ok(None);
+        }
+        if header.base_offset >= bound || pos + header.size as u64 > stop {
+            break;
+        }
+        end = pos + header.size as u64;
+        next = header.last_offset() + 1;
+    }
+    if expect.is_some() && first {
+        return Ok(None);
+    }
+    Ok(Some((end, next)))
 }
 
 /// The length of the prefix of `buf` made of whole batches that start below `bound`, and the

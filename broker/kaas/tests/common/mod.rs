@@ -232,6 +232,13 @@ impl Drop for Kaas {
     }
 }
 
+/// The value of one `/metrics` series: `name{labels...}` exactly, in the order given.
+pub fn series(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let rendered: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    let prefix = if labels.is_empty() { format!("{name} ") } else { format!("{name}{{{}}} ", rendered.join(",")) };
+    text.lines().find_map(|line| line.strip_prefix(&prefix)).and_then(|value| value.trim().parse().ok())
+}
+
 /// The payload of a message as a Vec (empty for a null payload).
 pub fn payload(m: &OwnedMessage) -> Vec<u8> {
     m.payload().map(<[u8]>::to_vec).unwrap_or_default()
