@@ -6,7 +6,7 @@ export KAAS_CACHE
 export PYTHON := $(KAAS_CACHE)/venv/bin/python3
 CARGO ?= cargo
 
-.PHONY: run test deps dev-build build bench bench-cleaner bench-scale chaos fuzz franzgo-kgo check-fmt clippy clean-data
+.PHONY: run test deps dev-build build bench bench-cleaner bench-zero-copy bench-scale chaos fuzz franzgo-kgo check-fmt clippy clean-data
 
 # One build of the whole workspace, every target, in the dev profile. Everything `make test`
 # runs uses it: the cargo tests, the e2e and operator binaries, crdgen, and the broker the
@@ -54,6 +54,11 @@ bench: deps build
 	scripts/bench.sh
 	$(MAKE) bench-cleaner
 	$(MAKE) bench-failover
+
+## Fetch with and without `--fetch-zero-copy` (scripts/bench-zero-copy.sh): consumer rate and
+## broker CPU for the same records, rounds alternating. About 2 minutes after the release build.
+bench-zero-copy: build
+	scripts/bench-zero-copy.sh $(BENCH_ZERO_COPY_ARGS)
 
 ## The log cleaner's rate (broker/kaas-storage/tests/cleaner_bench.rs): one pass over 256 MB of
 ## a compacted partition on a local disk, per key space and codec, with the memory it took.
