@@ -14,9 +14,10 @@
 //! stand-in, gets the pipes to send in its place. Anything that *reads* a stand-in sees zeros,
 //! so only a path that hands the records to the socket untouched may ask for one.
 //!
-//! Bounded: at most [`IN_FLIGHT_MAX_BYTES`] of record sets are held in pipes at once (each pipe
-//! is two descriptors and up to a MiB of pinned pages); past that, and wherever splicing is not
-//! possible (the in-memory filesystem, a file system without splice), the read copies as before.
+//! Bounded: at most [`IN_FLIGHT_MAX_BYTES`] of record sets are held in pipes at once, in at most
+//! [`PIPES_MAX`] pipes (each two descriptors and up to a MiB of pinned pages); past either, and
+//! wherever splicing is not possible (the in-memory filesystem, a file system without splice),
+//! the read copies as before.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -38,14 +39,23 @@ pub const IN_FLIGHT_MAX_BYTES: usize = 64 * 1024 * 1024;
 const PIPE_CAPACITY: i32 = 1 << 20;
 /// Pipes kept for reuse once emptied.
 const IDLE_PIPES_MAX: usize = 64;
+/// Pipes open at once, idle ones included (two descriptors each): small record sets could
+/// otherwise take thousands within the byte bound.
+pub const PIPES_MAX: usize = 256;
 
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static PIPES: AtomicUsize = AtomicUsize::new(0);
 static IDLE: Mutex<Vec<Pipe>> = parking_lot::const_mutex(Vec::new());
 static STAND_INS: Mutex<BTreeMap<usize, Piped>> = parking_lot::const_mutex(BTreeMap::new());
 
 /// Bytes of record sets now held in pipes (for tests and metrics).
 pub fn in_flight_bytes() -> usize {
     IN_FLIGHT.load(Ordering::Relaxed)
+}
+
+/// Pipes open now, idle ones included.
+pub fn open_pipes() -> usize {
+    PIPES.load(Ordering::Relaxed)
 }
 
 #[derive(Debug)]
@@ -61,9 +71,19 @@ impl Pipe {
         if let Some(pipe) = IDLE.lock().pop() {
             return Ok(pipe);
         }
+        if PIPES.fetch_add(1, Ordering::Relaxed) >= PIPES_MAX {
+            PIPES.fetch_sub(1, Ordering::Relaxed);
+            return Err(io::Error::other("pipes at their bound"));
+        }
         // NB: non-blocking on both ends: filling stops when the pipe is full instead of
         // waiting for a reader, and draining into a full socket returns instead of parking.
-        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        let (read, write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK) {
+            Ok(ends) => ends,
+            Err(e) => {
+                PIPES.fetch_sub(1, Ordering::Relaxed);
+                return Err(e.into());
+            }
+        };
         // A smaller pipe still works, in more pieces.
         let _ = fcntl(&write, FcntlArg::F_SETPIPE_SZ(PIPE_CAPACITY));
         Ok(Pipe { read, write, holds: 0 })
@@ -190,6 +210,12 @@ impl Piped {
         let key = zeros.as_ptr() as usize;
         STAND_INS.lock().insert(key, self);
         Ok(Bytes::from_owner(StandIn { zeros, key }))
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        PIPES.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -18,10 +18,12 @@ fn drained(piped: &mut Piped) -> Vec<u8> {
     out
 }
 
-// NB: the tests share the process-wide bound; each asserts only on what it holds itself.
+// NB: the tests share the process-wide bounds: each holds this while it runs.
+static SERIAL: parking_lot::Mutex<()> = parking_lot::const_mutex(());
 
 #[test]
 fn a_set_larger_than_one_pipe_is_spliced_into_several_in_order() {
+    let _serial = SERIAL.lock();
     let f = file_of(3 << 20);
     let (pos, len) = (4097u64, (2 << 20) + 12_345);
     let mut piped = Piped::fill(&f, pos, len).unwrap();
@@ -33,12 +35,14 @@ fn a_set_larger_than_one_pipe_is_spliced_into_several_in_order() {
 
 #[test]
 fn a_set_past_the_end_of_its_file_is_not_piped() {
+    let _serial = SERIAL.lock();
     let f = file_of(100_000);
     assert!(Piped::fill(&f, 90_000, 20_000).is_none(), "the file ends 10,000 bytes early");
 }
 
 #[test]
 fn only_the_whole_stand_in_is_claimed_and_an_unclaimed_one_gives_its_pipes_back() {
+    let _serial = SERIAL.lock();
     let f = file_of(200_000);
     let stand_in = Piped::fill(&f, 0, 150_000).unwrap().into_stand_in().unwrap();
     assert_eq!(stand_in.len(), 150_000);
@@ -58,6 +62,7 @@ fn only_the_whole_stand_in_is_claimed_and_an_unclaimed_one_gives_its_pipes_back(
 
 #[test]
 fn past_the_in_flight_bound_a_read_is_copied() {
+    let _serial = SERIAL.lock();
     let f = file_of(1 << 20);
     // Hold the bound's worth in one reservation, as if other responses were in flight.
     let hog = Piped { pipes: Vec::new(), len: IN_FLIGHT_MAX_BYTES, left: 0 };
@@ -65,4 +70,18 @@ fn past_the_in_flight_bound_a_read_is_copied() {
     assert!(Piped::fill(&f, 0, MIN_PIPED).is_none());
     drop(hog);
     assert!(Piped::fill(&f, 0, MIN_PIPED).is_some());
+}
+
+#[test]
+fn past_the_pipe_bound_a_read_is_copied() {
+    let _serial = SERIAL.lock();
+    let f = file_of(1 << 20);
+    IDLE.lock().clear(); // no idle pipe to reuse: the read must open one
+    // Stand in for the pipes other responses hold.
+    PIPES.fetch_add(PIPES_MAX, Ordering::Relaxed);
+    let refused = Piped::fill(&f, 0, MIN_PIPED);
+    PIPES.fetch_sub(PIPES_MAX, Ordering::Relaxed);
+    assert!(refused.is_none(), "no new pipe past the bound");
+    drop(refused);
+    assert!(Piped::fill(&f, 0, MIN_PIPED).is_some(), "below it, one is opened");
 }
