@@ -42,6 +42,13 @@ public final class ConnectApp {
     static final int LINES = 100;
 
     static String bootstrap;
+    static {
+        // The pool keeps REST connections open for 20 minutes by default. A worker stopping on
+        // SIGTERM was seen waiting in Jetty's shutdown (RestServer.stop → Server.join) against
+        // Apache Kafka as well; idle keep-alive connections are the suspect, so they close after
+        // a second here and the worker is stopped only once they have.
+        System.setProperty("jdk.httpclient.keepalive.timeout", "1");
+    }
     static final HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(5)).build();
 
     public static void main(String[] args) throws Exception {
@@ -96,6 +103,7 @@ public final class ConnectApp {
             Apps.result(scenario, "");
 
             scenario = "worker restarted: configs and offsets kept";
+            Thread.sleep(2000); // the REST client's idle connections close (see the pool above)
             worker.destroy(); // SIGTERM: a clean stop, which commits the source's offsets
             if (!worker.waitFor(60, TimeUnit.SECONDS)) {
                 // What the worker waits for is the diagnosis: its threads, beside its log.
