@@ -415,10 +415,16 @@ async fn write_one<W: Sink>(out: &mut BufWriter<W>, response: Option<&Encoded>, 
         }
         return write_all_vectored(out.get_mut(), &run, stall).await.map(|()| spliced);
     }
-    for piece in response.to_bytes().chunks(WRITE_PIECE) {
+    write_in_pieces(out, &response.to_bytes(), stall).await?;
+    flush_within(out, flush, stall).await.map(|()| 0)
+}
+
+/// Writes `bytes` in [`WRITE_PIECE`]s, each taken within `stall`.
+async fn write_in_pieces<W: AsyncWrite + Unpin>(out: &mut W, bytes: &[u8], stall: Duration) -> Result<(), WriteError> {
+    for piece in bytes.chunks(WRITE_PIECE) {
         tokio::time::timeout(stall, out.write_all(piece)).await.map_err(|_| WriteError::Stalled(stall))??;
     }
-    flush_within(out, flush, stall).await.map(|()| 0)
+    Ok(())
 }
 
 async fn flush_within<W: AsyncWrite + Unpin>(out: &mut W, flush: bool, stall: Duration) -> Result<(), WriteError> {

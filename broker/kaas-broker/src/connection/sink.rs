@@ -8,7 +8,7 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 
 use kaas_storage::piped::Piped;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
@@ -74,8 +74,5 @@ impl Sink for DuplexStream {
 async fn write_drained<W: AsyncWrite + Send + Unpin>(out: &mut W, piped: &mut Piped, stall: Duration) -> Result<(), WriteError> {
     let mut bytes = Vec::with_capacity(piped.len());
     piped.drain_into(&mut bytes)?;
-    for piece in bytes.chunks(super::WRITE_PIECE) {
-        tokio::time::timeout(stall, out.write_all(piece)).await.map_err(|_| WriteError::Stalled(stall))??;
-    }
-    Ok(())
+    super::write_in_pieces(out, &bytes, stall).await
 }
