@@ -70,6 +70,9 @@ impl Response {
 /// Record sets of at least this size are sent from the bytes the read returned, not copied
 /// into the response: below it, a separate piece of the write costs more than the copy.
 pub const SHARED_RECORDS_MIN: usize = 16 * 1024;
+// A piped record set is a stand-in whose bytes are zeros (kaas_storage::piped): the encoder must
+// keep every one by reference, never copy it into the frame.
+const _: () = assert!(SHARED_RECORDS_MIN <= kaas_storage::piped::MIN_PIPED);
 
 /// An encoded response frame: the bytes the encoder wrote, and the record sets it kept by
 /// reference (each with its position in those bytes), in order.
