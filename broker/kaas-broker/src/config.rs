@@ -221,10 +221,9 @@ pub struct ConnectionLimits {
     /// is unlimited (Kafka's default).
     pub max_connection_creation_rate: Option<u32>,
     /// `socket.send.buffer.bytes`: each client connection's SO_SNDBUF; `None` leaves it to the
-    /// kernel's autotuning (Kafka's -1; the default). With zero-copy fetch, Kafka's 100 KiB:
-    /// with the kernel's autotuned megabytes a loopback consumer's receive path ran in the
-    /// broker's softirq and cost it more than the copies zero copy saves (README, "Where the
-    /// time goes").
+    /// kernel's autotuning (Kafka's -1). Kafka's default, 100 KiB: with the kernel's autotuned
+    /// megabytes, a loopback consumer's receive path ran in the broker's softirq and cost it
+    /// more than the copies zero-copy fetch saves (README, "Where the time goes").
     pub send_buffer_bytes: Option<usize>,
 }
 
@@ -249,7 +248,7 @@ impl Default for ConnectionLimits {
             max_connections_per_ip: 1_000,
             max_connections_per_ip_overrides: HashMap::new(),
             max_connection_creation_rate: None,
-            send_buffer_bytes: None,
+            send_buffer_bytes: Some(102_400),
         }
     }
 }

@@ -513,8 +513,8 @@ mod tests {
         assert!(on(ListenerRole::Client, ApiKey::Metadata, 1).await.is_ok(), "the client listener serves Metadata");
     }
 
-    /// `socket.send.buffer.bytes` reaches the socket (Linux reports twice what was set: it
-    /// counts its bookkeeping in the buffer); unset (the default) leaves the kernel's.
+    /// `socket.send.buffer.bytes` (Kafka's 100 KiB by default) reaches the socket (Linux reports
+    /// twice what was set: it counts its bookkeeping in the buffer); unset leaves the kernel's.
     #[tokio::test]
     async fn the_send_buffer_is_what_the_limits_say() -> Result<(), Box<dyn std::error::Error>> {
         use nix::sys::socket::{getsockopt, sockopt::SndBuf};
@@ -523,10 +523,10 @@ mod tests {
         let _client = TcpStream::connect(addr).await?;
         let (plain, _) = listener.accept().await?;
         let before = getsockopt(&plain, SndBuf)?;
-        tune(&plain, &crate::config::ConnectionLimits::default(), addr);
+        let unset = crate::config::ConnectionLimits { send_buffer_bytes: None, ..Default::default() };
+        tune(&plain, &unset, addr);
         assert_eq!(getsockopt(&plain, SndBuf)?, before, "unset: the kernel's size");
-        let limits = crate::config::ConnectionLimits { send_buffer_bytes: Some(102_400), ..Default::default() };
-        tune(&plain, &limits, addr);
+        tune(&plain, &crate::config::ConnectionLimits::default(), addr);
         assert_eq!(getsockopt(&plain, SndBuf)?, 2 * 102_400);
         assert!(plain.nodelay()?);
         Ok(())

@@ -35,9 +35,8 @@ pub(crate) struct FetchFlags {
     fetch_sessions_per_client: usize,
     /// Send fetched record sets of 64 KiB and more from the page cache to plain-TCP sockets by
     /// splice, with no copy through the broker, as Kafka's sendfile does (kaas-specific; TLS
-    /// connections always copy). Off by default: franz-go's TestTxnEtl read corrupt batches with
-    /// it, not yet explained (README, "Where the time goes").
-    #[arg(long, env = "KAAS_FETCH_ZERO_COPY", default_value_t = false, action = clap::ArgAction::Set)]
+    /// connections always copy). False: read them into memory and write them.
+    #[arg(long, env = "KAAS_FETCH_ZERO_COPY", default_value_t = true, action = clap::ArgAction::Set)]
     fetch_zero_copy: bool,
 }
 

@@ -84,10 +84,9 @@ struct Args {
     /// long, or whose client takes no response bytes for this long (connections.max.idle.ms).
     #[arg(long, env = "KAAS_CONNECTIONS_MAX_IDLE_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(1..))]
     connections_max_idle_ms: u64,
-    /// socket.send.buffer.bytes: the SO_SNDBUF of each Kafka client connection; -1 (the
-    /// default) leaves it to the kernel's autotuning. With --fetch-zero-copy, 102400 (Kafka's
-    /// default) is what makes zero copy pay.
-    #[arg(long, env = "KAAS_SOCKET_SEND_BUFFER_BYTES", default_value_t = -1, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(i32::MAX)))]
+    /// socket.send.buffer.bytes: the SO_SNDBUF of each Kafka client connection (Kafka's
+    /// default, 100 KiB); -1 leaves it to the kernel's autotuning.
+    #[arg(long, env = "KAAS_SOCKET_SEND_BUFFER_BYTES", default_value_t = 102_400, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=i64::from(i32::MAX)))]
     socket_send_buffer_bytes: i64,
     /// Close a connection whose request frame is not complete this long after its first byte
     /// (kaas-specific; Kafka has no equivalent).

@@ -44,8 +44,7 @@ pub struct FetchConfig {
     /// The session cache, and the partitions one request (or session) may name.
     pub sessions: SessionLimits,
     /// kaas-specific: send record sets of plain-TCP fetches from the page cache to the socket
-    /// by splice instead of copying them through the broker (see `kaas_storage::piped`). Off
-    /// by default until franz-go's TestTxnEtl passes with it (README, "Where the time goes").
+    /// by splice instead of copying them through the broker (see `kaas_storage::piped`).
     pub zero_copy: bool,
 }
 
@@ -54,7 +53,7 @@ impl Default for FetchConfig {
     /// `request.timeout.ms`: a client waits no longer for any answer, so a longer long poll
     /// only holds memory for a request its client has given up on.
     fn default() -> FetchConfig {
-        FetchConfig { max_bytes: 57_671_680, max_wait: Duration::from_secs(30), sessions: SessionLimits::default(), zero_copy: false }
+        FetchConfig { max_bytes: 57_671_680, max_wait: Duration::from_secs(30), sessions: SessionLimits::default(), zero_copy: true }
     }
 }
 
