@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,12 +23,17 @@ import (
 // moves the partition), each when the leader is another broker than the controller and when it
 // is the controller (a new one must win the Lease first), or drained (kubectl delete pod:
 // SIGTERM), and after a kill -9 of a leader whose active segment holds 1 GiB (the next leader's
-// recovery scan). Each event runs KAAS_FAILOVER_RUNS times (default 10). The cluster is the
-// scenarios' (fence 3 s, session 5 s, Lease 5 s), on kaas-nfsfs.
+// recovery scan). Each event runs KAAS_FAILOVER_RUNS times (default 10); KAAS_FAILOVER_EVENTS, a
+// regular expression, runs only the events whose names it matches (e.g. SIGSTOP). The cluster
+// is the scenarios' (fence 3 s, session 5 s, Lease 5 s), on kaas-nfsfs.
 //
 //	make bench-failover    (go test -run '^$' -bench Failover -benchtime 1x ./e2e/scenarios)
 func BenchmarkFailover(b *testing.B) {
 	runs := positiveEnv(b, "KAAS_FAILOVER_RUNS", 10)
+	only, err := regexp.Compile(os.Getenv("KAAS_FAILOVER_EVENTS"))
+	if err != nil {
+		b.Fatalf("KAAS_FAILOVER_EVENTS: %v", err)
+	}
 	e := startCluster(b)
 	e.Apply(kaastest.Topic("bench", 1, ""))
 	// One partition per broker, so that one is led by the controller.
@@ -60,6 +66,9 @@ func BenchmarkFailover(b *testing.B) {
 	var report []string
 	for range b.N {
 		for _, ev := range events {
+			if !only.MatchString(ev.name) {
+				continue
+			}
 			var took, moved []time.Duration
 			paused := strings.HasPrefix(ev.name, "SIGSTOP")
 			for range runs {
@@ -91,12 +100,16 @@ func BenchmarkFailover(b *testing.B) {
 		}
 
 		// 1 GiB in the active segment, then kill -9 its leader: the next take-over scans it all.
+		const bigEvent = "kill -9 of a leader with a 1 GiB active segment"
+		if !only.MatchString(bigEvent) {
+			continue
+		}
 		fill(b, e, "big", 1<<30)
 		leader, _ := e.leaderOf(b, "big", 0)
 		e.waitRunningFor(fmt.Sprintf("kc-%d", leader), backoffReset)
 		start := time.Now()
 		e.Signal(ns, fmt.Sprintf("kc-%d", leader), "", syscall.SIGKILL)
-		report = append(report, summary("unavailable after kill -9 of a leader with a 1 GiB active segment", []time.Duration{waitWritable(b, e, "big", 0, 5*time.Minute).Sub(start)}))
+		report = append(report, summary("unavailable after "+bigEvent, []time.Duration{waitWritable(b, e, "big", 0, 5*time.Minute).Sub(start)}))
 		e.waitBrokersReady(3 * time.Minute)
 	}
 	for _, line := range report {

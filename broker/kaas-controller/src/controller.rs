@@ -74,6 +74,8 @@ pub struct Controller {
     /// assignment.json as this controller last read or wrote it: re-read only when the file's
     /// stamp says another write replaced it (a round reads it up to three times).
     on_volume: parking_lot::Mutex<Option<Arc<Assignment>>>,
+    /// When the Lease another broker holds expires, as the last round saw it (followers only).
+    lease_expires: parking_lot::Mutex<Option<SystemTime>>,
 }
 
 /// A freshly elected controller's grace for the previous assignment's brokers.
@@ -117,6 +119,7 @@ impl Controller {
             readdressing: Default::default(),
             grace_until: Default::default(),
             on_volume: Default::default(),
+            lease_expires: Default::default(),
         })
     }
 
@@ -187,7 +190,7 @@ impl Controller {
             // KafkaTopic event (thousands while topics are created) would otherwise be a Lease
             // write to the API server. The renew deadline counts from that renewal as at the top
             // of a round, and the recompute checks the role again before it writes.
-            let next_round = tokio::time::Instant::now() + self.config.renew_interval;
+            let next_round = tokio::time::Instant::now() + self.round_wait();
             loop {
                 match (self.hub.role(), renewed_at) {
                     (Role::Controller { epoch }, Some(at)) if controlling && at.elapsed() < self.renew_deadline() => {
@@ -243,6 +246,19 @@ impl Controller {
         graces.into_iter().flatten().filter(|at| *at > now).chain(sessions).min()
     }
 
+    /// How long until the next round: the renew interval, or for a follower whose Lease holder's
+    /// Lease expires before that, until just after it expires — a paused controller is then
+    /// replaced as soon as its Lease allows, not up to a round later.
+    fn round_wait(&self) -> Duration {
+        // NB: `decide` takes a Lease whose expiry is strictly past.
+        const PAST_EXPIRY: Duration = Duration::from_millis(10);
+        let expires_in = self.lease_expires.lock().and_then(|at| at.duration_since(SystemTime::now()).ok());
+        match expires_in {
+            Some(left) if left + PAST_EXPIRY < self.config.renew_interval => left + PAST_EXPIRY,
+            _ => self.config.renew_interval,
+        }
+    }
+
     /// Gives the controller role up (the Lease is left to expire or be taken).
     fn step_down(&self, epoch: i64, reason: &str) {
         warn!(epoch, deadline = ?self.renew_deadline(), reason, "stepping down as controller");
@@ -272,6 +288,10 @@ impl Controller {
             let floor = on_volume.map_or(0, |a| a.controller_epoch);
             action = decide(&self.config.identity, holding, now, current.as_ref().map(|l| &l.state), floor);
         }
+        *self.lease_expires.lock() = match action {
+            LeaseAction::Follow { .. } => current.as_ref().and_then(|l| l.state.renew_time.checked_add(l.state.duration)),
+            _ => None,
+        };
         let version = current.as_ref().map(|l| l.version.clone());
         let held_epoch = current.as_ref().map_or(0, |l| l.state.transitions);
         let role = match action {
@@ -283,12 +303,7 @@ impl Controller {
                         Some(_) => "lease expired",
                         None => "lease free",
                     };
-                    let grace = grace_after_winning(
-                        current.as_ref().map(|l| &l.state),
-                        self.config.lease_duration,
-                        self.config.session_timeout,
-                        now,
-                    );
+                    let grace = grace_after_winning(current.as_ref().map(|l| &l.state), self.config.session_timeout, now);
                     let now_instant = Instant::now();
                     *self.grace_until.lock() = Some(Grace {
                         brokers_until: now_instant + self.config.session_timeout,
@@ -312,7 +327,7 @@ impl Controller {
             LeaseAction::Follow { .. } => Role::Follower,
         };
         if matches!(role, Role::Controller { .. }) {
-            self.hub.renewed(started + self.renew_deadline());
+            self.hub.renewed(started + self.renew_deadline(), now);
         }
         let was = self.hub.role();
         if was != role && matches!(was, Role::Controller { .. }) {
@@ -513,24 +528,21 @@ impl Recomputes {
 /// has heard from it: until it is either beating this one or certainly fenced. (The other
 /// brokers of the previous assignment get a whole session timeout: they are alive and beat the
 /// new controller within a second or two unless they are down, and a cluster starting cold
-/// should not move everything onto the first broker up. The bound below holds for them too.)
+/// should not move everything onto the first broker up.)
 ///
-/// Every heartbeat acknowledgement a broker holds came from the previous controller, which
-/// acknowledges only while it holds the role and gives the role up within its renew deadline
-/// of its last renewal. So no broker was acknowledged after `renew_time + renew deadline`, and
-/// none acknowledges a write a fence timeout later; the session timeout (> fence timeout +
-/// margin) after that bound is as safe as it is after a last beat. It is also never longer than
-/// a session timeout from now, which is safe too: the previous controller gave the role up before
-/// this one could win it. This is what makes a paused controller's partitions move a session
-/// timeout after its last renewal's deadline rather than after its Lease expired *and* another
-/// session timeout. The bound compares the previous holder's clock with this one's, as the Lease's own
-/// expiry does: clocks must agree to well within the fence margin.
-fn grace_after_winning(previous: Option<&LeaseState>, lease_duration: Duration, session_timeout: Duration, now: SystemTime) -> Duration {
+/// The previous controller's own broker counts its fence from the renewTime of its controller's
+/// last renewal (`HeartbeatHub::renewed`): every acknowledgement it holds came from itself, as
+/// of a renewal the Lease shows, or from an earlier controller, before this Lease was won. So it
+/// acknowledges no write a fence timeout after `renew_time`, and the session timeout (> fence
+/// timeout + margin) after it is as safe as after a last beat — and has passed by the time the
+/// Lease expired whenever the session timeout is at most the Lease duration, as by default: a
+/// paused controller's partitions move as soon as the next one wins. It is also never longer
+/// than a session timeout from now, which is safe too: the previous controller gave the role up
+/// before this one could win it. The bound compares the previous holder's clock with this
+/// one's, as the Lease's own expiry does: clocks must agree to well within the fence margin.
+fn grace_after_winning(previous: Option<&LeaseState>, session_timeout: Duration, now: SystemTime) -> Duration {
     let Some(previous) = previous else { return session_timeout };
-    // The longer of the two durations: a previous holder configured otherwise held the role
-    // for two thirds of its own.
-    let deadline = previous.duration.max(lease_duration) * 2 / 3;
-    let fenced_after = previous.renew_time.checked_add(deadline + session_timeout);
+    let fenced_after = previous.renew_time.checked_add(session_timeout);
     let left = fenced_after.map_or(session_timeout, |t| t.duration_since(now).unwrap_or(Duration::ZERO));
     left.min(session_timeout)
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use kaas_shared::interbroker_key::InterBrokerKey;
 use parking_lot::Mutex;
@@ -127,7 +127,13 @@ impl HeartbeatStatus {
     /// pause, which answers what queued meanwhile, or over a slow network. Counting from the
     /// arrival would let a late acknowledgement stretch the broker's fence past the session.
     /// An acknowledgement of a beat no longer tracked (too old) changes nothing.
-    pub(crate) fn acknowledged(&self, seq: u64) {
+    ///
+    /// On the controller's own broker the acknowledgement also names the renewTime of the
+    /// controller's last Lease renewal (`own_renewal_unix_micros`, 0 elsewhere), and the fence
+    /// counts from that when it is earlier: see `HeartbeatHub::renewed`. The instant is
+    /// worked out from the wall clock's age of that renewal when the acknowledgement is taken
+    /// in, so a late acknowledgement cannot stretch it either.
+    pub(crate) fn acknowledged(&self, seq: u64, own_renewal_unix_micros: i64) {
         let sent_at = {
             let mut in_flight = self.in_flight.lock();
             while in_flight.front().is_some_and(|(s, _)| *s < seq) {
@@ -143,9 +149,20 @@ impl HeartbeatStatus {
         };
         let Some(sent_at) = sent_at else { return };
         self.round_trip.observe(sent_at.elapsed().as_secs_f64());
+        let fresh_from = match u64::try_from(own_renewal_unix_micros) {
+            Ok(micros) if micros > 0 => {
+                let renewed = SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
+                // A renewal "in the future" (the wall clock stepped back) is as fresh as now.
+                let age = SystemTime::now().duration_since(renewed).unwrap_or(Duration::ZERO);
+                // NB: older than this process's clock can tell: no freshness at all.
+                let Some(renewed_at) = Instant::now().checked_sub(age) else { return };
+                renewed_at.min(sent_at)
+            }
+            _ => sent_at,
+        };
         let mut last = self.last_ack.lock();
-        if last.is_none_or(|t| t < sent_at) {
-            *last = Some(sent_at);
+        if last.is_none_or(|t| t < fresh_from) {
+            *last = Some(fresh_from);
         }
     }
 
@@ -262,7 +279,7 @@ async fn beat_session(
                     Some(controller_message::Kind::Ack(ack)) => {
                         status.handed_back(&ack, !acknowledged_any);
                         acknowledged_any = true;
-                        status.acknowledged(ack.seq);
+                        status.acknowledged(ack.seq, ack.own_renewal_unix_micros);
                     }
                     Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
                     Some(controller_message::Kind::ControllerFilesChanged(_)) => status.controller_files_changed.notify_one(),

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::Stream;
 use parking_lot::Mutex;
@@ -68,6 +68,11 @@ pub struct HeartbeatHub {
     /// The controller's renew deadline: it acknowledges no beat after this instant (see
     /// [`HeartbeatHub::renewed`]). `None` while no controller loop set one (tests).
     acknowledge_until: Mutex<Option<tokio::time::Instant>>,
+    /// The broker this hub's process runs, whose beats are acknowledged as of the last
+    /// renewal's renewTime (see [`HeartbeatHub::renewed`]); `None` in tests that run no broker.
+    own_broker: Option<i32>,
+    /// The renewTime the last renewal wrote to the Lease.
+    renew_time: Mutex<Option<SystemTime>>,
     sessions: Mutex<BTreeMap<i32, BrokerSession>>,
     reports: Mutex<BTreeMap<i32, BrokerReport>>,
     /// What the controller tells every connected broker without being asked.
@@ -79,6 +84,8 @@ impl Default for HeartbeatHub {
         HeartbeatHub {
             role: watch::Sender::new(Role::Follower),
             acknowledge_until: Mutex::new(None),
+            own_broker: None,
+            renew_time: Mutex::new(None),
             sessions: Mutex::new(BTreeMap::new()),
             reports: Mutex::new(BTreeMap::new()),
             pushes: broadcast::channel(16).0,
@@ -89,6 +96,11 @@ impl Default for HeartbeatHub {
 impl HeartbeatHub {
     pub fn new() -> Arc<HeartbeatHub> {
         Arc::new(HeartbeatHub::default())
+    }
+
+    /// The hub of the process that runs broker `broker_id` (see [`HeartbeatHub::renewed`]).
+    pub fn of_broker(broker_id: i32) -> Arc<HeartbeatHub> {
+        Arc::new(HeartbeatHub { own_broker: Some(broker_id), ..HeartbeatHub::default() })
     }
 
     pub fn role(&self) -> Role {
@@ -103,6 +115,7 @@ impl HeartbeatHub {
         });
         if role == Role::Follower {
             *self.acknowledge_until.lock() = None;
+            *self.renew_time.lock() = None;
             self.sessions.lock().clear();
             self.reports.lock().clear();
         }
@@ -113,8 +126,29 @@ impl HeartbeatHub {
     /// controller resumed after a pause before its loop has stepped down: every acknowledgement
     /// a broker holds was sent before the deadline the Lease shows, which is what lets the next
     /// controller move a paused controller's work a session timeout after that deadline.
-    pub fn renewed(&self, deadline: tokio::time::Instant) {
+    ///
+    /// `renew_time` is the renewTime the renewal wrote. This process's own broker is told it
+    /// with each acknowledgement and counts its fence from it (when earlier than its beat): the
+    /// controller's own partitions are the ones a pause of the controller leaves without an
+    /// owner, and this way the Lease alone tells the next controller when that broker is
+    /// fenced — a fence timeout after the renewTime it shows, before the Lease has even expired
+    /// — so it moves them as soon as it wins instead of a session timeout after the renew
+    /// deadline (see `grace_after_winning`).
+    pub fn renewed(&self, deadline: tokio::time::Instant, renew_time: SystemTime) {
         *self.acknowledge_until.lock() = Some(deadline);
+        *self.renew_time.lock() = Some(renew_time);
+    }
+
+    /// What an acknowledgement of `sender`'s beat says of the renewal it rests on: the renewTime
+    /// for this process's own broker, nothing (0) for the others.
+    fn own_renewal_unix_micros(&self, sender: i32) -> i64 {
+        if self.own_broker != Some(sender) {
+            return 0;
+        }
+        let since_epoch = self.renew_time.lock().and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
+        // NB: at least 1 µs, so that an acknowledgement of the own broker never reads as "not
+        // the own broker" (0) and loses its bound.
+        since_epoch.map_or(1, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX).max(1))
     }
 
     /// Whether this broker is the controller at `epoch` and within its renew deadline.
@@ -289,7 +323,8 @@ impl Heartbeat for HeartbeatService {
                             hub.record(&beat);
                             hub.record_report(&beat);
                             let partition_stats = handed_back.changes(&hub.reported_by_others(beat.broker_id), MAX_PARTITION_STATS);
-                            controller_message::Kind::Ack(Ack { seq: beat.seq, controller_epoch: epoch, partition_stats })
+                            let own_renewal_unix_micros = hub.own_renewal_unix_micros(sender);
+                            controller_message::Kind::Ack(Ack { seq: beat.seq, controller_epoch: epoch, partition_stats, own_renewal_unix_micros })
                         }
                         Ok(None) | Err(_) => break,
                     },

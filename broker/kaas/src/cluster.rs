@@ -126,7 +126,7 @@ impl Runtime {
     /// The runtime of broker `broker_id` over the volume `fs` and `layout` (the one the broker
     /// opens: in the fault campaign, the same fault-injecting mount).
     pub fn new(settings: ClusterSettings, broker_id: i32, fs: FsRef, layout: Layout) -> Arc<Runtime> {
-        let hub = HeartbeatHub::new();
+        let hub = HeartbeatHub::of_broker(broker_id);
         let config = ControllerConfig {
             identity: settings.identity.clone(),
             broker_id,

@@ -28,19 +28,19 @@ fn held_by(holder: Option<&str>, renew_time: SystemTime) -> LeaseState {
 }
 
 #[test]
-fn the_grace_ends_a_session_timeout_after_the_previous_controller_last_could_acknowledge() {
+fn the_grace_ends_a_session_timeout_after_the_previous_controller_s_last_renewal() {
     let now = SystemTime::now();
-    let deadline = LEASE * 2 / 3;
-    assert_eq!(grace_after_winning(None, LEASE, SESSION, now), SESSION, "no previous controller: a whole session timeout");
+    assert_eq!(grace_after_winning(None, SESSION, now), SESSION, "no previous controller: a whole session timeout");
     let just_renewed = held_by(None, now);
-    assert_eq!(grace_after_winning(Some(&just_renewed), LEASE, SESSION, now), SESSION, "never beyond a session timeout from now");
+    assert_eq!(grace_after_winning(Some(&just_renewed), SESSION, now), SESSION, "never beyond a session timeout from now");
     let expired = held_by(Some("kaas-1"), now - LEASE);
-    assert_eq!(grace_after_winning(Some(&expired), LEASE, SESSION, now), SESSION + deadline - LEASE);
+    assert_eq!(grace_after_winning(Some(&expired), SESSION, now), SESSION - LEASE);
     let long_gone = held_by(Some("kaas-1"), now - SESSION - LEASE);
-    assert_eq!(grace_after_winning(Some(&long_gone), LEASE, SESSION, now), Duration::ZERO);
-    // A previous holder with a longer Lease held the role for two thirds of its own.
-    let longer = LeaseState { duration: LEASE * 10, ..held_by(Some("kaas-1"), now - SESSION) };
-    assert_eq!(grace_after_winning(Some(&longer), LEASE, SESSION, now), LEASE * 10 * 2 / 3);
+    assert_eq!(grace_after_winning(Some(&long_gone), SESSION, now), Duration::ZERO);
+    // The renew deadline plays no part (the previous controller's own broker counted its fence
+    // from the renewal), whatever Lease duration the previous holder had.
+    let longer = LeaseState { duration: LEASE * 10, ..held_by(Some("kaas-1"), now - SESSION / 2) };
+    assert_eq!(grace_after_winning(Some(&longer), SESSION, now), SESSION / 2);
 }
 
 #[derive(Debug)]
@@ -188,15 +188,26 @@ async fn other_brokers_of_the_previous_assignment_get_a_session_timeout_to_beat(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_controller_s_partitions_move_when_its_grace_ends_after_the_first_write() -> Result<(), Box<dyn std::error::Error>> {
-    // kaas-1 (broker 1) may have acknowledged beats until a second and a half from now: the new
-    // controller's first assignment keeps t/0 on broker 1, and a later round moves it once that
-    // grace is over — not a session timeout (a minute here) after the win. The later rounds read
-    // an assignment this controller wrote, so they must remember who the previous one was.
+    // kaas-1 (broker 1) renewed a session timeout less a second and a half ago: its own broker
+    // may still be unfenced, so the new controller's first assignment keeps t/0 on broker 1,
+    // and a later round moves it once that grace is over — not a session timeout (a minute
+    // here) after the win. The later rounds read an assignment this controller wrote, so they
+    // must remember who the previous one was.
     let grace = Duration::from_millis(1500);
-    let deadline = LEASE * 2 / 3;
-    let paused = held_by(Some("kaas-1"), SystemTime::now() + grace - deadline - SESSION);
+    let paused = held_by(Some("kaas-1"), SystemTime::now() + grace - SESSION);
     let leaders = leaders_after_the_win(paused, 1, |_, _| {}, |l| l.contains(&0)).await?;
     assert_eq!(leaders, [1, 0], "kept through the grace, then moved");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_takes_an_expiring_lease_when_it_expires_not_at_its_next_round() -> Result<(), Box<dyn std::error::Error>> {
+    // Rounds a minute apart; kaas-1's Lease expires 400 ms after the first round saw it live:
+    // broker 0 looks again then and wins (the helper gives up after 20 s).
+    let expiring = held_by(Some("kaas-1"), SystemTime::now() - LEASE + Duration::from_millis(400));
+    let setup = |c: &mut ControllerConfig, _: &Arc<HeartbeatHub>| c.renew_interval = Duration::from_secs(60);
+    let leaders = leaders_after_the_win(expiring, 1, setup, |_| true).await?;
+    assert_eq!(leaders, [1], "won; kaas-1 keeps t/0 through its grace");
     Ok(())
 }
 
