@@ -327,7 +327,7 @@ impl Controller {
             LeaseAction::Follow { .. } => Role::Follower,
         };
         if matches!(role, Role::Controller { .. }) {
-            self.hub.renewed(started + self.renew_deadline(), now);
+            self.hub.renewed(started + self.renew_deadline(), own_broker_fresh_as_of(now, self.config.lease_duration));
         }
         let was = self.hub.role();
         if was != role && matches!(was, Role::Controller { .. }) {
@@ -530,21 +530,28 @@ impl Recomputes {
 /// new controller within a second or two unless they are down, and a cluster starting cold
 /// should not move everything onto the first broker up.)
 ///
-/// The previous controller's own broker counts its fence from the renewTime of its controller's
-/// last renewal (`HeartbeatHub::renewed`): every acknowledgement it holds came from itself, as
-/// of a renewal the Lease shows, or from an earlier controller, before this Lease was won. So it
-/// acknowledges no write a fence timeout after `renew_time`, and the session timeout (> fence
-/// timeout + margin) after it is as safe as after a last beat — and has passed by the time the
-/// Lease expired whenever the session timeout is at most the Lease duration, as by default: a
-/// paused controller's partitions move as soon as the next one wins. It is also never longer
+/// The previous controller's own broker counts its fence from [`own_broker_fresh_as_of`] its
+/// controller's last renewal (`HeartbeatHub::renewed`): every acknowledgement it holds came from
+/// itself, as of a renewal the Lease shows, or from an earlier controller, before this Lease was
+/// won. So it acknowledges no write a fence timeout after that time, and the session timeout
+/// (> fence timeout + margin) after it is as safe as after a last beat. It is also never longer
 /// than a session timeout from now, which is safe too: the previous controller gave the role up
 /// before this one could win it. The bound compares the previous holder's clock with this
 /// one's, as the Lease's own expiry does: clocks must agree to well within the fence margin.
 fn grace_after_winning(previous: Option<&LeaseState>, session_timeout: Duration, now: SystemTime) -> Duration {
     let Some(previous) = previous else { return session_timeout };
-    let fenced_after = previous.renew_time.checked_add(session_timeout);
+    let fenced_after = own_broker_fresh_as_of(previous.renew_time, previous.duration).checked_add(session_timeout);
     let left = fenced_after.map_or(session_timeout, |t| t.duration_since(now).unwrap_or(Duration::ZERO));
     left.min(session_timeout)
+}
+
+/// What the controller's own broker is acknowledged as of after a renewal that wrote
+/// `renew_time` into a Lease of `lease_duration`: a fifth of the Lease after it (the renew
+/// interval by default), so that renewals a little late do not fence the controller's own
+/// broker, while a paused controller's partitions still move at most a fifth of the Lease
+/// after a session timeout from its last renewal (by default, when its Lease expires).
+fn own_broker_fresh_as_of(renew_time: SystemTime, lease_duration: Duration) -> SystemTime {
+    renew_time.checked_add(lease_duration / 5).unwrap_or(renew_time)
 }
 
 /// One log line per leadership change, naming partition, epoch and reason.

@@ -128,12 +128,12 @@ impl HeartbeatStatus {
     /// arrival would let a late acknowledgement stretch the broker's fence past the session.
     /// An acknowledgement of a beat no longer tracked (too old) changes nothing.
     ///
-    /// On the controller's own broker the acknowledgement also names the renewTime of the
-    /// controller's last Lease renewal (`own_renewal_unix_micros`, 0 elsewhere), and the fence
-    /// counts from that when it is earlier: see `HeartbeatHub::renewed`. The instant is
-    /// worked out from the wall clock's age of that renewal when the acknowledgement is taken
-    /// in, so a late acknowledgement cannot stretch it either.
-    pub(crate) fn acknowledged(&self, seq: u64, own_renewal_unix_micros: i64) {
+    /// On the controller's own broker the acknowledgement also names a wall-clock time derived
+    /// from the controller's last Lease renewal (`own_fresh_as_of_unix_micros`, 0 elsewhere),
+    /// and the fence counts from that when it is earlier: see `HeartbeatHub::renewed`. The
+    /// instant is worked out from the wall clock's age of that time when the acknowledgement is
+    /// taken in, so a late acknowledgement cannot stretch it either.
+    pub(crate) fn acknowledged(&self, seq: u64, own_fresh_as_of_unix_micros: i64) {
         let sent_at = {
             let mut in_flight = self.in_flight.lock();
             while in_flight.front().is_some_and(|(s, _)| *s < seq) {
@@ -149,14 +149,15 @@ impl HeartbeatStatus {
         };
         let Some(sent_at) = sent_at else { return };
         self.round_trip.observe(sent_at.elapsed().as_secs_f64());
-        let fresh_from = match u64::try_from(own_renewal_unix_micros) {
+        let fresh_from = match u64::try_from(own_fresh_as_of_unix_micros) {
             Ok(micros) if micros > 0 => {
-                let renewed = SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
-                // A renewal "in the future" (the wall clock stepped back) is as fresh as now.
-                let age = SystemTime::now().duration_since(renewed).unwrap_or(Duration::ZERO);
+                let as_of = SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
+                // A time still ahead (as it is while the renewals keep up) leaves the beat's
+                // own freshness.
+                let age = SystemTime::now().duration_since(as_of).unwrap_or(Duration::ZERO);
                 // NB: older than this process's clock can tell: no freshness at all.
-                let Some(renewed_at) = Instant::now().checked_sub(age) else { return };
-                renewed_at.min(sent_at)
+                let Some(as_of) = Instant::now().checked_sub(age) else { return };
+                as_of.min(sent_at)
             }
             _ => sent_at,
         };
@@ -279,7 +280,7 @@ async fn beat_session(
                     Some(controller_message::Kind::Ack(ack)) => {
                         status.handed_back(&ack, !acknowledged_any);
                         acknowledged_any = true;
-                        status.acknowledged(ack.seq, ack.own_renewal_unix_micros);
+                        status.acknowledged(ack.seq, ack.own_fresh_as_of_unix_micros);
                     }
                     Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
                     Some(controller_message::Kind::ControllerFilesChanged(_)) => status.controller_files_changed.notify_one(),

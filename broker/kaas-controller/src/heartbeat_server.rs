@@ -69,10 +69,10 @@ pub struct HeartbeatHub {
     /// [`HeartbeatHub::renewed`]). `None` while no controller loop set one (tests).
     acknowledge_until: Mutex<Option<tokio::time::Instant>>,
     /// The broker this hub's process runs, whose beats are acknowledged as of the last
-    /// renewal's renewTime (see [`HeartbeatHub::renewed`]); `None` in tests that run no broker.
+    /// renewal (see [`HeartbeatHub::renewed`]); `None` in tests that run no broker.
     own_broker: Option<i32>,
-    /// The renewTime the last renewal wrote to the Lease.
-    renew_time: Mutex<Option<SystemTime>>,
+    /// What the own broker's acknowledgements are fresh as of.
+    own_fresh_as_of: Mutex<Option<SystemTime>>,
     sessions: Mutex<BTreeMap<i32, BrokerSession>>,
     reports: Mutex<BTreeMap<i32, BrokerReport>>,
     /// What the controller tells every connected broker without being asked.
@@ -85,7 +85,7 @@ impl Default for HeartbeatHub {
             role: watch::Sender::new(Role::Follower),
             acknowledge_until: Mutex::new(None),
             own_broker: None,
-            renew_time: Mutex::new(None),
+            own_fresh_as_of: Mutex::new(None),
             sessions: Mutex::new(BTreeMap::new()),
             reports: Mutex::new(BTreeMap::new()),
             pushes: broadcast::channel(16).0,
@@ -115,7 +115,7 @@ impl HeartbeatHub {
         });
         if role == Role::Follower {
             *self.acknowledge_until.lock() = None;
-            *self.renew_time.lock() = None;
+            *self.own_fresh_as_of.lock() = None;
             self.sessions.lock().clear();
             self.reports.lock().clear();
         }
@@ -127,25 +127,25 @@ impl HeartbeatHub {
     /// a broker holds was sent before the deadline the Lease shows, which is what lets the next
     /// controller move a paused controller's work a session timeout after that deadline.
     ///
-    /// `renew_time` is the renewTime the renewal wrote. This process's own broker is told it
-    /// with each acknowledgement and counts its fence from it (when earlier than its beat): the
-    /// controller's own partitions are the ones a pause of the controller leaves without an
-    /// owner, and this way the Lease alone tells the next controller when that broker is
-    /// fenced — a fence timeout after the renewTime it shows, before the Lease has even expired
-    /// — so it moves them as soon as it wins instead of a session timeout after the renew
-    /// deadline (see `grace_after_winning`).
-    pub fn renewed(&self, deadline: tokio::time::Instant, renew_time: SystemTime) {
+    /// `own_fresh_as_of` is a wall-clock time the Lease shows (the controller's
+    /// `own_broker_fresh_as_of`: the renewTime written plus a fifth of the Lease duration). This
+    /// process's own broker is told it with each acknowledgement and counts its fence from it
+    /// (when earlier than its beat): the controller's own partitions are the ones a pause of the
+    /// controller leaves without an owner, and this way the Lease alone tells the next
+    /// controller when that broker is fenced, so it moves them a session timeout after that
+    /// time instead of after the renew deadline (see `grace_after_winning`).
+    pub fn renewed(&self, deadline: tokio::time::Instant, own_fresh_as_of: SystemTime) {
         *self.acknowledge_until.lock() = Some(deadline);
-        *self.renew_time.lock() = Some(renew_time);
+        *self.own_fresh_as_of.lock() = Some(own_fresh_as_of);
     }
 
-    /// What an acknowledgement of `sender`'s beat says of the renewal it rests on: the renewTime
-    /// for this process's own broker, nothing (0) for the others.
-    fn own_renewal_unix_micros(&self, sender: i32) -> i64 {
+    /// What an acknowledgement of `sender`'s beat says of the renewal it rests on: for this
+    /// process's own broker, the time it is fresh as of; nothing (0) for the others.
+    fn own_fresh_as_of_unix_micros(&self, sender: i32) -> i64 {
         if self.own_broker != Some(sender) {
             return 0;
         }
-        let since_epoch = self.renew_time.lock().and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
+        let since_epoch = self.own_fresh_as_of.lock().and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok());
         // NB: at least 1 µs, so that an acknowledgement of the own broker never reads as "not
         // the own broker" (0) and loses its bound.
         since_epoch.map_or(1, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX).max(1))
@@ -323,8 +323,8 @@ impl Heartbeat for HeartbeatService {
                             hub.record(&beat);
                             hub.record_report(&beat);
                             let partition_stats = handed_back.changes(&hub.reported_by_others(beat.broker_id), MAX_PARTITION_STATS);
-                            let own_renewal_unix_micros = hub.own_renewal_unix_micros(sender);
-                            controller_message::Kind::Ack(Ack { seq: beat.seq, controller_epoch: epoch, partition_stats, own_renewal_unix_micros })
+                            let own_fresh_as_of_unix_micros = hub.own_fresh_as_of_unix_micros(sender);
+                            controller_message::Kind::Ack(Ack { seq: beat.seq, controller_epoch: epoch, partition_stats, own_fresh_as_of_unix_micros })
                         }
                         Ok(None) | Err(_) => break,
                     },

@@ -28,19 +28,19 @@ fn held_by(holder: Option<&str>, renew_time: SystemTime) -> LeaseState {
 }
 
 #[test]
-fn the_grace_ends_a_session_timeout_after_the_previous_controller_s_last_renewal() {
+fn the_grace_ends_a_session_timeout_after_what_the_previous_controller_s_own_broker_was_fresh_as_of() {
     let now = SystemTime::now();
+    let slack = LEASE / 5;
     assert_eq!(grace_after_winning(None, SESSION, now), SESSION, "no previous controller: a whole session timeout");
     let just_renewed = held_by(None, now);
     assert_eq!(grace_after_winning(Some(&just_renewed), SESSION, now), SESSION, "never beyond a session timeout from now");
     let expired = held_by(Some("kaas-1"), now - LEASE);
-    assert_eq!(grace_after_winning(Some(&expired), SESSION, now), SESSION - LEASE);
+    assert_eq!(grace_after_winning(Some(&expired), SESSION, now), SESSION + slack - LEASE);
     let long_gone = held_by(Some("kaas-1"), now - SESSION - LEASE);
     assert_eq!(grace_after_winning(Some(&long_gone), SESSION, now), Duration::ZERO);
-    // The renew deadline plays no part (the previous controller's own broker counted its fence
-    // from the renewal), whatever Lease duration the previous holder had.
-    let longer = LeaseState { duration: LEASE * 10, ..held_by(Some("kaas-1"), now - SESSION / 2) };
-    assert_eq!(grace_after_winning(Some(&longer), SESSION, now), SESSION / 2);
+    // The renew deadline plays no part; the slack is a fifth of the previous holder's Lease.
+    let longer = LeaseState { duration: LEASE * 10, ..held_by(Some("kaas-1"), now - SESSION) };
+    assert_eq!(grace_after_winning(Some(&longer), SESSION, now), LEASE * 2);
 }
 
 #[derive(Debug)]
@@ -188,13 +188,13 @@ async fn other_brokers_of_the_previous_assignment_get_a_session_timeout_to_beat(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_controller_s_partitions_move_when_its_grace_ends_after_the_first_write() -> Result<(), Box<dyn std::error::Error>> {
-    // kaas-1 (broker 1) renewed a session timeout less a second and a half ago: its own broker
-    // may still be unfenced, so the new controller's first assignment keeps t/0 on broker 1,
+    // kaas-1 (broker 1) renewed a session timeout (and a fifth of its Lease) less a second and a
+    // half ago: its own broker may still be unfenced, so the new controller's first assignment keeps t/0 on broker 1,
     // and a later round moves it once that grace is over — not a session timeout (a minute
     // here) after the win. The later rounds read an assignment this controller wrote, so they
     // must remember who the previous one was.
     let grace = Duration::from_millis(1500);
-    let paused = held_by(Some("kaas-1"), SystemTime::now() + grace - SESSION);
+    let paused = held_by(Some("kaas-1"), SystemTime::now() + grace - LEASE / 5 - SESSION);
     let leaders = leaders_after_the_win(paused, 1, |_, _| {}, |l| l.contains(&0)).await?;
     assert_eq!(leaders, [1, 0], "kept through the grace, then moved");
     Ok(())

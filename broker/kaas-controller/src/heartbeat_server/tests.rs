@@ -82,14 +82,14 @@ fn micros(t: std::time::SystemTime) -> i64 {
 }
 
 #[test]
-fn the_own_broker_counts_its_fence_from_the_renewal_when_that_is_earlier() {
+fn the_own_broker_counts_its_fence_from_what_its_acknowledgement_says_when_that_is_earlier() {
     let now = std::time::SystemTime::now();
     let status = HeartbeatStatus::new();
     status.sent(1);
     status.acknowledged(1, micros(now - Duration::from_secs(2)));
-    assert!(status.fenced(Duration::from_secs(1)), "fresh from the renewal two seconds ago");
+    assert!(status.fenced(Duration::from_secs(1)), "fresh as of two seconds ago");
     assert!(!status.fenced(Duration::from_secs(60)));
-    // A renewal after the beat was sent (the clock stepped back, say) gives the beat's freshness.
+    // A time after the beat was sent (as while renewals keep up) gives the beat's freshness.
     let status = HeartbeatStatus::new();
     status.sent(1);
     status.acknowledged(1, micros(now + Duration::from_secs(60)));
@@ -111,10 +111,10 @@ impl crate::heartbeat_client::BeatSource for Leads {
     }
 }
 
-/// Over real streams: the controller's own broker (0) is acknowledged as of the renewTime its
-/// controller last wrote — fenced when that is older than the fence timeout, although its beats
-/// are answered — and fresh again once the Lease is renewed; another broker (1) is acknowledged
-/// as of its beats all along.
+/// Over real streams: the controller's own broker (0) is acknowledged as of the time its
+/// controller's last renewal gave — fenced when that is older than the fence timeout, although
+/// its beats are answered — and fresh again once the Lease is renewed; another broker (1) is
+/// acknowledged as of its beats all along.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_controller_s_own_broker_is_acknowledged_as_of_the_last_renewal() -> TestResult {
     let key = InterBrokerKey::from_bytes([7; 32]);
@@ -138,7 +138,7 @@ async fn only_the_controller_s_own_broker_is_acknowledged_as_of_the_last_renewal
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let since = statuses[0].since_last_ack().ok_or("broker 0 was never acknowledged")?;
-    assert!(since >= Duration::from_secs(5), "broker 0 is acknowledged as of the renewal 5 s ago, not {since:?} ago");
+    assert!(since >= Duration::from_secs(5), "broker 0 is acknowledged as of 5 s ago, not {since:?} ago");
     assert!(statuses[0].fenced(fence));
 
     hub.renewed(far, std::time::SystemTime::now());
