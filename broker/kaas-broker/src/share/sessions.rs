@@ -98,15 +98,19 @@ impl ShareSessions {
                 if session.next_epoch != e {
                     return Err(ResponseError::InvalidShareSessionEpoch);
                 }
+                // Kafka's order: the request's partitions are added, then the forgotten ones
+                // removed — a client names a partition it is leaving only to acknowledge its
+                // records, and forgets it in the same request (kept, it would be handed records
+                // the client drops, locked until their acquisition lock runs out).
+                let mut next = session.partitions.clone();
+                next.extend(add.iter().copied());
                 for p in forget {
-                    session.partitions.remove(p);
+                    next.remove(p);
                 }
-                for p in add {
-                    if session.partitions.len() >= MAX_PARTITIONS {
-                        return Err(ResponseError::InvalidRequest);
-                    }
-                    session.partitions.insert(*p);
+                if next.len() > MAX_PARTITIONS {
+                    return Err(ResponseError::InvalidRequest);
                 }
+                session.partitions = next;
                 session.next_epoch = if e == i32::MAX { 1 } else { e + 1 };
                 session.owner = owner;
                 Ok(Begun { partitions: session.partitions.iter().copied().collect(), closed: None, opened: None })
@@ -151,6 +155,11 @@ mod tests {
         assert_eq!(s.begin("g", "m", 2, peer, &[], &[]), Err(ResponseError::InvalidShareSessionEpoch));
         assert_eq!(s.begin("g", "m", 1, peer, &[u], &[t]).unwrap().partitions, vec![u]);
         assert_eq!(s.begin("g", "m", 2, peer, &[], &[]).unwrap().partitions, vec![u]);
+        // A partition named only for its acknowledgements and forgotten in the same request
+        // leaves the session.
+        assert_eq!(s.begin("g", "m", 3, peer, &[t], &[t]).unwrap().partitions, vec![u]);
+        assert_eq!(s.begin("g", "m", 4, peer, &[u], &[u]).unwrap().partitions, vec![]);
+        assert_eq!(s.begin("g", "m", 5, peer, &[u], &[]).unwrap().partitions, vec![u]);
         // A new session replaces the old one, whose records go back.
         let again = s.begin("g", "m", 0, peer, &[t], &[]).unwrap();
         assert_eq!(again.closed.map(|c| c.partitions), Some(vec![u]));
