@@ -36,7 +36,7 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	e := startCluster(b)
 	e.Apply(kaastest.Topic("bench", 1, ""))
-	// One partition per broker, so that one is led by the controller.
+	// One partition per broker, so that one is (most often) led by the controller.
 	e.Apply(kaastest.Topic("spread", 3, ""))
 	e.Apply(kaastest.Topic("big", 1, `, config: {segment.bytes: "2147483647"}`))
 	for _, topic := range []string{"bench", "spread", "big"} {
@@ -123,25 +123,30 @@ func (e *seedsEnv) benchLeader(tb testing.TB) (string, int, string) {
 	return "bench", 0, fmt.Sprintf("kc-%d", leader)
 }
 
-// ledBy is a partition of spread led by the controller's broker (controller) or by another
-// one, and the pod of its leader; after a move it waits for the balancer to even leadership
-// out again.
+// ledBy is a partition led by the controller's broker (controller) or by another one, and the
+// pod of its leader: one of spread's if it can, else bench/0 or big/0 (the balancer evens out
+// the number of partitions each broker leads, not which topics they belong to); after a move
+// it waits for the balancer to even leadership out again.
 func (e *seedsEnv) ledBy(tb testing.TB, controller bool) (string, int, string) {
 	tb.Helper()
+	candidates := []struct {
+		topic     string
+		partition int
+	}{{"spread", 0}, {"spread", 1}, {"spread", 2}, {"bench", 0}, {"big", 0}}
+	var topic, pod string
 	var partition int
-	var pod string
-	e.Eventually(time.Minute, fmt.Sprintf("a partition of spread led by the controller: %v", controller), func() (bool, error) {
+	e.Eventually(time.Minute, fmt.Sprintf("a partition led by the controller: %v", controller), func() (bool, error) {
 		holder := e.JSONPath(ns, "lease", "kc-controller", ".spec.holderIdentity")
-		for p := range 3 {
-			leader, _ := e.leaderOf(tb, "spread", p)
+		for _, c := range candidates {
+			leader, _ := e.leaderOf(tb, c.topic, c.partition)
 			if name := fmt.Sprintf("kc-%d", leader); (name == holder) == controller {
-				partition, pod = p, name
+				topic, partition, pod = c.topic, c.partition, name
 				return true, nil
 			}
 		}
 		return false, nil
 	})
-	return "spread", partition, pod
+	return topic, partition, pod
 }
 
 // backoffReset is how long a container must have run for the e2e kubelet to restart it after
