@@ -124,8 +124,7 @@ impl HeartbeatHub {
     /// The controller renewed its Lease and may act until `deadline` (its renew deadline), when
     /// it steps down unless it renews again. Beats are acknowledged only until then, also by a
     /// controller resumed after a pause before its loop has stepped down: every acknowledgement
-    /// a broker holds was sent before the deadline the Lease shows, which is what lets the next
-    /// controller move a paused controller's work a session timeout after that deadline.
+    /// a broker holds was sent before the deadline the Lease shows.
     ///
     /// `own_fresh_as_of` is a wall-clock time the Lease shows (the controller's
     /// `own_broker_fresh_as_of`: the renewTime written plus a fifth of the Lease duration). This

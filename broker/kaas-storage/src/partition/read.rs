@@ -253,15 +253,15 @@ impl Partition {
             found = headers_below(window, pos, stop, bound, None).map_err(read)?;
         }
         // NB: the whole batches may be fewer bytes than the read was given; a set below
-        // MIN_PIPED is copied like any small one, since the encoder copies small record sets
-        // into the response, and a stand-in copied there would be sent as its zeros.
-        let Some((end, next_offset)) = found.filter(|&(end, _)| end > pos) else {
+        // MIN_PIPED (none at all included) is copied like any small one, since the encoder
+        // copies small record sets into the response, and a stand-in copied there would be sent
+        // as its zeros.
+        let Some((len, next_offset)) = found
+            .map(|(end, next)| (usize::try_from(end.saturating_sub(pos)).unwrap_or(usize::MAX), next))
+            .filter(|&(len, _)| len >= piped::MIN_PIPED)
+        else {
             return Ok(None);
         };
-        let len = usize::try_from(end - pos).unwrap_or(usize::MAX);
-        if len < piped::MIN_PIPED {
-            return Ok(None);
-        }
         let Some(piped) = piped::Piped::fill(file, pos, len) else {
             return Ok(None);
         };
