@@ -20,11 +20,17 @@ then end-to-end latency (produce -> consume, java/E2ELatency.java) at a fixed ra
 the slowest target's flat-out ProducerPerformance rate for 1 KiB on 1 partition, the same
 offered load for all three.
 
-Broker CPU (% of one core: utime+stime over wall time, from /proc/PID/stat) and peak RSS (VmRSS
-sampled every 200 ms) are measured for each run. Results go to --out (Markdown) and stdout.
+Broker CPU (% of one core: utime+stime over wall time, from /proc/PID/stat), peak RSS (VmRSS
+sampled every 200 ms) and the client's CPU (the same, from the tool's rusage once it exited) are
+measured for each run: broker and client share two cores, so a cell where the client takes a
+whole core is bound by the client, whichever broker it talks to. Results go to --out (Markdown)
+and stdout.
 
 Environment: BENCH_SECONDS (default 10; 3 gives a quick run), BENCH_SIZES (e.g. "1024"),
-BENCH_PARTITIONS (e.g. "1"), BENCH_TARGETS (e.g. "kaas,kafka-fsync").
+BENCH_PARTITIONS (e.g. "1"), BENCH_TARGETS (e.g. "kaas,kafka-fsync"), BENCH_ROUNDS (default 1:
+every produce run that many times, the targets alternating; the ratios compare medians),
+BENCH_TOOLS (default "kaas-bench,ProducerPerformance"), BENCH_CONSUME (default 1; 0 measures
+producers only, without the consumers and the end-to-end latency).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ import argparse
 import dataclasses
 import os
 import re
+import resource
+import statistics
 import shutil
 import subprocess
 import sys
@@ -67,6 +75,7 @@ class Figures:
     p999: float | None = None
     cpu: float | None = None
     rss_mib: float | None = None
+    client_cpu: float | None = None
     error: str = ""
 
 
@@ -159,6 +168,12 @@ class Bench:
         # Best effort: a topic left behind costs disk space, not correctness.
         self.kafka_tool("topics", "--bootstrap-server", bootstrap, "--delete", "--topic", topic)
 
+    def delete_topics(self, bootstrap: str, stem: str, tools: list[str]) -> None:
+        """The topics one target's run of `tools` wrote."""
+        for prefix, tool in (("kb", "kaas-bench"), ("pp", "ProducerPerformance")):
+            if tool in tools:
+                self.delete_topic(bootstrap, f"{prefix}-{stem}")
+
     def kaas_bench(self, bootstrap: str, *args: str) -> tuple[dict | None, str]:
         cmd = ["nice", "-n", "10", str(REPO / "target" / "release" / "kaas-bench"), "--bootstrap", bootstrap, *args]
         rc, out, err = sh(cmd, self.seconds * 6 + 120)
@@ -171,8 +186,13 @@ class Bench:
         return {"mb_s": num(r[-5]), "msg_s": num(r[-4]), "p50": num(r[-3]), "p99": num(r[-2]), "p999": num(r[-1])}, ""
 
     def measure(self, fig: Figures, pid: int, fn) -> Figures:
+        # The client is a child this process waits for (through `nice` and, for Kafka's tools,
+        # a shell): its CPU is in RUSAGE_CHILDREN once it exited.
+        before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
         with Meter(pid) as m:
             vals, err = fn()
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), max(time.monotonic() - t0, 1e-9)
+        fig.client_cpu = 100.0 * ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / wall
         if vals:
             for k, v in vals.items():
                 setattr(fig, k, v)
@@ -180,7 +200,8 @@ class Bench:
         fig.cpu, fig.rss_mib = m.cpu, m.rss_mib
         self.results.append(fig)
         status = f"{fig.mb_s:.1f} MB/s" if fig.mb_s is not None else f"failed: {err}"
-        log(f"  {fig.workload:<14} {fig.tool:<22} {fig.target:<12} {status}; broker CPU {fig.cpu:.0f} %, RSS {fig.rss_mib:.0f} MiB")
+        log(f"  {fig.workload:<14} {fig.tool:<22} {fig.target:<12} {status}; broker CPU {fig.cpu:.0f} %, "
+            f"RSS {fig.rss_mib:.0f} MiB, client CPU {fig.client_cpu:.0f} %")
         return fig
 
     def producer_perf(self, bootstrap: str, topic: str, records: int, size: int) -> tuple[dict | None, str]:
@@ -223,22 +244,36 @@ def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
 
 
+def median_run(runs: list[Figures]) -> Figures:
+    """Each figure's median over a target's runs of one cell (failed runs left out)."""
+    ok = [f for f in runs if f.mb_s is not None] or runs[:1]
+    med = lambda vals: statistics.median(vals) if vals else None  # noqa: E731
+    return dataclasses.replace(ok[0], **{
+        k: med([getattr(f, k) for f in ok if getattr(f, k) is not None])
+        for k in ("mb_s", "msg_s", "p50", "p99", "p999", "cpu", "rss_mib", "client_cpu")})
+
+
 def render(results: list[Figures], targets: list[str], header: str) -> str:
     out = [header, "", "### Every run", "",
-           "| workload | tool | broker | MB/s | msg/s | p50 ms | p99 ms | p99.9 ms | broker CPU % | broker RSS MiB | note |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| workload | tool | broker | MB/s | msg/s | p50 ms | p99 ms | p99.9 ms | broker CPU % | broker RSS MiB | client CPU % | note |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for f in results:
         out.append(f"| {f.workload} | {f.tool} | {TARGET_TITLE[f.target]} | {fmt(f.mb_s)} | {fmt(f.msg_s, 0)} | {fmt(f.p50, 2)} | "
-                   f"{fmt(f.p99, 2)} | {fmt(f.p999, 2)} | {fmt(f.cpu, 0)} | {fmt(f.rss_mib, 0)} | {conf.shorten(f.error, 90)} |")
+                   f"{fmt(f.p99, 2)} | {fmt(f.p999, 2)} | {fmt(f.cpu, 0)} | {fmt(f.rss_mib, 0)} | {fmt(f.client_cpu, 0)} | "
+                   f"{conf.shorten(f.error, 90)} |")
     # Ratios kaas / Kafka: throughput (>1: kaas faster), p99 latency (<1: kaas faster).
     others = [t for t in targets if t != "kaas"]
     if "kaas" in targets and others:
         cols = []
         for t in others:
             cols += [f"MB/s vs {TARGET_TITLE[t]}", f"p99 vs {TARGET_TITLE[t]}", f"CPU vs {TARGET_TITLE[t]}"]
-        out += ["", "### kaas / Kafka (throughput above 1 and latency or CPU below 1 favour kaas)", "",
+        out += ["", "### kaas / Kafka (throughput above 1 and latency or CPU below 1 favour kaas; "
+                "the median of each target's runs)", "",
                 "| workload | tool | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-        index = {(f.workload, f.tool, f.target): f for f in results}
+        runs: dict[tuple[str, str, str], list[Figures]] = {}
+        for f in results:
+            runs.setdefault((f.workload, f.tool, f.target), []).append(f)
+        index = {key: median_run(fs) for key, fs in runs.items()}
         for (w, tool) in dict.fromkeys((f.workload, f.tool) for f in results):
             k = index.get((w, tool, "kaas"))
             cells = []
@@ -258,6 +293,12 @@ def main() -> int:
     sizes = [int(s) for s in os.environ.get("BENCH_SIZES", "100,1024,16384").split(",")]
     partition_counts = [int(p) for p in os.environ.get("BENCH_PARTITIONS", "1,8").split(",")]
     targets = os.environ.get("BENCH_TARGETS", "kaas,kafka,kafka-fsync").split(",")
+    rounds = max(int(os.environ.get("BENCH_ROUNDS", "1")), 1)
+    tools = os.environ.get("BENCH_TOOLS", "kaas-bench,ProducerPerformance").split(",")
+    unknown = set(tools) - {"kaas-bench", "ProducerPerformance"}
+    if unknown:
+        raise SystemExit(f"BENCH_TOOLS: unknown {', '.join(sorted(unknown))} (kaas-bench, ProducerPerformance)")
+    consume = os.environ.get("BENCH_CONSUME", "1") != "0"
     out_dir = Path(args.out).parent
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -282,7 +323,10 @@ def main() -> int:
             script = "kafka-start.sh" if name == "kafka" else "kaas-start.sh"
             # Kafka with its distribution's JVM settings (1 GiB heap); both brokers niced alike.
             env.pop("KAFKA_HEAP_OPTS", None)
-            p = subprocess.run(["nice", "-n", "10", str(BIN / script), str(b.dir)], capture_output=True, text=True, env=env)
+            # Kafka removes a deleted topic's files a minute later by default: a second here, so
+            # that flat-out runs one after another do not fill the disk (no effect on the runs).
+            extra = ["log.segment.delete.delay.ms=1000"] if name == "kafka" else []
+            p = subprocess.run(["nice", "-n", "10", str(BIN / script), str(b.dir), *extra], capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 raise SystemExit(f"{name} did not start:\n{p.stderr}")
             b.bootstrap = p.stdout.strip().splitlines()[-1]
@@ -299,50 +343,59 @@ def main() -> int:
                 workload = f"{size} B, {parts} p"
                 order = targets[rotation % len(targets):] + targets[: rotation % len(targets)]
                 rotation += 1
-                # Produce on every target first, then consume the same number of records
-                # everywhere: the fewest any target took in (a faster producer must not make
-                # its broker's consumer read more).
+                # Produce on every target first (BENCH_ROUNDS times, alternating), then consume
+                # the same number of records everywhere: the fewest any target took in (a
+                # faster producer must not make its broker's consumer read more). Consumers
+                # read the first round's topics; the others go as soon as they are written
+                # (flat-out runs write gigabytes).
                 produced_kb: dict[str, int] = {}
                 produced_pp: dict[str, int] = {}
-                for target in order:
-                    b = broker_of(target)
-                    stem = f"{target}-{size}-{parts}p"
-                    fsync = target == "kafka-fsync"
-                    bench.create_topic(b.bootstrap, f"kb-{stem}", parts, fsync)
-                    bench.create_topic(b.bootstrap, f"pp-{stem}", parts, fsync)
-                    kb = bench.measure(Figures(workload, "kaas-bench produce", target), b.pid,
-                                       lambda: bench.kaas_bench(b.bootstrap, "produce", "--topic", f"kb-{stem}", "--partitions",
-                                                                str(parts), "--size", str(size), "--seconds", str(seconds), "--acks", "all"))
-                    if kb.msg_s:
-                        produced_kb[target] = int(kb.msg_s * seconds)
-                    # ProducerPerformance has no duration option: a probe of 5 MB (not counted)
-                    # measures its rate on this target, and the run gets BENCH_SECONDS of that.
-                    probe, _ = bench.producer_perf(b.bootstrap, f"pp-{stem}", max(5_000_000 // size, 100), size)
-                    rate = probe["msg_s"] if probe else 1000
-                    records = int(min(max(rate * seconds, 1000), 20_000_000))
-                    pf = bench.measure(Figures(workload, "ProducerPerformance", target), b.pid,
-                                       lambda: bench.producer_perf(b.bootstrap, f"pp-{stem}", records, size))
-                    if pf.msg_s:
-                        produced_pp[target] = records
-                    if size == 1024 and parts == 1 and pf.msg_s:
-                        pp_rate[target] = pf.msg_s
+                for rnd in range(rounds):
+                    for target in order:
+                        b = broker_of(target)
+                        stem = f"{target}-{size}-{parts}p" + (f"-r{rnd}" if rnd else "")
+                        fsync = target == "kafka-fsync"
+                        if "kaas-bench" in tools:
+                            bench.create_topic(b.bootstrap, f"kb-{stem}", parts, fsync)
+                            kb = bench.measure(Figures(workload, "kaas-bench produce", target), b.pid,
+                                               lambda: bench.kaas_bench(b.bootstrap, "produce", "--topic", f"kb-{stem}", "--partitions",
+                                                                        str(parts), "--size", str(size), "--seconds", str(seconds), "--acks", "all"))
+                            if kb.msg_s and rnd == 0:
+                                produced_kb[target] = int(kb.msg_s * seconds)
+                        if "ProducerPerformance" in tools:
+                            bench.create_topic(b.bootstrap, f"pp-{stem}", parts, fsync)
+                            # ProducerPerformance has no duration option: a probe of 5 MB (not
+                            # counted) measures its rate on this target, and the run gets
+                            # BENCH_SECONDS of that.
+                            probe, _ = bench.producer_perf(b.bootstrap, f"pp-{stem}", max(5_000_000 // size, 100), size)
+                            rate = probe["msg_s"] if probe else 1000
+                            records = int(min(max(rate * seconds, 1000), 20_000_000))
+                            pf = bench.measure(Figures(workload, "ProducerPerformance", target), b.pid,
+                                               lambda: bench.producer_perf(b.bootstrap, f"pp-{stem}", records, size))
+                            if pf.msg_s and rnd == 0:
+                                produced_pp[target] = records
+                            if size == 1024 and parts == 1 and pf.msg_s:
+                                pp_rate[target] = min(pf.msg_s, pp_rate.get(target, pf.msg_s))
+                        if rnd > 0 or not consume:
+                            bench.delete_topics(b.bootstrap, stem, tools)
                 # kaas-bench's figure is a rate over a timed run: its count is approximate, so
                 # read a little less than the smallest.
                 consume_kb = max(int(min(produced_kb.values(), default=0) * 0.95), 1)
                 consume_pp = max(min(produced_pp.values(), default=0), 1)
-                for target in order:
+                for target in order if consume else []:
                     b = broker_of(target)
                     stem = f"{target}-{size}-{parts}p"
-                    bench.measure(Figures(workload, "kaas-bench consume", target), b.pid,
-                                  lambda: bench.kaas_bench(b.bootstrap, "consume", "--topic", f"kb-{stem}", "--partitions", str(parts),
-                                                           "--messages", str(consume_kb)))
-                    bench.measure(Figures(workload, "ConsumerPerformance", target), b.pid,
-                                  lambda: bench.consumer_perf(b.bootstrap, f"pp-{stem}", consume_pp))
-                    # Flat-out runs write gigabytes: free the disk before the next workload.
-                    bench.delete_topic(b.bootstrap, f"kb-{stem}")
-                    bench.delete_topic(b.bootstrap, f"pp-{stem}")
+                    if "kaas-bench" in tools:
+                        bench.measure(Figures(workload, "kaas-bench consume", target), b.pid,
+                                      lambda: bench.kaas_bench(b.bootstrap, "consume", "--topic", f"kb-{stem}", "--partitions", str(parts),
+                                                               "--messages", str(consume_kb)))
+                    if "ProducerPerformance" in tools:
+                        bench.measure(Figures(workload, "ConsumerPerformance", target), b.pid,
+                                      lambda: bench.consumer_perf(b.bootstrap, f"pp-{stem}", consume_pp))
+                    # Free the disk before the next workload.
+                    bench.delete_topics(b.bootstrap, stem, tools)
 
-        if pp_rate:
+        if pp_rate and consume:
             rate = int(0.5 * min(pp_rate.values()))
             workload = f"e2e 1024 B @ {rate:,}/s"
             log(f"end-to-end latency at {rate} msg/s (50 % of the slowest ProducerPerformance 1 KiB/1 p rate)")
@@ -365,10 +418,10 @@ def main() -> int:
     disk = subprocess.run(["df", "--output=source", tempfile.gettempdir()], capture_output=True, text=True).stdout.split()[-1]
     kafka_version = libs.parent.name.removeprefix("kafka-")
     header = (f"## bench-compare: kaas {conf.git_rev()} vs Apache Kafka {kafka_version}, BENCH_SECONDS={seconds}, "
-              f"{os.cpu_count()} cores, data on {disk} ({time.monotonic() - started:.0f} s; load average "
+              f"BENCH_ROUNDS={rounds}, {os.cpu_count()} cores, data on {disk} ({time.monotonic() - started:.0f} s; load average "
               f"{' '.join(load_before)} before, {' '.join(Path('/proc/loadavg').read_text().split()[:3])} after)\n\n"
               "acks=all everywhere; clients with default settings; broker and clients share the machine. "
-              "CPU is the broker's, in % of one core; RSS its peak. ConsumerPerformance subscribes (a consumer "
+              "CPU is the broker's, in % of one core; RSS its peak; client CPU the load generator's. ConsumerPerformance subscribes (a consumer "
               "group); kaas-bench consume assigns. Each consumer reads the same number of records from every broker (the fewest any "
               "broker took in that workload's produce phase). E2ELatency: produce->consume at the same fixed rate for every broker.")
     table = render(bench.results, targets, header)

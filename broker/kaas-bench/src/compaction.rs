@@ -79,6 +79,7 @@ pub(crate) fn run(bootstrap: &str, args: &CompactionArgs) -> anyhow::Result<()> 
             acks: "all".into(),
             linger_ms: None,
             keys: Some(args.keys),
+            settings: Vec::new(),
         };
         eprintln!("producing flat out to {topic} for {} s", args.seconds);
         let flat_start = SystemTime::now();

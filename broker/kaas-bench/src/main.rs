@@ -135,6 +135,7 @@ fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
             acks: "all".into(),
             linger_ms: None,
             keys: None,
+            settings: Vec::new(),
         };
         eprintln!("producing flat out to {topic} for {} s", s.seconds);
         let figures = produce::run(bootstrap, &flat)?;

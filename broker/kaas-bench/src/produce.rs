@@ -36,6 +36,9 @@ pub(crate) struct ProduceArgs {
     /// updates to a table; compacted topics refuse keyless records) [default: no keys].
     #[arg(long)]
     pub(crate) keys: Option<u64>,
+    /// Extra librdkafka producer settings, `key=value` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub(crate) settings: Vec<String>,
 }
 
 /// What a produce run measured.
@@ -105,6 +108,7 @@ pub(crate) fn run(bootstrap: &str, args: &ProduceArgs) -> anyhow::Result<Produce
     if let Some(linger) = args.linger_ms {
         config.set("linger.ms", linger.to_string());
     }
+    crate::report::apply_settings(&mut config, &args.settings);
     let producer: ThreadedProducer<Context> = config.create_with_context(Context(tally.clone()))?;
     let payload = vec![b'k'; args.size];
     let start = Instant::now();
