@@ -80,6 +80,7 @@ pub(crate) fn run(bootstrap: &str, args: &CompactionArgs) -> anyhow::Result<()> 
             linger_ms: None,
             keys: Some(args.keys),
             settings: Vec::new(),
+            stats: false,
         };
         eprintln!("producing flat out to {topic} for {} s", args.seconds);
         let flat_start = SystemTime::now();

@@ -136,6 +136,7 @@ fn suite(bootstrap: &str, s: &SuiteArgs) -> anyhow::Result<()> {
             linger_ms: None,
             keys: None,
             settings: Vec::new(),
+            stats: false,
         };
         eprintln!("producing flat out to {topic} for {} s", s.seconds);
         let figures = produce::run(bootstrap, &flat)?;

@@ -10,6 +10,7 @@ use rdkafka::ClientConfig;
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
+use rdkafka::statistics::Statistics;
 
 use crate::report::Row;
 
@@ -39,6 +40,10 @@ pub(crate) struct ProduceArgs {
     /// Extra librdkafka producer settings, `key=value` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub(crate) settings: Vec<String>,
+    /// Prints librdkafka's own view of the run to stderr at the end: produce requests, batch
+    /// sizes and the broker's round trip (its statistics, every second).
+    #[arg(long)]
+    pub(crate) stats: bool,
 }
 
 /// What a produce run measured.
@@ -71,13 +76,19 @@ impl ProduceFigures {
 
 struct Tally {
     latency_us: Mutex<Histogram<u64>>,
+    /// librdkafka's latest statistics, when asked for.
+    stats: Mutex<Option<Statistics>>,
     acked: std::sync::atomic::AtomicU64,
     failed: std::sync::atomic::AtomicU64,
 }
 
 struct Context(Arc<Tally>);
 
-impl ClientContext for Context {}
+impl ClientContext for Context {
+    fn stats(&self, statistics: Statistics) {
+        *self.0.stats.lock() = Some(statistics);
+    }
+}
 
 impl ProducerContext for Context {
     type DeliveryOpaque = Box<Instant>;
@@ -102,11 +113,15 @@ pub(crate) fn run(bootstrap: &str, args: &ProduceArgs) -> anyhow::Result<Produce
         latency_us: Mutex::new(Histogram::new_with_bounds(1, 60_000_000, 3)?),
         acked: Default::default(),
         failed: Default::default(),
+        stats: Mutex::new(None),
     });
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap).set("acks", &args.acks).set("queue.buffering.max.messages", "200000");
     if let Some(linger) = args.linger_ms {
         config.set("linger.ms", linger.to_string());
+    }
+    if args.stats {
+        config.set("statistics.interval.ms", "1000");
     }
     crate::report::apply_settings(&mut config, &args.settings);
     let producer: ThreadedProducer<Context> = config.create_with_context(Context(tally.clone()))?;
@@ -142,5 +157,35 @@ pub(crate) fn run(bootstrap: &str, args: &ProduceArgs) -> anyhow::Result<Produce
     use std::sync::atomic::Ordering::Relaxed;
     let acked = tally.acked.load(Relaxed);
     let latency_us = tally.latency_us.lock().clone();
+    if let Some(stats) = tally.stats.lock().as_ref() {
+        print_client_view(stats, acked);
+    }
     Ok(ProduceFigures { acked, failed: tally.failed.load(Relaxed), bytes: acked * args.size as u64, elapsed, latency_us })
+}
+
+/// librdkafka's counters (cumulative) and its last second's windows, per broker it produced to.
+fn print_client_view(stats: &Statistics, acked: u64) {
+    for broker in stats.brokers.values() {
+        let produces = broker.req.get("Produce").copied().unwrap_or(0);
+        if produces == 0 {
+            continue;
+        }
+        let window = |w: &Option<rdkafka::statistics::Window>| w.as_ref().map_or("-".to_string(), |w| format!("{}/{}", w.avg, w.p99));
+        eprintln!(
+            "librdkafka, {}: {produces} produce requests, {:.0} messages each; last second: round trip {} µs avg/p99, \
+             producer queue {} µs, request queue {} µs; broker-thread wakeups {}",
+            broker.name,
+            acked as f64 / produces as f64,
+            window(&broker.rtt),
+            window(&broker.int_latency),
+            window(&broker.outbuf_latency),
+            broker.wakeups.map_or("-".to_string(), |w| w.to_string()),
+        );
+    }
+    for (name, topic) in &stats.topics {
+        eprintln!(
+            "librdkafka, topic {name}: last second's batches {} messages, {} bytes avg",
+            topic.batchcnt.avg, topic.batchsize.avg
+        );
+    }
 }
