@@ -57,6 +57,13 @@ REPO = conf.REPO
 BIN = conf.BIN
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TARGET_TITLE = {"kaas": "kaas", "kafka": "Kafka (defaults)", "kafka-fsync": "Kafka (flush.messages=1)"}
+# Each producing tool writes its own topics, named with this prefix.
+TOOL_PREFIX = {"kaas-bench": "kb", "ProducerPerformance": "pp"}
+
+
+def topic_of(tool: str, target: str, size: int, parts: int, rnd: int = 0) -> str:
+    """The topic `tool` writes on `target` in round `rnd` of a workload."""
+    return f"{TOOL_PREFIX[tool]}-{target}-{size}-{parts}p" + (f"-r{rnd}" if rnd else "")
 
 
 def log(msg: str) -> None:
@@ -168,11 +175,9 @@ class Bench:
         # Best effort: a topic left behind costs disk space, not correctness.
         self.kafka_tool("topics", "--bootstrap-server", bootstrap, "--delete", "--topic", topic)
 
-    def delete_topics(self, bootstrap: str, stem: str, tools: list[str]) -> None:
-        """The topics one target's run of `tools` wrote."""
-        for prefix, tool in (("kb", "kaas-bench"), ("pp", "ProducerPerformance")):
-            if tool in tools:
-                self.delete_topic(bootstrap, f"{prefix}-{stem}")
+    def delete_topics(self, bootstrap: str, topics: list[str]) -> None:
+        for topic in topics:
+            self.delete_topic(bootstrap, topic)
 
     def kaas_bench(self, bootstrap: str, *args: str) -> tuple[dict | None, str]:
         cmd = ["nice", "-n", "10", str(REPO / "target" / "release" / "kaas-bench"), "--bootstrap", bootstrap, *args]
@@ -295,9 +300,9 @@ def main() -> int:
     targets = os.environ.get("BENCH_TARGETS", "kaas,kafka,kafka-fsync").split(",")
     rounds = max(int(os.environ.get("BENCH_ROUNDS", "1")), 1)
     tools = os.environ.get("BENCH_TOOLS", "kaas-bench,ProducerPerformance").split(",")
-    unknown = set(tools) - {"kaas-bench", "ProducerPerformance"}
+    unknown = set(tools) - set(TOOL_PREFIX)
     if unknown:
-        raise SystemExit(f"BENCH_TOOLS: unknown {', '.join(sorted(unknown))} (kaas-bench, ProducerPerformance)")
+        raise SystemExit(f"BENCH_TOOLS: unknown {', '.join(sorted(unknown))} ({', '.join(TOOL_PREFIX)})")
     consume = os.environ.get("BENCH_CONSUME", "1") != "0"
     out_dir = Path(args.out).parent
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -353,47 +358,47 @@ def main() -> int:
                 for rnd in range(rounds):
                     for target in order:
                         b = broker_of(target)
-                        stem = f"{target}-{size}-{parts}p" + (f"-r{rnd}" if rnd else "")
+                        kb_topic, pp_topic = (topic_of(t, target, size, parts, rnd) for t in TOOL_PREFIX)
                         fsync = target == "kafka-fsync"
                         if "kaas-bench" in tools:
-                            bench.create_topic(b.bootstrap, f"kb-{stem}", parts, fsync)
+                            bench.create_topic(b.bootstrap, kb_topic, parts, fsync)
                             kb = bench.measure(Figures(workload, "kaas-bench produce", target), b.pid,
-                                               lambda: bench.kaas_bench(b.bootstrap, "produce", "--topic", f"kb-{stem}", "--partitions",
+                                               lambda: bench.kaas_bench(b.bootstrap, "produce", "--topic", kb_topic, "--partitions",
                                                                         str(parts), "--size", str(size), "--seconds", str(seconds), "--acks", "all"))
                             if kb.msg_s and rnd == 0:
                                 produced_kb[target] = int(kb.msg_s * seconds)
                         if "ProducerPerformance" in tools:
-                            bench.create_topic(b.bootstrap, f"pp-{stem}", parts, fsync)
+                            bench.create_topic(b.bootstrap, pp_topic, parts, fsync)
                             # ProducerPerformance has no duration option: a probe of 5 MB (not
                             # counted) measures its rate on this target, and the run gets
                             # BENCH_SECONDS of that.
-                            probe, _ = bench.producer_perf(b.bootstrap, f"pp-{stem}", max(5_000_000 // size, 100), size)
+                            probe, _ = bench.producer_perf(b.bootstrap, pp_topic, max(5_000_000 // size, 100), size)
                             rate = probe["msg_s"] if probe else 1000
                             records = int(min(max(rate * seconds, 1000), 20_000_000))
                             pf = bench.measure(Figures(workload, "ProducerPerformance", target), b.pid,
-                                               lambda: bench.producer_perf(b.bootstrap, f"pp-{stem}", records, size))
+                                               lambda: bench.producer_perf(b.bootstrap, pp_topic, records, size))
                             if pf.msg_s and rnd == 0:
                                 produced_pp[target] = records
                             if size == 1024 and parts == 1 and pf.msg_s:
                                 pp_rate[target] = min(pf.msg_s, pp_rate.get(target, pf.msg_s))
                         if rnd > 0 or not consume:
-                            bench.delete_topics(b.bootstrap, stem, tools)
+                            bench.delete_topics(b.bootstrap, [topic_of(t, target, size, parts, rnd) for t in tools])
                 # kaas-bench's figure is a rate over a timed run: its count is approximate, so
                 # read a little less than the smallest.
                 consume_kb = max(int(min(produced_kb.values(), default=0) * 0.95), 1)
                 consume_pp = max(min(produced_pp.values(), default=0), 1)
                 for target in order if consume else []:
                     b = broker_of(target)
-                    stem = f"{target}-{size}-{parts}p"
+                    kb_topic, pp_topic = (topic_of(t, target, size, parts) for t in TOOL_PREFIX)
                     if "kaas-bench" in tools:
                         bench.measure(Figures(workload, "kaas-bench consume", target), b.pid,
-                                      lambda: bench.kaas_bench(b.bootstrap, "consume", "--topic", f"kb-{stem}", "--partitions", str(parts),
+                                      lambda: bench.kaas_bench(b.bootstrap, "consume", "--topic", kb_topic, "--partitions", str(parts),
                                                                "--messages", str(consume_kb)))
                     if "ProducerPerformance" in tools:
                         bench.measure(Figures(workload, "ConsumerPerformance", target), b.pid,
-                                      lambda: bench.consumer_perf(b.bootstrap, f"pp-{stem}", consume_pp))
+                                      lambda: bench.consumer_perf(b.bootstrap, pp_topic, consume_pp))
                     # Free the disk before the next workload.
-                    bench.delete_topics(b.bootstrap, stem, tools)
+                    bench.delete_topics(b.bootstrap, [topic_of(t, target, size, parts) for t in tools])
 
         if pp_rate and consume:
             rate = int(0.5 * min(pp_rate.values()))

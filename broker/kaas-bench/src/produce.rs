@@ -10,7 +10,7 @@ use rdkafka::ClientConfig;
 use rdkafka::message::DeliveryResult;
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
-use rdkafka::statistics::Statistics;
+use rdkafka::statistics::{Statistics, Window};
 
 use crate::report::Row;
 
@@ -170,7 +170,7 @@ fn print_client_view(stats: &Statistics, acked: u64) {
         if produces == 0 {
             continue;
         }
-        let window = |w: &Option<rdkafka::statistics::Window>| w.as_ref().map_or("-".to_string(), |w| format!("{}/{}", w.avg, w.p99));
+        let window = |w: &Option<Window>| w.as_ref().map_or("-".to_string(), |w| format!("{}/{}", w.avg, w.p99));
         eprintln!(
             "librdkafka, {}: {produces} produce requests, {:.0} messages each; last second: round trip {} µs avg/p99, \
              producer queue {} µs, request queue {} µs; broker-thread wakeups {}",
