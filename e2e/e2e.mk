@@ -58,11 +58,14 @@ bench-scaleout: e2e-bins build
 
 # 10,000 partitions on that cluster (BenchmarkScaleCluster): creation through the operator, each
 # broker's memory and descriptors, Metadata, produce latency over every partition, a pause and a
-# kill -9 of a broker leading a third of them. Release build; sizes from KAAS_SCALE_TOPICS,
-# KAAS_SCALE_PARTITIONS, KAAS_SCALE_RATE, KAAS_SCALE_SECONDS.
+# kill -9 of a broker leading a third of them. Release builds of the broker and of kaas-nfsfs
+# (the volume's server: in its debug build it took most of a core at this scale, more than any
+# broker); sizes from KAAS_SCALE_TOPICS, KAAS_SCALE_PARTITIONS, KAAS_SCALE_RATE, KAAS_SCALE_SECONDS.
 bench-scale-cluster: e2e-bins build
 	$(DEV_BUILD)
+	$(CARGO) build --release --locked -p kaas-nfsfs
 	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
+		KAAS_NFSFS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas-nfsfs \
 		go test -count=1 -timeout 60m -run '^$$' -bench ScaleCluster -benchtime 1x .
 
 e2e-up: e2e-bins

@@ -83,13 +83,16 @@ func BenchmarkScaleCluster(b *testing.B) {
 		const victim = 2
 		pod := fmt.Sprintf("kc-%d", victim)
 		orphans := countLedBy(readAssignmentOrFail(b, e), victim)
+		takeoversBefore := takeovers(b, e, []int{0, 1})
 		start = time.Now()
 		e.Signal(ns, pod, "", syscall.SIGSTOP)
 		moved := waitAssignment(b, e, 5*time.Minute, func(a assignment) bool { return countLedBy(a, victim) == 0 })
 		movedAt := time.Since(start)
 		waitLedBy(b, e, []int{0, 1}, total, 5*time.Minute)
-		say("SIGSTOP of kc-%d (%d partitions; the controller: kc-%d): moved in the assignment after %.1f s, all led by the other two after %.1f s",
-			victim, orphans, moved.ControllerID, movedAt.Seconds(), time.Since(start).Seconds())
+		ledAt := time.Since(start)
+		took := takeovers(b, e, []int{0, 1}).minus(takeoversBefore)
+		say("SIGSTOP of kc-%d (%d partitions; the controller: kc-%d): moved in the assignment after %.1f s, all led by the other two %.1f s after that (%d take-overs, %.0f ms each on average)",
+			victim, orphans, moved.ControllerID, movedAt.Seconds(), (ledAt - movedAt).Seconds(), int(took.count), 1000*took.seconds/max(took.count, 1))
 		alone := footprints(b, e, 2)
 		say("two brokers leading %d: %s", total, alone)
 		e.Signal(ns, pod, "", syscall.SIGCONT)
@@ -251,6 +254,28 @@ func parseMetrics(r io.Reader) (map[string]float64, error) {
 		out[name] += v
 	}
 	return out, lines.Err()
+}
+
+// takeoverTotals is how many partition take-overs brokers ran and how long they took in all.
+type takeoverTotals struct{ count, seconds float64 }
+
+func (t takeoverTotals) minus(before takeoverTotals) takeoverTotals {
+	return takeoverTotals{t.count - before.count, t.seconds - before.seconds}
+}
+
+// takeovers sums the partition take-overs of brokers ids so far.
+func takeovers(b *testing.B, e *seedsEnv, ids []int) takeoverTotals {
+	b.Helper()
+	var t takeoverTotals
+	for _, id := range ids {
+		m, err := brokerMetrics(e, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t.count += m["kaas_partition_takeover_seconds_count"]
+		t.seconds += m["kaas_partition_takeover_seconds_sum"]
+	}
+	return t
 }
 
 // controllerRecomputes is the count and total seconds of the controller's recomputes.

@@ -125,7 +125,7 @@ pub(crate) fn led_partition(broker: &Broker, topic: &str, partition: i32) -> Res
         }
     };
     if p.led_epoch() != Some(epoch) {
-        return Err(if p.storage_failure().is_some() { ResponseError::KafkaStorageError } else { ResponseError::NotLeaderOrFollower });
+        return Err(if p.has_storage_failure() { ResponseError::KafkaStorageError } else { ResponseError::NotLeaderOrFollower });
     }
     Ok(Led { partition: p, epoch })
 }

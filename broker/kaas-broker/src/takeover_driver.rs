@@ -48,7 +48,9 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, dur
             let (topic, partition) = names::parse_partition_key(key).ok()?;
             let held = registry.get(topic).filter(|t| t.id == *id).and_then(|t| t.partition(partition));
             let led_now = held.as_ref().is_some_and(|p| p.led_epoch() == Some(*epoch));
-            let failure = held.as_ref().and_then(|p| p.storage_failure());
+            // The flag first: the reason takes the partition's lock, which the partition's
+            // own volume I/O may hold.
+            let failure = held.as_ref().filter(|p| p.has_storage_failure()).and_then(|p| p.storage_failure());
             if led_now && failure.is_none() {
                 return None;
             }

@@ -284,7 +284,7 @@ impl TopicRegistry {
         for topic in self.list() {
             for (index, partition) in topic.partitions().iter().enumerate() {
                 if let Leadership::Local(lease) = self.leadership
-                    && (!partition.is_leader() || partition.storage_failure().is_some())
+                    && (!partition.is_leader() || partition.has_storage_failure())
                 {
                     self.take_over_locally(&lease, &topic.name, index as i32, partition);
                 }

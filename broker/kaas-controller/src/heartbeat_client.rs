@@ -12,7 +12,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{Notify, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Endpoint;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::proto::heartbeat_client::HeartbeatClient;
 use crate::proto::{Ack, BrokerBeat, BrokerTotals, GroupSummary, controller_message};
@@ -35,12 +35,14 @@ pub trait BeatSource: Send + Sync + std::fmt::Debug {
     fn totals(&self) -> BrokerTotals {
         BrokerTotals::default()
     }
-    /// Log ends and sizes of the partitions this broker leads.
+    /// Log ends and sizes of the partitions this broker leads. May block (partition locks):
+    /// asked on a blocking thread, off the beat ([`refresh_reports`]).
     fn partition_stats(&self) -> BTreeMap<PartitionId, PartitionStats> {
         BTreeMap::new()
     }
     /// The groups this broker coordinates, largest lag first and at most a bounded number, and
-    /// how many there are in all (the source may compute them less often than every beat).
+    /// how many there are in all (the source may compute them less often than every beat). May
+    /// block, as `partition_stats`.
     fn groups(&self) -> (Vec<GroupSummary>, u32) {
         (Vec::new(), 0)
     }
@@ -180,16 +182,65 @@ impl HeartbeatStatus {
     }
 }
 
-/// Keeps beating the controller at the address `controller` names until `stop` fires.
+/// Keeps beating the controller at the address `controller` names until `stop` fires, with the
+/// partition and group reports `source` gives, refreshed beside the beats.
 pub async fn run(
     broker_id: i32,
     key: InterBrokerKey,
     incarnation: String,
     source: Arc<dyn BeatSource>,
-    mut controller: watch::Receiver<Option<String>>,
+    controller: watch::Receiver<Option<String>>,
     status: Arc<HeartbeatStatus>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
+    let (reports_tx, reports) = watch::channel(Arc::new(Reports::default()));
+    let me = Beater { broker_id, key: &key, incarnation: &incarnation, source: &*source, reports, status: &status };
+    // One task: the refresh ends with the beats (it never returns on its own).
+    tokio::select! {
+        _ = refresh_reports(source.clone(), reports_tx) => {}
+        _ = beat_sessions(&me, controller, stop) => {}
+    }
+}
+
+/// What every stream of one [`run`] beats with.
+struct Beater<'a> {
+    broker_id: i32,
+    key: &'a InterBrokerKey,
+    incarnation: &'a str,
+    source: &'a dyn BeatSource,
+    reports: watch::Receiver<Arc<Reports>>,
+    status: &'a HeartbeatStatus,
+}
+
+/// What the beats report of partitions and groups, as of the last [`refresh_reports`].
+#[derive(Debug, Default)]
+struct Reports {
+    partitions: BTreeMap<PartitionId, PartitionStats>,
+    groups: (Vec<GroupSummary>, u32),
+}
+
+/// Keeps `reports` at what `source` says of its partitions and groups, once a beat interval.
+/// Those answers take partition and group locks, which volume I/O holds for as long as the volume
+/// takes (a take-over's fsyncs under its partition's lock): asked on a blocking thread, off the
+/// beat, a slow volume delays the statistics and never the beat that the broker's session and
+/// fence hang on. (Built on the beat, a broker taking over thousands of partitions on a slow
+/// volume stopped beating for longer than its session, lost it, and the cluster flapped.)
+async fn refresh_reports(source: Arc<dyn BeatSource>, reports: watch::Sender<Arc<Reports>>) {
+    loop {
+        let asked = source.clone();
+        match tokio::task::spawn_blocking(move || Reports { partitions: asked.partition_stats(), groups: asked.groups() }).await {
+            Ok(fresh) => {
+                reports.send_replace(Arc::new(fresh));
+            }
+            Err(e) => warn!(error = %e, "computing the heartbeat's partition and group reports failed; keeping the last ones"),
+        }
+        tokio::time::sleep(BEAT_INTERVAL).await;
+    }
+}
+
+/// The beats of [`run`]: one stream after another, to whichever broker holds the Lease.
+async fn beat_sessions(me: &Beater<'_>, mut controller: watch::Receiver<Option<String>>, mut stop: watch::Receiver<bool>) {
+    let broker_id = me.broker_id;
     let mut seq = 0u64;
     loop {
         if *stop.borrow() {
@@ -202,7 +253,7 @@ pub async fn run(
                 _ = stop.changed() => return,
             }
         };
-        let session = beat_session(broker_id, &key, &incarnation, &source, &address, &status, &mut seq);
+        let session = beat_session(me, &address, &mut seq);
         tokio::select! {
             result = session => {
                 if let Err(e) = result {
@@ -220,15 +271,9 @@ pub async fn run(
     }
 }
 
-async fn beat_session(
-    broker_id: i32,
-    key: &InterBrokerKey,
-    incarnation: &str,
-    source: &Arc<dyn BeatSource>,
-    address: &str,
-    status: &HeartbeatStatus,
-    seq: &mut u64,
-) -> crate::Result<()> {
+async fn beat_session(me: &Beater<'_>, address: &str, seq: &mut u64) -> crate::Result<()> {
+    let Beater { broker_id, key, incarnation, source, reports, status } = me;
+    let broker_id = *broker_id;
     let channel = Endpoint::from_shared(format!("http://{address}"))?
         .connect_timeout(Duration::from_secs(1))
         .tcp_nodelay(true)
@@ -253,7 +298,8 @@ async fn beat_session(
         tokio::select! {
             _ = tick.tick() => {
                 *seq += 1;
-                let groups = source.groups();
+                let current = reports.borrow().clone();
+                let groups = current.groups.clone();
                 let groups_changed = groups_sent.as_ref() != Some(&groups);
                 let beat = BrokerBeat {
                     broker_id,
@@ -263,7 +309,7 @@ async fn beat_session(
                     seq: *seq,
                     assignment_version: source.assignment_version(),
                     totals: Some(source.totals()),
-                    partition_stats: reported.changes(&source.partition_stats(), MAX_PARTITION_STATS),
+                    partition_stats: reported.changes(&current.partitions, MAX_PARTITION_STATS),
                     groups: if groups_changed { groups.0.clone() } else { Vec::new() },
                     groups_reported: groups_changed,
                     group_count: groups.1,

@@ -91,6 +91,11 @@ impl PublishedRole {
         self.role.store((flags << 32) | u64::from(epoch as u32), Ordering::Release);
     }
 
+    /// Whether a storage failure keeps the log from taking writes.
+    fn poisoned(&self) -> bool {
+        (self.role.load(Ordering::Acquire) >> 33) & 1 == 1
+    }
+
     /// (leading, epoch)
     fn get(&self) -> (bool, i32) {
         let packed = self.role.load(Ordering::Acquire);
@@ -220,6 +225,13 @@ impl Partition {
     /// re-runs recovery and clears it once the volume works.
     pub fn storage_failure(&self) -> Option<String> {
         self.lock().poisoned.clone()
+    }
+
+    /// Whether [`Partition::storage_failure`] has a reason, without the state lock: a take-over
+    /// holds that lock across the volume's I/O, and the leadership check of every request and
+    /// probe asks this of partitions that may be in the middle of one.
+    pub fn has_storage_failure(&self) -> bool {
+        self.shared.role.poisoned()
     }
 
     /// Whether this engine currently leads the partition (without the state lock: see

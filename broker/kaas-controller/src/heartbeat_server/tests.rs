@@ -149,3 +149,89 @@ async fn only_the_controller_s_own_broker_is_acknowledged_as_of_the_last_renewal
     let _ = stop.send(true);
     Ok(())
 }
+
+/// A broker whose partition statistics wait, as they do for a partition lock that a take-over
+/// holds across a slow volume's fsyncs, until the test releases them (30 s at most).
+#[derive(Debug, Default)]
+struct HeldStats {
+    /// (asked at least once, released)
+    state: std::sync::Mutex<(bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl HeldStats {
+    fn asked(&self) -> bool {
+        self.state.lock().is_ok_and(|s| s.0)
+    }
+    fn release(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.1 = true;
+        }
+        self.changed.notify_all();
+    }
+}
+
+impl crate::heartbeat_client::BeatSource for HeldStats {
+    fn partitions_led(&self) -> Vec<String> {
+        vec![kaas_shared::names::partition_key("orders", 0)]
+    }
+    fn assignment_version(&self) -> i64 {
+        1
+    }
+    fn draining(&self) -> bool {
+        false
+    }
+    fn partition_stats(&self) -> std::collections::BTreeMap<crate::stats::PartitionId, crate::stats::PartitionStats> {
+        let Ok(mut s) = self.state.lock() else { return Default::default() };
+        s.0 = true;
+        // Bounded, so that a beat stuck behind this fails the test instead of hanging it.
+        let Ok((s, _)) = self.changed.wait_timeout_while(s, Duration::from_secs(30), |s| !s.1) else { return Default::default() };
+        drop(s);
+        let stats = crate::stats::PartitionStats { log_end_offset: 42, high_watermark: 42, size_bytes: 4096 };
+        [(("orders".to_string(), 0), stats)].into()
+    }
+}
+
+/// The beat the broker's session and fence hang on goes on while its partition statistics wait
+/// for a lock (held open here for three fence timeouts); the statistics follow once they come.
+/// Built on the beat, a broker taking over thousands of partitions on a slow volume stopped
+/// beating, lost its session and made the cluster flap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beats_go_on_while_the_partition_statistics_wait_for_a_lock() -> TestResult {
+    let key = InterBrokerKey::from_bytes([7; 32]);
+    let hub = HeartbeatHub::new();
+    hub.set_role(Role::Controller { epoch: 1 });
+    let address = serve(&hub, &key).await?;
+    let (_controller, controller_rx) = tokio::sync::watch::channel(Some(address));
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let source = Arc::new(HeldStats::default());
+    let status = HeartbeatStatus::new();
+    tokio::spawn(crate::heartbeat_client::run(1, key, "i1".into(), source.clone(), controller_rx, status.clone(), stop_rx));
+
+    let fence = Duration::from_secs(1);
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !source.asked() || status.since_last_ack().is_none() {
+        assert!(tokio::time::Instant::now() < until, "the statistics asked for and a beat acknowledged while they wait");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let held_until = tokio::time::Instant::now() + 3 * fence;
+    while tokio::time::Instant::now() < held_until {
+        assert!(!status.fenced(fence), "fenced while the partition statistics waited for a lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let reported = hub.reports(Duration::from_secs(60));
+    assert!(reported.get(&1).is_some_and(|r| r.partitions.is_empty()), "no statistics before they were released: {reported:?}");
+
+    source.release();
+    let want = crate::stats::PartitionStats { log_end_offset: 42, high_watermark: 42, size_bytes: 4096 };
+    loop {
+        let reported = hub.reports(Duration::from_secs(60));
+        if reported.get(&1).and_then(|r| r.partitions.get(&("orders".to_string(), 0))) == Some(&want) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until + 3 * fence, "the released statistics reached the controller: {reported:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(true);
+    Ok(())
+}

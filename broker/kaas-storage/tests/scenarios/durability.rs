@@ -78,20 +78,24 @@ fn failed_fsync_poisons_until_take_over() {
         Err(Error::StorageFailure(_))
     ));
     assert_eq!(p.high_watermark(), 1);
+    assert!(p.has_storage_failure() && p.storage_failure().is_some(), "the flag without the lock says what the reason does");
     mem.fail_syncs(false);
     // fsyncgate: "b" reached the page cache but its fdatasync failed, so it may never reach
     // the disk. It was not acknowledged, and the take-over must not serve it (a consumer
     // would read a record that can vanish later).
     let report = p.take_over(2).unwrap();
     assert_eq!(report.log_end_offset, 1);
+    assert!(!p.has_storage_failure() && p.storage_failure().is_none());
     append(&p, 2, batch("d", 1));
     assert_eq!(values(&read_all(&p)), vec!["a-0", "d-0"]);
     // The same at the same epoch (a cluster re-takes a poisoned partition at its epoch).
     let out = p.append(&mut batch("e", 1), opts(2)).unwrap();
     mem.fail_syncs(true);
     assert!(block_on(p.wait_durable(out.last_offset)).is_err());
+    assert!(p.has_storage_failure());
     mem.fail_syncs(false);
     assert_eq!(p.take_over(2).unwrap().log_end_offset, 2);
+    assert!(!p.has_storage_failure());
     assert_eq!(values(&read_all(&p)), vec!["a-0", "d-0"]);
 }
 

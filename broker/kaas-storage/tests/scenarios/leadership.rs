@@ -172,10 +172,12 @@ fn unknown_files_cost_only_their_partition(v: &Volume) {
     assert!(matches!(q.take_over(2), Err(Error::Volume(kaas_shared::Error::BadName { .. }))));
     assert!(!q.is_leader());
     assert!(q.storage_failure().is_some_and(|why| why.contains("stray.txt")));
+    assert!(q.has_storage_failure());
     // Once the file is gone, a take-over serves the log again.
     v.fs().remove_file(&stray).unwrap();
     q.take_over(2).unwrap();
     assert!(q.storage_failure().is_none());
+    assert!(!q.has_storage_failure());
     assert_eq!(values(&read_all(&q)), vec!["a-0", "a-1"]);
 }
 scenario!(unknown_files_cost_only_their_partition);
