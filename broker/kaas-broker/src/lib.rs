@@ -36,6 +36,7 @@ pub mod router;
 pub mod sasl;
 pub mod server;
 pub mod share;
+mod side_by_side;
 pub mod slow_requests;
 pub mod takeover_driver;
 pub mod topic_admin;

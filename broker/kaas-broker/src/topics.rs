@@ -94,6 +94,9 @@ pub struct TopicRegistry {
     admin: Mutex<()>,
 }
 
+/// Topics opened at once at start.
+const OPEN_THREADS: usize = 8;
+
 #[derive(Debug, Default)]
 struct Topics {
     by_name: HashMap<String, Arc<Topic>>,
@@ -113,19 +116,23 @@ impl TopicRegistry {
         };
         if let Some(store) = &registry.store {
             store.sweep_reclaimed();
-            for file in store.load_all()?.topics {
-                let partitions = (0..file.partitions)
-                    .map(|p| registry.open_partition(&file.name, file.topic_id, p, &file.configs))
-                    .collect::<Result<Vec<_>>>()?;
-                info!(topic = %file.name, id = %file.topic_id, partitions = partitions.len(), "topic opened");
-                registry.insert(Arc::new(Topic {
-                    name: file.name,
-                    id: file.topic_id,
-                    state: RwLock::new(TopicState { configs: file.configs, partitions }),
-                }));
+            let files = store.load_all()?.topics;
+            // Side by side: each partition's open reads its directory, and a broker restarted
+            // over 2,000 topics on the e2e cluster's volume took 19 s to open them one after
+            // another, longer than its session (README "Scale").
+            for opened in crate::side_by_side::map(&files, OPEN_THREADS, |file| registry.open_topic(file)) {
+                registry.insert(Arc::new(opened?));
             }
         }
         Ok(registry)
+    }
+
+    /// A topic found on the volume at start, with its partitions opened.
+    fn open_topic(&self, file: &kaas_shared::topic_file::TopicFile) -> Result<Topic> {
+        let partitions =
+            (0..file.partitions).map(|p| self.open_partition(&file.name, file.topic_id, p, &file.configs)).collect::<Result<Vec<_>>>()?;
+        info!(topic = %file.name, id = %file.topic_id, partitions = partitions.len(), "topic opened");
+        Ok(Topic { name: file.name.clone(), id: file.topic_id, state: RwLock::new(TopicState { configs: file.configs.clone(), partitions }) })
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Topic>> {
