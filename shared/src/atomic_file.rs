@@ -78,12 +78,20 @@ pub fn create_exclusive(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<bool> 
 
 /// Writes `value` as pretty JSON with [`write_atomic`].
 pub fn write_json<T: Serialize>(fs: &dyn Fs, path: &Path, value: &T) -> Result<()> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+    write_atomic(fs, path, &to_json(path, value)?)
+}
+
+/// [`stage`] for a value written as pretty JSON.
+pub fn stage_json<T: Serialize>(fs: &dyn Fs, path: &Path, value: &T) -> Result<PathBuf> {
+    stage(fs, path, &to_json(path, value)?)
+}
+
+fn to_json<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
         what: "value to encode",
         path: path.to_owned(),
         source,
-    })?;
-    write_atomic(fs, path, &bytes)
+    })
 }
 
 /// Reads a JSON file; `Ok(None)` if it does not exist.

@@ -24,12 +24,13 @@ pub use real::RealFs;
 /// A shared handle to a filesystem implementation.
 pub type FsRef = Arc<dyn Fs>;
 
-/// One entry of a directory listing: what `stat` says, no descriptor opened.
+/// One entry of a directory listing or a `stat`, no descriptor opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
     /// File name (no directory part).
     pub name: String,
-    /// Length in bytes (0 for directories).
+    /// Length in bytes: from `stat`, and from a listing only for the names it was asked to size
+    /// (0 otherwise, and for directories).
     pub len: u64,
     /// Whether the entry is a directory.
     pub is_dir: bool,
@@ -51,8 +52,14 @@ pub enum OpenMode {
 pub trait Fs: Send + Sync + Debug {
     /// `mkdir -p`; succeeds if the directory exists.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
-    /// Lists a directory with each entry's stat (no descriptors on the entries).
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>>;
+    /// Lists a directory: names and kinds (no descriptors on the entries, and no stat but of
+    /// the files whose names `sized` accepts, whose `len` is filled in). Over NFS every stat is
+    /// a round trip to the server, so a listing sizes only what its caller reads.
+    fn list_dir_sized(&self, path: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>>;
+    /// Lists a directory: names and kinds, every `len` 0 (see [`Fs::list_dir_sized`]).
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+        self.list_dir_sized(path, &|_| false)
+    }
     /// Stats one path.
     fn stat(&self, path: &Path) -> io::Result<DirEntry>;
     /// Opens a file.

@@ -256,8 +256,8 @@ mod tests {
         fn create_dir_all(&self, p: &Path) -> io::Result<()> {
             self.inner.create_dir_all(p)
         }
-        fn list_dir(&self, p: &Path) -> io::Result<Vec<crate::fs::DirEntry>> {
-            self.inner.list_dir(p)
+        fn list_dir_sized(&self, p: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<crate::fs::DirEntry>> {
+            self.inner.list_dir_sized(p, sized)
         }
         fn stat(&self, p: &Path) -> io::Result<crate::fs::DirEntry> {
             self.inner.stat(p)

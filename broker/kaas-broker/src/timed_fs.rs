@@ -113,8 +113,8 @@ impl Fs for TimedFs {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         self.inner.create_dir_all(path)
     }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
-        self.inner.list_dir(path)
+    fn list_dir_sized(&self, path: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
+        self.inner.list_dir_sized(path, sized)
     }
     fn stat(&self, path: &Path) -> io::Result<DirEntry> {
         self.inner.stat(path)

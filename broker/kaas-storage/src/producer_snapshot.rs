@@ -3,9 +3,9 @@
 //! by replaying the log after its offset. Without it, a leadership move would forget the
 //! sequence history and classify in-flight retries as out-of-order instead of duplicates.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use kaas_shared::atomic_file::{read_json, write_json};
+use kaas_shared::atomic_file::{read_json, stage_json, write_json};
 use kaas_shared::fs::Fs;
 use kaas_shared::names::PRODUCER_SNAPSHOT_FILE;
 use serde::{Deserialize, Serialize};
@@ -39,14 +39,34 @@ pub(crate) fn write(
     offset: i64,
     states: &ProducerStates,
 ) -> Result<()> {
-    let snap = Snapshot {
-        version: VERSION,
-        epoch,
-        offset,
-        producers: states.entries(),
-        transactions: states.txns.clone(),
-    };
-    Ok(write_json(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), &snap)?)
+    Ok(write_json(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), &Snapshot::of(epoch, offset, states))?)
+}
+
+/// [`write`] without its rename: the snapshot under its temp name, fsynced, for a caller that
+/// renames it into place (returned as `(temp, final)`) together with other files and then
+/// fsyncs the directory once.
+pub(crate) fn stage(
+    fs: &dyn Fs,
+    dir: &Path,
+    epoch: i32,
+    offset: i64,
+    states: &ProducerStates,
+) -> Result<(PathBuf, PathBuf)> {
+    let path = dir.join(PRODUCER_SNAPSHOT_FILE);
+    let temp = stage_json(fs, &path, &Snapshot::of(epoch, offset, states))?;
+    Ok((temp, path))
+}
+
+impl Snapshot {
+    fn of(epoch: i32, offset: i64, states: &ProducerStates) -> Snapshot {
+        Snapshot {
+            version: VERSION,
+            epoch,
+            offset,
+            producers: states.entries(),
+            transactions: states.txns.clone(),
+        }
+    }
 }
 
 /// Reads the snapshot: `(epoch, offset, states)`. A missing, unreadable or unknown-version snapshot

@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kaas_shared::atomic_file::write_atomic;
 use kaas_shared::fs::{File, Fs, OpenMode, read_optional};
 use kaas_shared::names::{SegmentFileKind, segment_file_name};
 
@@ -221,19 +220,12 @@ impl Segment {
         Ok(())
     }
 
-    /// Seals the segment: final time-index entry, then both index files written atomically.
-    pub(crate) fn write_index_files(&mut self, fs: &dyn Fs, dir: &Path) -> Result<()> {
-        // Index files are hints (verified on use, rebuilt if inconsistent), but write_atomic
-        // keeps them whole so a mapped file never changes under a reader.
-        for (kind, bytes) in self.sealed_indexes() {
-            write_atomic(fs, &self.path(dir, kind)?, &bytes)?;
-        }
-        Ok(())
-    }
-
-    /// Seals the segment and writes both index files to their temp names (fsynced, not
-    /// renamed): the cleaner renames them into place under the partition lock, after the log,
-    /// and does the writing and fsyncs before it takes the lock. Returns (temp, final) paths.
+    /// Seals the segment (final time-index entry) and writes both index files to their temp
+    /// names (fsynced, not renamed), for the caller to rename into place: a roll renames them
+    /// with the new segment's creation under one directory fsync; the cleaner renames them
+    /// under the partition lock, after the log, having written them before it took the lock.
+    /// Index files are hints (verified on use, rebuilt if inconsistent), but the rename keeps
+    /// them whole so a mapped file never changes under a reader. Returns (temp, final) paths.
     pub(crate) fn stage_index_files(&mut self, fs: &dyn Fs, dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
         let mut staged = Vec::new();
         for (kind, bytes) in self.sealed_indexes() {

@@ -8,6 +8,7 @@ mod scenarios {
 
     mod append;
     mod compaction;
+    mod directory_sync;
     mod durability;
     mod golden;
     mod idempotence;

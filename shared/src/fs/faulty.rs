@@ -131,9 +131,9 @@ impl Fs for FaultyFs {
         check(&self.switch, Call::Namespace)?;
         self.inner.create_dir_all(path)
     }
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+    fn list_dir_sized(&self, path: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
         check(&self.switch, Call::Read)?;
-        self.inner.list_dir(path)
+        self.inner.list_dir_sized(path, sized)
     }
     fn stat(&self, path: &Path) -> io::Result<DirEntry> {
         check(&self.switch, Call::Read)?;

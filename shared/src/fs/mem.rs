@@ -142,7 +142,7 @@ impl Fs for MemFs {
         Ok(())
     }
 
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+    fn list_dir_sized(&self, path: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
         let tree = self.tree();
         if !tree.dirs.contains(path) {
             return Err(not_found());
@@ -157,10 +157,9 @@ impl Fs for MemFs {
             }));
         }
         for (f, data) in tree.files.iter().filter(|(f, _)| f.parent() == Some(path)) {
-            let len = data.read().unwrap_or_else(|e| e.into_inner()).len() as u64;
             out.extend(name_of(f).map(|name| DirEntry {
+                len: if sized(&name) { data.read().unwrap_or_else(|e| e.into_inner()).len() as u64 } else { 0 },
                 name,
-                len,
                 is_dir: false,
             }));
         }

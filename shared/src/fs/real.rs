@@ -17,22 +17,25 @@ impl Fs for RealFs {
         std::fs::create_dir_all(path)
     }
 
-    fn list_dir(&self, path: &Path) -> io::Result<Vec<DirEntry>> {
+    fn list_dir_sized(&self, path: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
         let mut out = Vec::new();
         for entry in std::fs::read_dir(path)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            // NB: stat may race an unlink by another host; such an entry is simply gone.
-            let meta = match entry.metadata() {
-                Ok(m) => m,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
+            // The kind comes with the name (d_type); only a filesystem that does not report it
+            // costs a stat here.
+            let is_dir = entry.file_type()?.is_dir();
+            let len = if !is_dir && sized(&name) {
+                // NB: the stat may race an unlink by another host; such an entry is simply gone.
+                match entry.metadata() {
+                    Ok(m) => m.len(),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+            } else {
+                0
             };
-            out.push(DirEntry {
-                name,
-                len: meta.len(),
-                is_dir: meta.is_dir(),
-            });
+            out.push(DirEntry { name, len, is_dir });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)

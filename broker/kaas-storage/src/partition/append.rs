@@ -281,6 +281,9 @@ impl State {
                 current,
             });
         }
+        // (temp, final) names of the sealed segment's index files and the new snapshot, each
+        // written and fsynced under its temp name, renamed below.
+        let mut staged = Vec::new();
         if let Some(active) = self.segments.last_mut() {
             if let (Some(file), true) = (&active.file, active.synced < active.size) {
                 // fdatasync before sealing: recovery scans only the newest segment, so a
@@ -291,18 +294,39 @@ impl State {
                 }
                 active.synced = active.size;
             }
-            active.write_index_files(fs, dir)?;
+            staged = active.stage_index_files(fs, dir)?;
         }
         let path =
             Segment::from_stat(self.leader_epoch, base, 0).path(dir, SegmentFileKind::Log)?;
+        let renamed = producer_snapshot::stage(fs, dir, self.leader_epoch, base, &self.producers)
+            .and_then(|snapshot| {
+                staged.push(snapshot);
+                staged.iter().try_for_each(|(temp, name)| {
+                    fs.rename(temp, name).map_err(|e| Error::io("rename", name, e))
+                })
+            });
+        if let Err(e) = renamed {
+            // NB: a temp left here (the removal failed) is garbage the next take-over removes.
+            for (temp, _) in &staged {
+                let _ = fs.remove_file(temp);
+            }
+            return Err(e);
+        }
         let file = fs
             .open(&path, OpenMode::CreateNew)
             .map_err(|e| Error::io("create", &path, e))?;
-        // fsync the directory: the new segment's name must survive a crash before any
-        // acknowledged record lives in it, or recovery would not find those records.
-        fs.sync_dir(dir)
-            .map_err(|e| Error::io("fsync dir", dir, e))?;
-        producer_snapshot::write(fs, dir, self.leader_epoch, base, &self.producers)?;
+        // One fsync of the directory for every name above: the new segment's must survive a
+        // crash before any acknowledged record lives in it, or recovery would not find those
+        // records. The others may be lost with it without harm: index files are hints (rebuilt
+        // when missing), and the previous snapshot stays valid (its offset is at or below this
+        // epoch's end; a restore replays the log after it).
+        if let Err(e) = fs.sync_dir(dir) {
+            // The new segment is empty and this epoch's alone: removed, a later roll can create
+            // it again. NB: if the removal fails too, that roll fails on the name until a
+            // take-over adopts the empty segment (same epoch) or replaces it (a newer one).
+            let _ = fs.remove_file(&path);
+            return Err(Error::io("fsync dir", dir, e));
+        }
         self.segments
             .push(Segment::new_active(self.leader_epoch, base, file));
         if base > self.high_watermark {

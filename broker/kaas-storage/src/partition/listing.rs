@@ -31,7 +31,11 @@ impl Listing {
 
 /// Lists `dir` (no descriptors opened). A name that is not part of the layout is an error.
 pub(super) fn list(fs: &dyn Fs, dir: &Path) -> Result<Listing> {
-    let entries = match fs.list_dir(dir) {
+    // Only a log's length is read (its extent before the indexes are loaded).
+    let is_log = |name: &str| {
+        matches!(parse_partition_entry(name), Ok(PartitionEntry::Segment(n)) if n.kind == SegmentFileKind::Log)
+    };
+    let entries = match fs.list_dir_sized(dir, &is_log) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(Error::io("list", dir, e)),

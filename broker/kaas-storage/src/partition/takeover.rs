@@ -119,9 +119,13 @@ impl Partition {
                 Err(e) => return Err(Error::io("unlink", path, e)),
             }
         }
-        if let Some(topic_dir) = dir.parent() {
+        if let Some(topic_dir) = dir.parent()
+            && listing.segments.is_empty()
+        {
             // fsync the topic directory: the partition directory may have just been created, and
             // its name must survive a power loss before acknowledged records live inside it.
+            // Once a segment is there, the take-over that created it (every leader's first
+            // segment comes from its take-over's roll, below) made that name durable already.
             fs.sync_dir(topic_dir)
                 .map_err(|e| Error::io("fsync dir", topic_dir, e))?;
         }
