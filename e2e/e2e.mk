@@ -44,9 +44,12 @@ conformance-cluster: e2e-bins conformance-deps
 
 # Failover figures on the same cluster (BenchmarkFailover): unavailability after kill -9,
 # SIGSTOP and SIGTERM drain of a leader, and after kill -9 with a 1 GiB active segment.
-bench-failover: e2e-bins
+bench-failover: e2e-bins build
 	$(DEV_BUILD)
-	cd $(E2E_DIR)/scenarios && go test -count=1 -timeout 30m -run '^$$' -bench Failover -benchtime 1x .
+	$(CARGO) build --release --locked -p kaas-nfsfs
+	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
+		KAAS_NFSFS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas-nfsfs \
+		go test -count=1 -timeout 30m -run '^$$' -bench Failover -benchtime 1x .
 
 # Aggregate produce throughput as the load spreads over 1, 2 and 3 brokers of that cluster, with
 # each broker's durable bytes and syncs per second on the shared volume (BenchmarkScaleOut). The
