@@ -41,6 +41,10 @@ function check (ok, what) {
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms))
 
+// UNKNOWN_TOPIC_OR_PARTITION (error code 3) as either client reports it.
+const isUnknownTopic = e => e && (e.type === 'UNKNOWN_TOPIC_OR_PARTITION' || e.code === 3 ||
+  /unknown topic or partition/i.test(String(e.message)))
+
 function topic (scenario) {
   return `conf-${NAME}-${scenario.replace(/ /g, '-')}-${RUN}`
 }
@@ -155,11 +159,15 @@ async function scenarioAdmin () {
     // The compatible admin client cannot add partitions: it sees the two it created.
     const partitions = CONFLUENT ? 2 : 4
     if (!CONFLUENT) await admin.createPartitions({ topicPartitions: [{ topic: t, count: 4 }], timeout: WAIT_MS })
-    // Metadata may lag the controller for a moment (it does on Apache Kafka): poll for it.
+    // Metadata may lag the controller for a moment (it does on Apache Kafka, which can even
+    // answer that the new topic is unknown): poll for it.
     const deadline = Date.now() + WAIT_MS
     for (;;) {
-      const md = await admin.fetchTopicMetadata({ topics: [t] })
-      const topicMd = CONFLUENT ? md[0] : md.topics[0]
+      const md = await admin.fetchTopicMetadata({ topics: [t] }).catch(e => {
+        if (isUnknownTopic(e) && Date.now() < deadline) return null
+        throw e
+      })
+      const topicMd = md && (CONFLUENT ? md[0] : md.topics[0])
       const n = topicMd ? topicMd.partitions.length : 0
       if (n === partitions) break
       check(Date.now() < deadline, `${n} partitions, expected ${partitions}`)
