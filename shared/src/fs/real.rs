@@ -22,14 +22,19 @@ impl Fs for RealFs {
         for entry in std::fs::read_dir(path)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
+            // NB: a stat may race an unlink by another host; such an entry is simply gone.
+            let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
             // The kind comes with the name (d_type); only a filesystem that does not report it
             // costs a stat here.
-            let is_dir = entry.file_type()?.is_dir();
+            let is_dir = match entry.file_type() {
+                Ok(kind) => kind.is_dir(),
+                Err(e) if gone(&e) => continue,
+                Err(e) => return Err(e),
+            };
             let len = if !is_dir && sized(&name) {
-                // NB: the stat may race an unlink by another host; such an entry is simply gone.
                 match entry.metadata() {
                     Ok(m) => m.len(),
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) if gone(&e) => continue,
                     Err(e) => return Err(e),
                 }
             } else {
