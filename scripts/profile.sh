@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Profiles a release kaas broker under one named load and writes what the README's Performance
-# section quotes: perf's top symbols, the samples attributed to phases of the request path
+# Profiles a release kaas broker under one named load and writes what docs/performance.md
+# quotes: perf's top symbols, the samples attributed to phases of the request path
 # (scripts/perf_phases.py), perf stat counters and syscall counts.
 #
 #   scripts/profile.sh consume    [SIZE=16384] [PARTITIONS=8]   fill a topic, profile a consume

@@ -223,7 +223,8 @@ pub struct ConnectionLimits {
     /// `socket.send.buffer.bytes`: each client connection's SO_SNDBUF; `None` leaves it to the
     /// kernel's autotuning (Kafka's -1). Kafka's default, 100 KiB: with the kernel's autotuned
     /// megabytes, a loopback consumer's receive path ran in the broker's softirq and cost it
-    /// more than the copies zero-copy fetch saves (README, "Where the time goes").
+    /// more than the copies zero-copy fetch saves (docs/performance.md, "Consume: copies and zero
+    /// copy").
     pub send_buffer_bytes: Option<usize>,
 }
 

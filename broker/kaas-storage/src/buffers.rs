@@ -6,7 +6,8 @@
 //! was written. glibc's malloc gives the freed top of a thread's heap back to the kernel
 //! (`madvise(MADV_DONTNEED)`), so the next fetch page-faulted every 4 KiB page in again and the
 //! kernel zeroed it. In a profile of a 16 KiB-message, 8-partition consume, page faults and
-//! unmapping were three quarters of the broker's CPU (see the README's Performance section). Buffers taken from here keep their pages: after the first fetch a
+//! unmapping were three quarters of the broker's CPU (docs/performance.md, "Consume: copies and zero
+//! copy"). Buffers taken from here keep their pages: after the first fetch a
 //! read and an encode touch memory that is already mapped.
 //!
 //! The pool is bounded ([`POOL_MAX_BYTES`] in all); buffers below [`MIN_POOLED`] are left to
