@@ -180,6 +180,25 @@ pub struct RequestContext {
     pub listener: crate::server::ListenerRole,
 }
 
+#[cfg(test)]
+impl RequestContext {
+    /// A request of `api_key` at `version` from an anonymous client on the client listener.
+    pub(crate) fn for_tests(api_key: ApiKey, version: i16, header: RequestHeader) -> RequestContext {
+        RequestContext {
+            header,
+            api_key,
+            version,
+            peer: std::net::SocketAddr::from(([127, 0, 0, 1], 1)),
+            closed: tokio_util::sync::CancellationToken::new(),
+            session: Arc::new(parking_lot::Mutex::new(crate::sasl::Session::new(None))),
+            user: None,
+            size: 0,
+            mute: Arc::new(crate::quota::Mute::default()),
+            listener: crate::server::ListenerRole::Client,
+        }
+    }
+}
+
 /// One routed API: the versions this broker answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {

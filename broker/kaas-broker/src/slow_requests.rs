@@ -6,25 +6,29 @@
 use std::any::Any;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{
     ApiKey, DeleteRecordsRequest, FetchRequest, ListOffsetsRequest, OffsetCommitRequest, OffsetForLeaderEpochRequest, ProduceRequest,
     TopicName, TxnOffsetCommitRequest,
 };
-use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use crate::router::RequestContext;
 
 /// What the log line names, kept from the request until its answer is ready.
+///
+/// NB: it keeps copies, never the request's own strings: those share the request frame's
+/// buffer, and holding one would hold a produce request's megabyte of records until its answer
+/// (up to 64 requests a connection).
 #[derive(Debug, Clone)]
 pub struct SlowRequestLog {
     threshold: Duration,
     api: ApiKey,
     version: i16,
     correlation_id: i32,
-    client_id: Option<StrBytes>,
+    client_id: Option<String>,
     peer: SocketAddr,
     partitions: NamedPartitions,
 }
@@ -38,7 +42,7 @@ impl SlowRequestLog {
             api: ctx.api_key,
             version: ctx.version,
             correlation_id: ctx.header.correlation_id,
-            client_id: ctx.header.client_id.clone(),
+            client_id: ctx.header.client_id.as_ref().map(|id| id.to_string()),
             peer: ctx.peer,
         })
     }
@@ -76,11 +80,12 @@ const NAMED_MAX: usize = 8;
 
 /// The partitions a request names (the first [`NAMED_MAX`], and how many more), shown as
 /// `topic-partition`; a topic a request names by id alone (Fetch v13+) shows its id. Taken for
-/// every request while the log is on, so it only clones reference-counted names; the text is
-/// made only for a request that is logged.
+/// every request while the log is on, so it copies each named topic's name once (not the
+/// request's own string, which would hold the request's buffer); the text is made only for a
+/// request that is logged.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamedPartitions {
-    named: Vec<(TopicName, Uuid, i32)>,
+    named: Vec<(Arc<str>, Uuid, i32)>,
     more: usize,
 }
 
@@ -110,6 +115,10 @@ impl NamedPartitions {
     fn add(&mut self, name: &TopicName, id: Uuid, partitions: impl ExactSizeIterator<Item = i32>) {
         let room = NAMED_MAX.saturating_sub(self.named.len());
         self.more += partitions.len().saturating_sub(room);
+        if room == 0 {
+            return;
+        }
+        let name: Arc<str> = Arc::from(name.as_str());
         self.named.extend(partitions.take(room).map(|p| (name.clone(), id, p)));
     }
 }
@@ -121,7 +130,7 @@ impl fmt::Display for NamedPartitions {
             if name.is_empty() {
                 write!(f, "{separator}{id}-{partition}")?;
             } else {
-                write!(f, "{separator}{}-{partition}", name.as_str())?;
+                write!(f, "{separator}{name}-{partition}")?;
             }
         }
         if self.more > 0 {
@@ -139,6 +148,8 @@ fn waits_by_request(api: ApiKey) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use kafka_protocol::protocol::StrBytes;
+
     use super::*;
 
     fn log(api: ApiKey) -> SlowRequestLog {
@@ -191,5 +202,33 @@ mod tests {
         ]);
         assert_eq!(NamedPartitions::of(&by_id).to_string(), format!("{}-3", Uuid::nil()));
         assert_eq!(NamedPartitions::of(&kafka_protocol::messages::MetadataRequest::default()).to_string(), "");
+    }
+
+    /// The log is kept until a request is answered; a produce request's strings are slices of
+    /// its frame, so keeping one would keep the frame's records alive that long.
+    #[test]
+    fn the_log_holds_no_part_of_the_request_frame() -> anyhow::Result<()> {
+        use bytes::{BufMut, Bytes, BytesMut};
+        use kafka_protocol::messages::RequestHeader;
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::protocol::{Decodable, Encodable};
+        let header = RequestHeader::default().with_request_api_key(0).with_request_api_version(9).with_client_id(Some(StrBytes::from_static_str("producer-1")));
+        let topic = TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_partition_data(vec![PartitionProduceData::default().with_index(0).with_records(Some(Bytes::from(vec![7u8; 100_000])))]);
+        let mut buf = BytesMut::new();
+        header.encode(&mut buf, 2)?;
+        ProduceRequest::default().with_acks(-1).with_topic_data(vec![topic]).encode(&mut buf, 9)?;
+        buf.put_u8(0);
+        let frame = buf.freeze();
+        let mut body = frame.clone();
+        let header = RequestHeader::decode(&mut body, 2)?;
+        let request = ProduceRequest::decode(&mut body, 9)?;
+        let ctx = crate::router::RequestContext::for_tests(ApiKey::Produce, 9, header);
+        let log = SlowRequestLog::for_request(Some(Duration::from_millis(1)), &ctx, NamedPartitions::of(&request));
+        drop((request, body, ctx));
+        assert!(frame.is_unique(), "something kept a slice of the request frame");
+        assert!(log.is_some_and(|l| l.partitions.to_string() == "orders-0" && l.client_id.as_deref() == Some("producer-1")));
+        Ok(())
     }
 }

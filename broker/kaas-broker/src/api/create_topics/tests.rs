@@ -9,7 +9,6 @@ use std::time::Duration;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, RequestHeader, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use parking_lot::Mutex;
 
 use super::handle;
 use crate::broker::Broker;
@@ -19,18 +18,7 @@ use crate::control_plane::FixedControlPlane;
 use crate::router::{Reply, RequestContext};
 
 fn context() -> RequestContext {
-    RequestContext {
-        header: RequestHeader::default(),
-        api_key: ApiKey::CreateTopics,
-        version: 7,
-        peer: "127.0.0.1:1".parse().unwrap(),
-        closed: tokio_util::sync::CancellationToken::new(),
-        session: Arc::new(Mutex::new(crate::sasl::Session::new(None))),
-        user: None,
-        size: 0,
-        mute: Arc::new(crate::quota::Mute::default()),
-        listener: crate::server::ListenerRole::Client,
-    }
+    RequestContext::for_tests(ApiKey::CreateTopics, 7, RequestHeader::default())
 }
 
 #[tokio::test(start_paused = true)]
