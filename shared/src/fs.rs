@@ -84,6 +84,15 @@ pub trait File: Send + Sync + Debug {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `offset`.
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Writes `bufs` one after another from `offset`, as one write of their concatenation
+    /// would (a file backed by the OS does it in one system call where it can).
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+        for buf in bufs {
+            self.write_all_at(buf, offset)?;
+            offset += buf.len() as u64;
+        }
+        Ok(())
+    }
     /// fdatasync.
     fn sync_data(&self) -> io::Result<()>;
     /// fsync.

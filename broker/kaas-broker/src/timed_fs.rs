@@ -174,6 +174,12 @@ impl File for TimedFile {
         self.unsynced.fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.inner.write_all_vectored_at(bufs, offset)?;
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        self.unsynced.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
+    }
     fn sync_data(&self) -> io::Result<()> {
         self.timed("fdatasync", || self.inner.sync_data())
     }

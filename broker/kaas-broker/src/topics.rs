@@ -504,9 +504,9 @@ mod tests {
         let topic = registry.create(NewTopic { name: name.to_string(), partitions: 1, configs }).expect("create");
         let partition = topic.partitions()[0].clone();
         for i in 0..40 {
-            let mut batch = BatchBuilder::new().record(Some(format!("k{}", i % 5).as_bytes()), Some(b"value")).build();
+            let batch = BatchBuilder::new().record(Some(format!("k{}", i % 5).as_bytes()), Some(b"value")).build();
             let epoch = partition.leader_epoch();
-            let out = partition.append(&mut batch, AppendOptions { leader_epoch: epoch, now_ms: crate::broker::now_ms() }).expect("append");
+            let out = partition.append(&batch, AppendOptions { leader_epoch: epoch, now_ms: crate::broker::now_ms() }).expect("append");
             futures::executor::block_on(partition.wait_durable(out.last_offset)).expect("durable");
         }
         partition

@@ -35,11 +35,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             for _ in 0..producers_per_partition {
                 let (p, batch) = (Arc::clone(p), batch.clone());
                 tasks.push(tokio::spawn(async move {
-                    let mut buf = batch;
+                    let buf = batch;
                     for _ in 0..per_producer {
                         let out = p
                             .append(
-                                &mut buf,
+                                &buf,
                                 AppendOptions {
                                     leader_epoch: 1,
                                     now_ms: 1,

@@ -299,19 +299,46 @@ pub(crate) fn patch_offsets(batch: &mut [u8], base_offset: i64, leader_epoch: i3
     batch[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
 }
 
-/// Marks a batch LogAppendTime with `now` as maxTimestamp and recomputes the CRC.
-pub(crate) fn patch_log_append_time(batch: &mut [u8], now_ms: i64) {
-    let attributes = be_i16(batch, 21) | TIMESTAMP_TYPE_BIT;
-    batch[21..23].copy_from_slice(&attributes.to_be_bytes());
-    patch_max_timestamp(batch, now_ms);
-}
+/// A produced batch's header, copied out of the request: the offsets and timestamps the broker
+/// sets are patched here, and the records behind it are written from the request's own bytes,
+/// so no record byte is copied on the way to the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Head([u8; HEADER_LEN]);
 
-/// Overwrites maxTimestamp and recomputes the CRC. Kafka does the same to a produced batch
-/// whose maxTimestamp is not its newest record's: the time index and ListOffsets trust it.
-pub(crate) fn patch_max_timestamp(batch: &mut [u8], max_timestamp: i64) {
-    batch[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[CRC_START..]);
-    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+impl Head {
+    /// The header of `batch`; `CorruptRecord` if it is shorter than one.
+    pub(crate) fn of(batch: &[u8]) -> Result<Head> {
+        let bytes = batch.get(..HEADER_LEN).and_then(|b| b.try_into().ok());
+        bytes.map(Head).ok_or_else(|| {
+            Error::CorruptRecord(format!("{} bytes is shorter than a batch header", batch.len()))
+        })
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// See [`patch_offsets`].
+    pub(crate) fn set_offsets(&mut self, base_offset: i64, leader_epoch: i32) {
+        patch_offsets(&mut self.0, base_offset, leader_epoch);
+    }
+
+    /// Marks the batch LogAppendTime with `now` as maxTimestamp; `body` is the rest of the
+    /// batch (after the header), which the CRC covers.
+    pub(crate) fn set_log_append_time(&mut self, now_ms: i64, body: &[u8]) {
+        let attributes = be_i16(&self.0, 21) | TIMESTAMP_TYPE_BIT;
+        self.0[21..23].copy_from_slice(&attributes.to_be_bytes());
+        self.set_max_timestamp(now_ms, body);
+    }
+
+    /// Overwrites maxTimestamp and recomputes the CRC over this header and `body`. Kafka does
+    /// the same to a produced batch whose maxTimestamp is not its newest record's: the time
+    /// index and ListOffsets trust it.
+    pub(crate) fn set_max_timestamp(&mut self, max_timestamp: i64, body: &[u8]) {
+        self.0[35..43].copy_from_slice(&max_timestamp.to_be_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&self.0[CRC_START..]), body);
+        self.0[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
 }
 
 /// The offset and timestamp of the first record whose timestamp is `>= target` in a whole
@@ -371,8 +398,10 @@ mod tests {
             .build();
         let v = validate_request(&b, &Limits::lenient()).unwrap();
         assert_eq!(v.header.record_count, 2);
-        patch_offsets(&mut b, 77, 3);
-        patch_log_append_time(&mut b, 1234);
+        let mut head = Head::of(&b).unwrap();
+        head.set_offsets(77, 3);
+        head.set_log_append_time(1234, &b[HEADER_LEN..]);
+        b[..HEADER_LEN].copy_from_slice(head.bytes());
         let h = parse_header(&b).unwrap();
         assert_eq!(
             (h.base_offset, h.max_timestamp, h.last_offset()),
@@ -380,6 +409,18 @@ mod tests {
         );
         assert!(h.is_log_append_time());
         verify_crc(&h, &b).unwrap();
+    }
+
+    #[test]
+    fn a_new_max_timestamp_gets_the_crc_of_the_whole_batch() {
+        let mut b = BatchBuilder::new().timestamps(100).record(None, Some(b"a")).record(None, Some(b"b")).build();
+        let mut head = Head::of(&b).unwrap();
+        head.set_max_timestamp(5_000, &b[HEADER_LEN..]);
+        b[..HEADER_LEN].copy_from_slice(head.bytes());
+        let h = parse_header(&b).unwrap();
+        assert_eq!(h.max_timestamp, 5_000);
+        verify_crc(&h, &b).unwrap();
+        assert!(Head::of(&b[..HEADER_LEN - 1]).is_err());
     }
 
     #[test]

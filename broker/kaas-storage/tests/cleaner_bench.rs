@@ -71,8 +71,8 @@ fn clean_once(shape: &Shape, total_mb: u64) {
             let at = (next_key as usize * 31 + written as usize) % (pool.len() - VALUE);
             builder = builder.record(Some(format!("key-{next_key:08}").as_bytes()), Some(&pool[at..at + VALUE]));
         }
-        let mut batch = builder.build();
-        let out = p.append(&mut batch, AppendOptions { leader_epoch: 1, now_ms: NOW }).expect("append");
+        let batch = builder.build();
+        let out = p.append(&batch, AppendOptions { leader_epoch: 1, now_ms: NOW }).expect("append");
         written += PER_BATCH as u64;
         if written.is_multiple_of(10_000) || written >= records {
             rt.block_on(p.wait_durable(out.last_offset)).expect("fsync");

@@ -196,8 +196,8 @@ async fn a_paused_zombie_leader_is_fenced_and_its_late_writes_are_never_served()
     // in lands in the dead epoch's segment and is never acknowledged.
     assert!(stale.is_leader(), "the zombie should still believe it leads {key}");
     assert!(zombie.cluster.as_ref().is_some_and(|c| c.view.write_fenced()), "the zombie must be fenced");
-    let mut batch = kaas_storage::testing::BatchBuilder::new().record(None, Some(b"ZOMBIE WRITE")).build();
-    if let Ok(outcome) = stale.append(&mut batch, kaas_storage::AppendOptions { leader_epoch: stale.leader_epoch(), now_ms: 0 }) {
+    let batch = kaas_storage::testing::BatchBuilder::new().record(None, Some(b"ZOMBIE WRITE")).build();
+    if let Ok(outcome) = stale.append(&batch, kaas_storage::AppendOptions { leader_epoch: stale.leader_epoch(), now_ms: 0 }) {
         let _ = tokio::time::timeout(Duration::from_secs(2), stale.wait_durable(outcome.last_offset)).await;
     }
 

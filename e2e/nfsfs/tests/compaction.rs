@@ -68,7 +68,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn fill(p: &Partition, n: usize) -> Vec<TestRecord> {
     let rt = runtime();
     for i in 0..n {
-        let mut batch = BatchBuilder::new()
+        let batch = BatchBuilder::new()
             .timestamps(NOW)
             .record(
                 Some(format!("k{}", i % 5).as_bytes()),
@@ -79,7 +79,7 @@ fn fill(p: &Partition, n: usize) -> Vec<TestRecord> {
             leader_epoch: p.leader_epoch(),
             now_ms: NOW,
         };
-        let out = p.append(&mut batch, options).unwrap();
+        let out = p.append(&batch, options).unwrap();
         rt.block_on(p.wait_durable(out.last_offset)).unwrap();
     }
     read_all(p)

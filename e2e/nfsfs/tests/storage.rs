@@ -27,7 +27,7 @@ fn append(
     epoch: i32,
     tag: &str,
 ) -> kaas_storage::Result<i64> {
-    let mut records = BatchBuilder::new()
+    let records = BatchBuilder::new()
         .timestamps(NOW)
         .record(
             Some(tag.as_bytes()),
@@ -39,7 +39,7 @@ fn append(
         )
         .build();
     let out = p.append(
-        &mut records,
+        &records,
         AppendOptions {
             leader_epoch: epoch,
             now_ms: NOW,

@@ -1,7 +1,7 @@
 //! [`Fs`] over the operating system's filesystem.
 
 use std::fs::OpenOptions;
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -99,6 +99,23 @@ impl File for RealFile {
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.0.write_all_at(buf, offset)
+    }
+    fn write_all_vectored_at(&self, bufs: &[&[u8]], mut offset: u64) -> io::Result<()> {
+        let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+        let mut rest = &mut slices[..];
+        while !rest.is_empty() {
+            let at = i64::try_from(offset).map_err(|_| io::Error::other("file offset past i64"))?;
+            match nix::sys::uio::pwritev(&self.0, rest, at) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => {
+                    offset += n as u64;
+                    IoSlice::advance_slices(&mut rest, n);
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()

@@ -101,14 +101,13 @@ fn append(broker: &Broker, topic: &str, index: i32, records: &[u8], now: i64) ->
     // be moving the partition, and an acknowledgement now could be lost.
     let led = led_partition(broker, topic, index).map_err(|e| (e, None))?;
     let partition = led.partition;
-    // NB: the request's bytes are shared with the rest of the frame; offsets are patched into
-    // a private copy, which is also exactly what gets written.
-    let mut batch = records.to_vec();
+    // NB: the storage patches offsets into a copy of the batch header and writes the records
+    // from the request's own bytes (shared with the rest of the frame), uncopied.
     let options = AppendOptions { leader_epoch: led.epoch, now_ms: now };
-    match partition.append_durable(&mut batch, options) {
+    match partition.append_durable(records, options) {
         Ok((outcome, durable)) => {
             if !outcome.duplicate {
-                broker.metrics.appended(topic, batch.len(), outcome.last_offset - outcome.base_offset + 1);
+                broker.metrics.appended(topic, records.len(), outcome.last_offset - outcome.base_offset + 1);
             }
             Ok((outcome, durable))
         }

@@ -35,8 +35,8 @@ async fn a_marker_waits_for_an_assignment_that_places_its_partition_and_skips_a_
     cluster.view.apply_if_new(placed(topic.id, 0, 1, 2)).unwrap();
     broker.topics.take_over("t", topic.id, 0, 1).unwrap();
     let p = broker.topics.partition("t", 0).unwrap();
-    let mut batch = BatchBuilder::new().timestamps(now_ms()).producer(7, 0, 0).attributes(0x10).records(3, 8).build();
-    let out = p.append(&mut batch, AppendOptions { leader_epoch: 1, now_ms: now_ms() }).unwrap();
+    let batch = BatchBuilder::new().timestamps(now_ms()).producer(7, 0, 0).attributes(0x10).records(3, 8).build();
+    let out = p.append(&batch, AppendOptions { leader_epoch: 1, now_ms: now_ms() }).unwrap();
     p.wait_durable(out.last_offset).await.unwrap();
     assert_eq!(p.last_stable_offset(), 0, "an open transaction holds the last stable offset");
 

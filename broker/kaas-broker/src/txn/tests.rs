@@ -39,7 +39,7 @@ fn partition(broker: &Broker) -> Arc<Partition> {
 }
 
 async fn append_txn(p: &Partition, pid: i64, epoch: i16, seq: i32) {
-    let mut batch = BatchBuilder::new()
+    let batch = BatchBuilder::new()
         .timestamps(now_ms())
         .producer(pid, epoch, seq)
         .attributes(0x10)
@@ -47,7 +47,7 @@ async fn append_txn(p: &Partition, pid: i64, epoch: i16, seq: i32) {
         .build();
     let out = p
         .append(
-            &mut batch,
+            &batch,
             AppendOptions {
                 leader_epoch: p.leader_epoch(),
                 now_ms: now_ms(),

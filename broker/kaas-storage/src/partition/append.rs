@@ -7,7 +7,7 @@ use kaas_shared::names::SegmentFileKind;
 
 use super::durability::Durable;
 use super::{Partition, Shared, State};
-use crate::batch::{self, BatchHeader, TimestampWindow};
+use crate::batch::{self, BatchHeader, HEADER_LEN, Head, TimestampWindow};
 use crate::config::{LogConfig, TimestampType};
 use crate::control::{self, Marker};
 use crate::producer_state::Checked;
@@ -42,10 +42,10 @@ pub struct AppendOutcome {
 impl Partition {
     /// Validates the one batch of `records` (see `batch::validate_request`: magic 2, sizes,
     /// CRC-32C, header fields, every record, timestamps, max.message.bytes), applies
-    /// idempotent-producer checks, assigns offsets by patching the batch in place and writes
-    /// it to the active segment. A rejected request writes nothing. Does not fsync: await
-    /// [`Partition::wait_durable`] before acknowledging.
-    pub fn append(&self, records: &mut [u8], opts: AppendOptions) -> Result<AppendOutcome> {
+    /// idempotent-producer checks, assigns offsets in a copy of its header and writes that
+    /// header and the rest of `records` to the active segment. A rejected request writes
+    /// nothing. Does not fsync: await [`Partition::wait_durable`] before acknowledging.
+    pub fn append(&self, records: &[u8], opts: AppendOptions) -> Result<AppendOutcome> {
         self.write_batch(records, opts).map(|(outcome, _)| outcome)
     }
 
@@ -54,7 +54,7 @@ impl Partition {
     /// round in flight) before the lock is released, and the returned [`Durable`] resolves
     /// without taking the lock again unless something else happened to the partition first.
     /// The produce path: one lock per append, however many produces share the fdatasync.
-    pub fn append_durable(&self, records: &mut [u8], opts: AppendOptions) -> Result<(AppendOutcome, Durable)> {
+    pub fn append_durable(&self, records: &[u8], opts: AppendOptions) -> Result<(AppendOutcome, Durable)> {
         let (outcome, mut st) = self.write_batch(records, opts)?;
         if outcome.duplicate {
             // The original may not be durable yet: this waiter checks under the lock.
@@ -67,29 +67,31 @@ impl Partition {
     }
 
     /// The append itself; the lock is still held on return.
-    fn write_batch(&self, records: &mut [u8], opts: AppendOptions) -> Result<(AppendOutcome, MutexGuard<'_, State>)> {
+    fn write_batch(&self, records: &[u8], opts: AppendOptions) -> Result<(AppendOutcome, MutexGuard<'_, State>)> {
         let config = self.config();
         // NB: validation (which may decompress) runs before the partition lock is taken.
         let validated = batch::validate_request(records, &limits(&config, opts.now_ms))?;
         let mut header = validated.header;
+        // What the broker changes lives in the header: the records after it are written as
+        // the client sent them (validation read them whole).
+        let (mut head, body) = (Head::of(records)?, &records[HEADER_LEN..]);
         let log_append_time = match config.timestamp_type {
             TimestampType::CreateTime => {
                 if header.max_timestamp != validated.max_timestamp {
-                    batch::patch_max_timestamp(records, validated.max_timestamp);
+                    head.set_max_timestamp(validated.max_timestamp, body);
                     header.max_timestamp = validated.max_timestamp;
                 }
                 -1
             }
             TimestampType::LogAppendTime => {
-                batch::patch_log_append_time(records, opts.now_ms);
+                head.set_log_append_time(opts.now_ms, body);
                 header.max_timestamp = opts.now_ms;
                 opts.now_ms
             }
         };
-        let mut batches = [(0, header)];
         let mut st = self.lock();
         st.require_writable_at(opts.leader_epoch)?;
-        if let Checked::Duplicate(m) = st.producers.check(batches.iter().map(|(_, h)| h))? {
+        if let Checked::Duplicate(m) = st.producers.check(std::iter::once(&header))? {
             let log_append_time_ms = if log_append_time >= 0 {
                 m.timestamp
             } else {
@@ -104,10 +106,7 @@ impl Partition {
             };
             return Ok((outcome, st));
         }
-        let records_count: i64 = batches
-            .iter()
-            .map(|(_, h)| i64::from(h.last_offset_delta) + 1)
-            .sum();
+        let records_count = i64::from(header.last_offset_delta) + 1;
         st.maybe_roll(
             &self.shared,
             &config,
@@ -116,16 +115,13 @@ impl Partition {
             opts.now_ms,
         )?;
         let base_offset = st.log_end_offset;
-        let mut next = base_offset;
-        for (pos, h) in &mut batches {
-            batch::patch_offsets(&mut records[*pos..], next, st.leader_epoch);
-            h.base_offset = next;
-            next = h.last_offset() + 1;
-        }
+        head.set_offsets(base_offset, st.leader_epoch);
+        header.base_offset = base_offset;
+        let next = header.last_offset() + 1;
         st.write_active(
             &self.shared,
-            records,
-            &batches,
+            &[head.bytes(), body],
+            &[(0, header)],
             config.index_interval_bytes,
             opts.now_ms,
         )?;
@@ -161,7 +157,7 @@ impl Partition {
         header.base_offset = offset;
         st.write_active(
             &self.shared,
-            &records,
+            &[&records],
             &[(0, header)],
             config.index_interval_bytes,
             opts.now_ms,
@@ -210,11 +206,12 @@ impl State {
         Ok(())
     }
 
-    /// One positioned write of the whole request to the page cache, then index bookkeeping.
+    /// One positioned write of the whole request (`pieces`, one after another) to the page
+    /// cache, then index bookkeeping.
     fn write_active(
         &mut self,
         shared: &Shared,
-        records: &[u8],
+        pieces: &[&[u8]],
         batches: &[(usize, BatchHeader)],
         interval: usize,
         now: i64,
@@ -225,7 +222,7 @@ impl State {
         let active = &mut self.segments[last];
         let file = active.file.clone().ok_or(Error::NotLeader)?;
         let start = active.size;
-        if let Err(e) = file.write_all_at(records, start) {
+        if let Err(e) = file.write_all_vectored_at(pieces, start) {
             // A failed write may have left part of the request in the file; the offsets are
             // not advanced, and poisoning makes the next take_over recover the tail.
             return Err(self.poison(format!("write to the active segment failed: {e}")));

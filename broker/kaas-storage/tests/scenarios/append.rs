@@ -118,30 +118,30 @@ fn bad_crc_writes_nothing(v: &Volume) {
     let last = bad.len() - 1;
     bad[last] ^= 0xff;
     assert!(matches!(
-        p.append(&mut bad.clone(), opts(1)),
+        p.append(&bad.clone(), opts(1)),
         Err(Error::CorruptRecord(_))
     ));
     // A good batch followed by another: one batch per request, the whole request is refused.
     let mut request = batch("good", 1);
     request.extend(batch("second", 1));
     assert!(matches!(
-        p.append(&mut request, opts(1)),
+        p.append(&request, opts(1)),
         Err(Error::InvalidRecord(RecordError::MoreThanOneBatch { .. }))
     ));
     let mut truncated = batch("short", 1);
     truncated.truncate(truncated.len() - 3);
     assert!(matches!(
-        p.append(&mut truncated, opts(1)),
+        p.append(&truncated, opts(1)),
         Err(Error::CorruptRecord(_))
     ));
     let mut magic1 = batch("m", 1);
     magic1[16] = 1;
     assert!(matches!(
-        p.append(&mut magic1, opts(1)),
+        p.append(&magic1, opts(1)),
         Err(Error::InvalidRecord(RecordError::Magic(1)))
     ));
     assert!(matches!(
-        p.append(&mut [], opts(1)),
+        p.append(&[], opts(1)),
         Err(Error::InvalidRecord(RecordError::NoBatch))
     ));
     // A valid CRC over records consumers could not parse (one record counted, two present).
@@ -150,11 +150,11 @@ fn bad_crc_writes_nothing(v: &Volume) {
         encode_record(0, 1, None, Some(b"y"), &[]),
     ]
     .concat();
-    let mut unparsable = BatchBuilder::new()
+    let unparsable = BatchBuilder::new()
         .timestamps(NOW)
         .build_with_records(&two, 1);
     assert!(matches!(
-        p.append(&mut unparsable, opts(1)),
+        p.append(&unparsable, opts(1)),
         Err(Error::InvalidRecord(RecordError::TrailingBytes {
             count: 1
         }))
@@ -171,9 +171,9 @@ fn max_message_bytes_is_enforced(v: &Volume) {
         ..LogConfig::default()
     };
     let p = v.leader(1, config);
-    let mut big = BatchBuilder::new().records(1, 2000).build();
+    let big = BatchBuilder::new().records(1, 2000).build();
     assert!(matches!(
-        p.append(&mut big, opts(1)),
+        p.append(&big, opts(1)),
         Err(Error::RecordTooLarge { max: 1000, .. })
     ));
     append(&p, 1, BatchBuilder::new().records(1, 500).build());
@@ -240,20 +240,20 @@ fn create_time_window_is_enforced(v: &Volume) {
         ..LogConfig::default()
     };
     let p = v.leader(1, config);
-    let mut old = BatchBuilder::new()
+    let old = BatchBuilder::new()
         .timestamps(NOW - 5000)
         .records(1, 1)
         .build();
     assert!(matches!(
-        p.append(&mut old, opts(1)),
+        p.append(&old, opts(1)),
         Err(Error::InvalidTimestamp { .. })
     ));
-    let mut future = BatchBuilder::new()
+    let future = BatchBuilder::new()
         .timestamps(NOW + 5000)
         .records(1, 1)
         .build();
     assert!(matches!(
-        p.append(&mut future, opts(1)),
+        p.append(&future, opts(1)),
         Err(Error::InvalidTimestamp { .. })
     ));
     append(

@@ -163,14 +163,14 @@ fn idempotent_retries_are_still_duplicates_after_cleaning(v: &Volume) {
     fill(v, &p, 20);
     p.clean(NOW).unwrap().expect("due");
     assert!(!read_all(&p).iter().any(|r| r.offset == first.base_offset), "the superseded record is gone");
-    let retry = p.append(&mut idem.clone(), opts(1)).unwrap();
+    let retry = p.append(&idem.clone(), opts(1)).unwrap();
     assert!(retry.duplicate && retry.base_offset == first.base_offset);
     // A new leader without the producer snapshot rebuilds the state from the log: the
     // producer's last batch was kept (emptied), so the retry is still a duplicate.
     p.relinquish().unwrap();
     v.fs().remove_file(&v.partition_dir().join("producer-state.snapshot")).unwrap();
     let q = v.leader(2, config);
-    let retry = q.append(&mut idem.clone(), opts(2)).unwrap();
+    let retry = q.append(&idem.clone(), opts(2)).unwrap();
     assert!(retry.duplicate && retry.base_offset == first.base_offset);
 }
 scenario!(idempotent_retries_are_still_duplicates_after_cleaning);
@@ -226,7 +226,7 @@ scenario!(aborted_records_go_committed_stay_markers_last);
 fn keyless_records_are_refused_and_compact_only_keeps_old_segments(v: &Volume) {
     let p = v.leader(1, LogConfig { retention_ms: 1, retention_bytes: 1, ..compacted() });
     let keyless = BatchBuilder::new().timestamps(NOW).record(Some(b"k"), Some(b"v")).record(None, Some(b"v")).build();
-    assert!(matches!(p.append(&mut keyless.clone(), opts(1)), Err(Error::InvalidRecord(RecordError::MissingKey { index: 1 }))));
+    assert!(matches!(p.append(&keyless.clone(), opts(1)), Err(Error::InvalidRecord(RecordError::MissingKey { index: 1 }))));
     fill(v, &p, 30);
     let logs = v.logs().len();
     p.housekeeping(NOW + 1_000_000).unwrap();

@@ -158,7 +158,7 @@ fn a_failed_roll_leaves_no_temp_files_and_the_next_one_succeeds(v: &Volume) {
     fs.fail_renames_onto(Some("producer-state.snapshot"));
     let mut i = 0;
     let failed = loop {
-        match p.append(&mut batch(&format!("r{i}"), 3), opts(1)) {
+        match p.append(&batch(&format!("r{i}"), 3), opts(1)) {
             Ok(out) => block_on(p.wait_durable(out.last_offset)).unwrap(),
             Err(e) => break e,
         }

@@ -22,8 +22,8 @@ fn group_commit_makes_everything_durable(v: &Volume) {
             tasks.push(tokio::spawn(async move {
                 let mut last = -1;
                 for i in 0..50 {
-                    let mut b = batch(&format!("t{t}-{i}"), 2);
-                    let out = p.append(&mut b, opts(1)).unwrap();
+                    let b = batch(&format!("t{t}-{i}"), 2);
+                    let out = p.append(&b, opts(1)).unwrap();
                     assert!(p.high_watermark() <= p.log_end_offset());
                     p.wait_durable(out.last_offset).await.unwrap();
                     assert!(p.high_watermark() > out.last_offset);
@@ -46,7 +46,7 @@ scenario!(group_commit_makes_everything_durable);
 
 fn unsynced_records_are_not_visible(v: &Volume) {
     let p = v.leader(1, LogConfig::default());
-    let out = p.append(&mut batch("a", 3), opts(1)).unwrap();
+    let out = p.append(&batch("a", 3), opts(1)).unwrap();
     assert_eq!(p.log_end_offset(), 3);
     assert_eq!(p.high_watermark(), 0, "nothing asked for durability yet");
     assert!(p.read(0, 1 << 20).unwrap().records.is_empty());
@@ -67,14 +67,14 @@ fn failed_fsync_poisons_until_take_over() {
     let mem = v.mem.clone().unwrap();
     let p = v.leader(1, LogConfig::default());
     append(&p, 1, batch("a", 1));
-    let out = p.append(&mut batch("b", 1), opts(1)).unwrap();
+    let out = p.append(&batch("b", 1), opts(1)).unwrap();
     mem.fail_syncs(true);
     assert!(matches!(
         block_on(p.wait_durable(out.last_offset)),
         Err(Error::StorageFailure(_))
     ));
     assert!(matches!(
-        p.append(&mut batch("c", 1), opts(1)),
+        p.append(&batch("c", 1), opts(1)),
         Err(Error::StorageFailure(_))
     ));
     assert_eq!(p.high_watermark(), 1);
@@ -89,7 +89,7 @@ fn failed_fsync_poisons_until_take_over() {
     append(&p, 2, batch("d", 1));
     assert_eq!(values(&read_all(&p)), vec!["a-0", "d-0"]);
     // The same at the same epoch (a cluster re-takes a poisoned partition at its epoch).
-    let out = p.append(&mut batch("e", 1), opts(2)).unwrap();
+    let out = p.append(&batch("e", 1), opts(2)).unwrap();
     mem.fail_syncs(true);
     assert!(block_on(p.wait_durable(out.last_offset)).is_err());
     assert!(p.has_storage_failure());
@@ -118,7 +118,7 @@ fn waiters_on_many_partitions_share_the_runtime() {
             for _ in 0..4 {
                 let p = p.clone();
                 tasks.push(tokio::spawn(async move {
-                    let out = p.append(&mut batch("x", 10), opts(1)).unwrap();
+                    let out = p.append(&batch("x", 10), opts(1)).unwrap();
                     p.wait_durable(out.last_offset).await.unwrap();
                 }));
             }
@@ -134,14 +134,14 @@ fn waiters_on_many_partitions_share_the_runtime() {
 /// resolves once its round is durable — also when that round ended before anyone waited.
 fn an_appends_registered_wait_resolves(v: &Volume) {
     let p = v.leader(1, LogConfig::default());
-    let (first, durable) = p.append_durable(&mut batch("a", 3), opts(1)).unwrap();
+    let (first, durable) = p.append_durable(&batch("a", 3), opts(1)).unwrap();
     // Nobody waits yet: the append started the group commit itself.
     block_on(async {
         let mut rx = p.watch_high_watermark();
         rx.wait_for(|hwm| *hwm > first.last_offset).await.unwrap();
     });
     block_on(durable.wait()).unwrap();
-    let (second, durable) = p.append_durable(&mut batch("b", 2), opts(1)).unwrap();
+    let (second, durable) = p.append_durable(&batch("b", 2), opts(1)).unwrap();
     block_on(durable.wait()).unwrap();
     assert_eq!(p.high_watermark(), second.last_offset + 1);
     assert_eq!(values(&read_all(&p)), vec!["a-0", "a-1", "a-2", "b-0", "b-1"]);
@@ -157,7 +157,7 @@ fn an_appends_registered_wait_sees_its_deposition(v: &Volume) {
     append(&zombie, 1, batch("old", 1));
     // The newer leader claims the partition first, so the zombie's round must find it.
     let _leader = v.leader(2, config);
-    let (_, durable) = zombie.append_durable(&mut batch("late", 1), opts(1)).unwrap();
+    let (_, durable) = zombie.append_durable(&batch("late", 1), opts(1)).unwrap();
     let waited = block_on(async { tokio::time::timeout(std::time::Duration::from_secs(30), durable.wait()).await });
     assert!(matches!(waited, Ok(Err(Error::NotLeader))), "{waited:?}");
     assert!(!zombie.is_leader());
@@ -172,7 +172,7 @@ fn an_appends_registered_wait_sees_a_failed_fsync() {
     append(&p, 1, batch("a", 1));
     // Failing before the append: its own round fails, whenever it runs.
     mem.fail_syncs(true);
-    let (_, durable) = p.append_durable(&mut batch("b", 1), opts(1)).unwrap();
+    let (_, durable) = p.append_durable(&batch("b", 1), opts(1)).unwrap();
     let waited = block_on(async { tokio::time::timeout(std::time::Duration::from_secs(30), durable.wait()).await });
     assert!(matches!(waited, Ok(Err(Error::StorageFailure(_)))), "{waited:?}");
     assert_eq!(p.high_watermark(), 1);
@@ -183,7 +183,7 @@ fn an_appends_registered_wait_sees_a_failed_fsync() {
 /// still resolves, though its generation has ended.
 fn an_appends_registered_wait_resolves_through_a_hand_over(v: &Volume) {
     let p = v.leader(1, LogConfig::default());
-    let (_, durable) = p.append_durable(&mut batch("a", 2), opts(1)).unwrap();
+    let (_, durable) = p.append_durable(&batch("a", 2), opts(1)).unwrap();
     p.relinquish().unwrap();
     assert!(!p.is_leader());
     block_on(durable.wait()).unwrap();

@@ -18,14 +18,14 @@ fn duplicates_return_original_offsets(v: &Volume) {
     append(&p, 1, batch("other", 2));
     let first = append(&p, 1, idem(42, 0, 0, 3));
     assert_eq!((first.base_offset, first.last_offset), (2, 4));
-    let retry = p.append(&mut idem(42, 0, 0, 3), opts(1)).unwrap();
+    let retry = p.append(&idem(42, 0, 0, 3), opts(1)).unwrap();
     assert!(retry.duplicate);
     assert_eq!((retry.base_offset, retry.last_offset), (2, 4));
     assert_eq!(p.log_end_offset(), 5, "a duplicate writes nothing");
     let next = append(&p, 1, idem(42, 0, 3, 1));
     assert_eq!(next.base_offset, 5);
     // An older batch (within the last five) is still recognised.
-    assert!(p.append(&mut idem(42, 0, 0, 3), opts(1)).unwrap().duplicate);
+    assert!(p.append(&idem(42, 0, 0, 3), opts(1)).unwrap().duplicate);
 }
 scenario!(duplicates_return_original_offsets);
 
@@ -33,7 +33,7 @@ fn sequence_and_epoch_rules(v: &Volume) {
     let p = v.leader(1, LogConfig::default());
     append(&p, 1, idem(7, 3, 0, 2));
     assert!(matches!(
-        p.append(&mut idem(7, 3, 5, 1), opts(1)),
+        p.append(&idem(7, 3, 5, 1), opts(1)),
         Err(Error::OutOfOrderSequence {
             last: 1,
             found: 5,
@@ -41,7 +41,7 @@ fn sequence_and_epoch_rules(v: &Volume) {
         })
     ));
     assert!(matches!(
-        p.append(&mut idem(7, 2, 2, 1), opts(1)),
+        p.append(&idem(7, 2, 2, 1), opts(1)),
         Err(Error::InvalidProducerEpoch {
             found: 2,
             current: 3,
@@ -49,7 +49,7 @@ fn sequence_and_epoch_rules(v: &Volume) {
         })
     ));
     assert!(matches!(
-        p.append(&mut idem(7, 4, 1, 1), opts(1)),
+        p.append(&idem(7, 4, 1, 1), opts(1)),
         Err(Error::OutOfOrderSequence { .. })
     ));
     append(&p, 1, idem(7, 4, 0, 1));
@@ -68,11 +68,11 @@ fn producer_state_survives_relinquish_and_take_over(v: &Volume) {
     let q = v.partition(LogConfig::default());
     let report = q.take_over(2).unwrap();
     assert_eq!(report.producers, 1);
-    let retry = q.append(&mut idem(42, 0, 2, 2), opts(2)).unwrap();
+    let retry = q.append(&idem(42, 0, 2, 2), opts(2)).unwrap();
     assert!(retry.duplicate);
     assert_eq!(retry.base_offset, 2);
     assert!(matches!(
-        q.append(&mut idem(42, 0, 9, 1), opts(2)),
+        q.append(&idem(42, 0, 9, 1), opts(2)),
         Err(Error::OutOfOrderSequence { .. })
     ));
 }
@@ -92,7 +92,7 @@ fn producer_state_is_replayed_after_a_crash(v: &Volume) {
     drop(p);
     let q = v.partition(config);
     q.take_over(2).unwrap();
-    let retry = q.append(&mut idem(42, 0, 9, 1), opts(2)).unwrap();
+    let retry = q.append(&idem(42, 0, 9, 1), opts(2)).unwrap();
     assert!(retry.duplicate);
     assert_eq!(retry.base_offset, 9);
     assert_eq!(append(&q, 2, idem(42, 0, 10, 1)).base_offset, 10);

@@ -11,7 +11,7 @@ fn take_over_after_relinquish_keeps_data(v: &Volume) {
     assert!(!p.is_leader());
     assert!(matches!(p.read(0, 100), Err(Error::NotLeader)));
     assert!(matches!(
-        p.append(&mut batch("x", 1), opts(1)),
+        p.append(&batch("x", 1), opts(1)),
         Err(Error::NotLeader)
     ));
     let q = v.partition(LogConfig::default());
@@ -54,7 +54,7 @@ fn epochs_fence_old_leaders(v: &Volume) {
     let p = v.leader(5, LogConfig::default());
     append(&p, 5, batch("a", 1));
     assert!(matches!(
-        p.append(&mut batch("x", 1), opts(4)),
+        p.append(&batch("x", 1), opts(4)),
         Err(Error::FencedLeaderEpoch {
             requested: 4,
             current: 5
@@ -87,7 +87,7 @@ fn zombie_writes_are_never_served(v: &Volume) {
     // Another broker takes over while the old leader still believes it leads.
     let leader = v.leader(2, config);
     assert_eq!(leader.log_end_offset(), 2);
-    let late = zombie.append(&mut batch("zombie", 3), opts(1)).unwrap();
+    let late = zombie.append(&batch("zombie", 3), opts(1)).unwrap();
     assert_eq!(
         late.base_offset, 2,
         "the zombie appends into its own, now dead, segment"
@@ -102,7 +102,7 @@ fn zombie_writes_are_never_served(v: &Volume) {
     append(&leader, 2, batch("new", 1));
     assert_eq!(values(&read_all(&leader)), vec!["old-0", "old-1", "new-0"]);
     assert!(matches!(
-        zombie.append(&mut batch("z", 1), opts(1)),
+        zombie.append(&batch("z", 1), opts(1)),
         Err(Error::NotLeader)
     ));
     zombie.relinquish().unwrap();
@@ -197,7 +197,7 @@ fn a_recreated_topic_directory_is_never_written_by_the_old_incarnation(v: &Volum
     assert!(old.delete_records(1).is_err());
     for _ in 0..50 {
         // Until the segment is full and a roll (a new file by path) refuses.
-        if old.append(&mut batch("big", 20), opts(1)).is_err() {
+        if old.append(&batch("big", 20), opts(1)).is_err() {
             break;
         }
     }
@@ -224,7 +224,7 @@ fn a_released_active_segment_is_reopened_only_in_its_incarnation(v: &Volume) {
     // At the same epoch its active segment has the old one's name.
     fresh.take_over(1).unwrap();
     append(&fresh, 1, batch("fresh", 1));
-    assert!(old.append(&mut batch("stale", 1), opts(1)).is_err());
+    assert!(old.append(&batch("stale", 1), opts(1)).is_err());
     assert!(old.read(0, 1 << 20).is_err(), "nor does a read open the recreated topic's file");
     assert_eq!(values(&read_all(&fresh)), vec!["fresh-0"]);
 }
@@ -278,7 +278,7 @@ fn a_deposed_leader_refuses_delete_records(v: &Volume) {
     let manifest: Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
     assert_eq!(manifest.epoch, 2, "the deposed leader overwrote the new leader's claim");
     // It acknowledges nothing more.
-    let late = old.append(&mut batch("late", 1), opts(1));
+    let late = old.append(&batch("late", 1), opts(1));
     assert!(late.is_err() || block_on(old.wait_durable(late.unwrap().last_offset)).is_err());
     append(&new, 2, batch("b", 1));
     assert_eq!(values(&read_all(&new)), vec!["a-0", "a-1", "a-2", "b-0"]);
@@ -300,7 +300,7 @@ fn a_leader_that_rewrote_its_manifest_is_deposed_by_segment_names(v: &Volume) {
     f.set_len(0).unwrap();
     f.write_all_at(&claimed_by_old, 0).unwrap();
     // The old leader appends after the new leader read the log: it must not acknowledge.
-    let late = old.append(&mut batch("late", 1), opts(1)).unwrap();
+    let late = old.append(&batch("late", 1), opts(1)).unwrap();
     assert!(block_on(old.wait_durable(late.last_offset)).is_err(), "a deposed leader acknowledged a record the new leader's segment shadows");
     append(&new, 2, batch("b", 1));
     assert_eq!(values(&read_all(&new)), vec!["a-1", "a-2", "b-0"]);

@@ -121,8 +121,8 @@ mod property {
             let report = p.take_over(2).unwrap();
             prop_assert!(report.log_end_offset >= 6);
             prop_assert_eq!(&values(&read_all(&p))[..6], &["a-0", "a-1", "b-0", "b-1", "c-0", "c-1"]);
-            let mut b = batch("after", 1);
-            let out = p.append(&mut b, opts(2)).unwrap();
+            let b = batch("after", 1);
+            let out = p.append(&b, opts(2)).unwrap();
             prop_assert_eq!(out.base_offset, report.log_end_offset);
         }
     }

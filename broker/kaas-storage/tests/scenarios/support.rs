@@ -154,8 +154,8 @@ pub(crate) fn batch(tag: &str, n: usize) -> Vec<u8> {
 }
 
 /// Appends and waits until durable.
-pub(crate) fn append(p: &Partition, epoch: i32, mut records: Vec<u8>) -> AppendOutcome {
-    let out = p.append(&mut records, opts(epoch)).unwrap();
+pub(crate) fn append(p: &Partition, epoch: i32, records: Vec<u8>) -> AppendOutcome {
+    let out = p.append(&records, opts(epoch)).unwrap();
     block_on(p.wait_durable(out.last_offset)).unwrap();
     out
 }

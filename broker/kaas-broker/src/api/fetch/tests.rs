@@ -38,9 +38,9 @@ fn create_topic(broker: &Broker, name: &str, partitions: i32, configs: &[(&str, 
 /// Appends one batch of `count` records of `size` bytes to `topic`/`partition`, durably.
 async fn append(broker: &Broker, topic: &str, partition: i32, count: usize, size: usize) -> TestResult<usize> {
     let p = broker.topics.partition(topic, partition).ok_or("no such partition")?;
-    let mut batch = BatchBuilder::new().timestamps(now_ms()).records(count, size).build();
+    let batch = BatchBuilder::new().timestamps(now_ms()).records(count, size).build();
     let len = batch.len();
-    let out = p.append(&mut batch, AppendOptions { leader_epoch: p.leader_epoch(), now_ms: now_ms() })?;
+    let out = p.append(&batch, AppendOptions { leader_epoch: p.leader_epoch(), now_ms: now_ms() })?;
     p.wait_durable(out.last_offset).await?;
     Ok(len)
 }
