@@ -39,6 +39,8 @@ pub struct Broker {
     pub listener_metrics: crate::connections::ListenerMetrics,
     /// The inter-broker listener's (cluster mode), counted apart from the clients'.
     pub interbroker_listener_metrics: crate::connections::ListenerMetrics,
+    /// Room the requests being read may take before their bytes arrive, shared by all listeners.
+    pub frame_read_ahead: crate::frame::ReadAhead,
     /// `auto.create.topics.per.minute`: the budget of topics auto-creation may make.
     pub auto_creates: crate::rate_limit::RateLimiter,
     /// Requests and bytes in and out, for `/metrics`.
@@ -119,6 +121,7 @@ impl Broker {
             auto_creates,
             listener_metrics: Default::default(),
             interbroker_listener_metrics: Default::default(),
+            frame_read_ahead: Default::default(),
             metrics,
             authorizer,
             quotas,

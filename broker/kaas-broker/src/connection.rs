@@ -221,7 +221,7 @@ async fn next_frame<R: AsyncRead + Unpin>(
     let limits = &broker.config.connections;
     // NB: the read is pinned outside the loop: an idle check that finds the connection active
     // must not drop a half-read frame.
-    let read = read_frame(reader, broker.config.max_request_bytes, limits.request_read_timeout);
+    let read = read_frame(reader, broker.config.max_request_bytes, limits.request_read_timeout, &broker.frame_read_ahead);
     tokio::pin!(read);
     loop {
         let check_at = activity.next_idle_check(limits.max_idle);
