@@ -12,6 +12,8 @@
 
 E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
+# Where the cluster benchmarks find the release builds they run (`make build`, and kaas-nfsfs).
+E2E_RELEASE = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release
 
 .PHONY: e2e-bins e2e-selftest e2e-scenarios conformance-cluster bench-failover bench-scaleout bench-scale-cluster e2e-up e2e-down
 
@@ -47,8 +49,8 @@ conformance-cluster: e2e-bins conformance-deps
 bench-failover: e2e-bins build
 	$(DEV_BUILD)
 	$(CARGO) build --release --locked -p kaas-nfsfs
-	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
-		KAAS_NFSFS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas-nfsfs \
+	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(E2E_RELEASE)/kaas \
+		KAAS_NFSFS_BIN=$(E2E_RELEASE)/kaas-nfsfs \
 		go test -count=1 -timeout 30m -run '^$$' -bench Failover -benchtime 1x .
 
 # Aggregate produce throughput as the load spreads over 1, 2 and 3 brokers of that cluster, with
@@ -56,7 +58,7 @@ bench-failover: e2e-bins build
 # brokers run the release build (`make build`); KAAS_SCALEOUT_SECONDS per step (default 20).
 bench-scaleout: e2e-bins build
 	$(DEV_BUILD)
-	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
+	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(E2E_RELEASE)/kaas \
 		go test -count=1 -timeout 30m -run '^$$' -bench ScaleOut -benchtime 1x .
 
 # 10,000 partitions on that cluster (BenchmarkScaleCluster): creation through the operator, each
@@ -67,8 +69,8 @@ bench-scaleout: e2e-bins build
 bench-scale-cluster: e2e-bins build
 	$(DEV_BUILD)
 	$(CARGO) build --release --locked -p kaas-nfsfs
-	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas \
-		KAAS_NFSFS_BIN=$(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release/kaas-nfsfs \
+	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(E2E_RELEASE)/kaas \
+		KAAS_NFSFS_BIN=$(E2E_RELEASE)/kaas-nfsfs \
 		go test -count=1 -timeout 60m -run '^$$' -bench ScaleCluster -benchtime 1x .
 
 e2e-up: e2e-bins
