@@ -130,7 +130,7 @@ impl TopicRegistry {
     /// A topic found on the volume at start, with its partitions opened.
     fn open_topic(&self, file: &kaas_shared::topic_file::TopicFile) -> Result<Topic> {
         let partitions =
-            (0..file.partitions).map(|p| self.open_partition(&file.name, file.topic_id, p, &file.configs)).collect::<Result<Vec<_>>>()?;
+            self.open_partitions(&file.name, file.topic_id, 0..file.partitions, &file.configs)?;
         info!(topic = %file.name, id = %file.topic_id, partitions = partitions.len(), "topic opened");
         Ok(Topic { name: file.name.clone(), id: file.topic_id, state: RwLock::new(TopicState { configs: file.configs.clone(), partitions }) })
     }
@@ -184,9 +184,7 @@ impl TopicRegistry {
         if let Some(store) = &self.store {
             store.create(&new.name, id, new.partitions, &new.configs)?;
         }
-        let partitions = (0..new.partitions)
-            .map(|p| self.open_partition(&new.name, id, p, &new.configs))
-            .collect::<Result<Vec<_>>>()?;
+        let partitions = self.open_partitions(&new.name, id, 0..new.partitions, &new.configs)?;
         // NB: in cluster mode the new partitions are led only once the controller places them.
         let topic = Arc::new(Topic {
             name: new.name,
@@ -230,9 +228,7 @@ impl TopicRegistry {
         if let Some(store) = &self.store {
             store.write(name, topic.id, total, &configs)?;
         }
-        let added = (current..total)
-            .map(|p| self.open_partition(name, topic.id, p, &configs))
-            .collect::<Result<Vec<_>>>()?;
+        let added = self.open_partitions(name, topic.id, current..total, &configs)?;
         topic.state.write().partitions.extend(added);
         info!(topic = %name, from = current, to = total, "partitions added");
         Ok(())
@@ -341,13 +337,16 @@ impl TopicRegistry {
         });
     }
 
-    fn open_partition(&self, topic: &str, id: Uuid, index: i32, configs: &BTreeMap<String, String>) -> Result<Arc<Partition>> {
+    fn open_partitions(&self, topic: &str, id: Uuid, indexes: std::ops::Range<i32>, configs: &BTreeMap<String, String>) -> Result<Vec<Arc<Partition>>> {
         let config = topic_config::log_config(configs, &self.log_defaults);
-        let partition = self.engine.open_partition(topic, id, index, config)?;
+        let first = indexes.start;
+        let partitions = self.engine.open_partitions(topic, id, indexes, config)?;
         if let Leadership::Local(lease) = self.leadership {
-            self.take_over_locally(&lease, topic, index, &partition);
+            for (index, partition) in (first..).zip(&partitions) {
+                self.take_over_locally(&lease, topic, index, partition);
+            }
         }
-        Ok(partition)
+        Ok(partitions)
     }
 
     /// Local mode: the lease leads the partition at one past the newest epoch on the volume. A
@@ -390,9 +389,7 @@ impl TopicRegistry {
                 Some(known) if known.id == file.topic_id => {
                     let current = known.partition_count();
                     if file.partitions > current {
-                        let added = (current..file.partitions)
-                            .map(|p| self.open_partition(&file.name, file.topic_id, p, &file.configs))
-                            .collect::<Result<Vec<_>>>()?;
+                        let added = self.open_partitions(&file.name, file.topic_id, current..file.partitions, &file.configs)?;
                         known.state.write().partitions.extend(added);
                     }
                     if known.configs() != file.configs {
@@ -405,9 +402,7 @@ impl TopicRegistry {
                     }
                 }
                 _ => {
-                    let partitions = (0..file.partitions)
-                        .map(|p| self.open_partition(&file.name, file.topic_id, p, &file.configs))
-                        .collect::<Result<Vec<_>>>()?;
+                    let partitions = self.open_partitions(&file.name, file.topic_id, 0..file.partitions, &file.configs)?;
                     info!(topic = %file.name, id = %file.topic_id, partitions = partitions.len(), "topic found on the volume");
                     self.insert(Arc::new(Topic {
                         name: file.name,

@@ -102,6 +102,26 @@ impl Engine {
         partition: i32,
         config: LogConfig,
     ) -> Result<Arc<Partition>> {
+        self.check_topic_dir(topic, topic_id)?;
+        self.open_checked(topic, topic_id, partition, config)
+    }
+
+    /// [`Engine::open_partition`] of each partition in `partitions`, with one identity check
+    /// for all of them (a broker opens every partition of every topic at start, and on an NFS
+    /// volume each read of the stamp is round trips).
+    pub fn open_partitions(
+        &self,
+        topic: &str,
+        topic_id: Uuid,
+        partitions: std::ops::Range<i32>,
+        config: LogConfig,
+    ) -> Result<Vec<Arc<Partition>>> {
+        self.check_topic_dir(topic, topic_id)?;
+        partitions.map(|p| self.open_checked(topic, topic_id, p, config)).collect()
+    }
+
+    /// Checks the topic name and stamps (or verifies) its directory's identity.
+    fn check_topic_dir(&self, topic: &str, topic_id: Uuid) -> Result<()> {
         if topic.is_empty()
             || topic.contains('/')
             || topic == "."
@@ -117,18 +137,18 @@ impl Engine {
         let topic_dir = self.inner.layout.topic_dir(topic);
         // Stamped already (every partition of a topic that exists): one read instead of the
         // stamp's exclusive create, which writes and fsyncs a temporary file and the directory
-        // — per partition, at every start, on the shared volume. A missing stamp is made; a
-        // mismatch fails in the stamp's own check.
+        // — at every start, on the shared volume. A missing stamp is made; a mismatch fails in
+        // the stamp's own check.
         if identity::read(fs, &topic_dir)? != Some(topic_id) {
             identity::stamp(fs, &topic_dir, topic_id)?;
         }
+        Ok(())
+    }
+
+    /// Opens a partition of a topic whose directory [`Engine::check_topic_dir`] has checked.
+    fn open_checked(&self, topic: &str, topic_id: Uuid, partition: i32, config: LogConfig) -> Result<Arc<Partition>> {
         let dir = self.partition_dir(topic, partition)?;
-        Ok(Arc::new(Partition::open(
-            self.inner.fs.clone(),
-            dir,
-            topic_id,
-            config,
-        )?))
+        Ok(Arc::new(Partition::open(self.inner.fs.clone(), dir, topic_id, config)?))
     }
 
     /// The producer-id allocator (blocks claimed on the volume; one block at a time per engine).

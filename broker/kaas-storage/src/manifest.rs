@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use kaas_shared::atomic_file::write_json;
+use kaas_shared::atomic_file::{stage_json, write_json};
 use kaas_shared::fs::Fs;
 use kaas_shared::names::MANIFEST_FILE;
 
-use crate::Result;
+use crate::{Error, Result};
 
 pub use kaas_shared::epochs::Manifest;
 
@@ -20,4 +20,18 @@ pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Result<Option<Manifest>> {
 /// Writes it atomically (temp + fsync + rename + directory fsync).
 pub(crate) fn write(fs: &dyn Fs, dir: &Path, manifest: &Manifest) -> Result<()> {
     Ok(write_json(fs, &dir.join(MANIFEST_FILE), manifest)?)
+}
+
+/// [`write`] without its directory fsync: the new manifest is in place (every reader of the
+/// directory sees it at once) but a crash may still forget the rename. For a take-over's claim,
+/// whose roll fsyncs the same directory before the first write is accepted: nothing is
+/// acknowledged at the new epoch until then, and a claim lost to a crash is claimed again by the
+/// take-over that follows it.
+pub(crate) fn replace_unsynced(fs: &dyn Fs, dir: &Path, manifest: &Manifest) -> Result<()> {
+    let path = dir.join(MANIFEST_FILE);
+    let temp = stage_json(fs, &path, manifest)?;
+    fs.rename(&temp, &path).map_err(|e| {
+        let _ = fs.remove_file(&temp);
+        Error::io("rename", &path, e)
+    })
 }

@@ -156,13 +156,18 @@ impl Partition {
         topic_id: Uuid,
         config: LogConfig,
     ) -> Result<Partition> {
-        fs.create_dir_all(&dir)
-            .map_err(|e| Error::io("mkdir", &dir, e))?;
         // NB: a directory that cannot be listed as a log (a stray file, an I/O error) costs
         // this partition, never the broker: it opens unusable, with the reason, and every
         // take-over re-lists it, so it serves again once the directory is fixed.
-        let (listing, unusable) = match listing::list(&*fs, &dir) {
-            Ok(listing) => (listing, None),
+        // Listed first and created only when missing: a broker opens every partition of every
+        // topic at start, and on an NFS volume each path operation is round trips.
+        let (listing, unusable) = match listing::list_existing(&*fs, &dir) {
+            Ok(Some(listing)) => (listing, None),
+            Ok(None) => {
+                fs.create_dir_all(&dir)
+                    .map_err(|e| Error::io("mkdir", &dir, e))?;
+                (listing::Listing::empty(), None)
+            }
             Err(e) => {
                 tracing::error!(dir = %dir.display(), error = %e, "partition directory is not a readable log; the partition stays offline until it is fixed");
                 (listing::Listing::empty(), Some(format!("unusable partition directory: {e}")))

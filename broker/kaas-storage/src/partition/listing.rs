@@ -29,15 +29,21 @@ impl Listing {
     }
 }
 
-/// Lists `dir` (no descriptors opened). A name that is not part of the layout is an error.
+/// Lists `dir` (no descriptors opened); a directory that does not exist has no log. A name that
+/// is not part of the layout is an error.
 pub(super) fn list(fs: &dyn Fs, dir: &Path) -> Result<Listing> {
+    Ok(list_existing(fs, dir)?.unwrap_or_else(Listing::empty))
+}
+
+/// [`list`], or `None` if `dir` does not exist.
+pub(super) fn list_existing(fs: &dyn Fs, dir: &Path) -> Result<Option<Listing>> {
     // Only a log's length is read (its extent before the indexes are loaded).
     let is_log = |name: &str| {
         matches!(parse_partition_entry(name), Ok(PartitionEntry::Segment(n)) if n.kind == SegmentFileKind::Log)
     };
     let entries = match fs.list_dir_sized(dir, &is_log) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io("list", dir, e)),
     };
     // (base offset, epoch) → (log length, name)
@@ -84,9 +90,9 @@ pub(super) fn list(fs: &dyn Fs, dir: &Path) -> Result<Listing> {
             garbage.push(name);
         }
     }
-    Ok(Listing {
+    Ok(Some(Listing {
         segments,
         garbage,
         max_epoch,
-    })
+    }))
 }

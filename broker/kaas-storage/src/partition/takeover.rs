@@ -1,6 +1,6 @@
-//! take_over: open descriptors, recover the newest segment, restore producer state, raise the
-//! epoch, roll to a fresh epoch-stamped segment and persist the manifest, all before the first
-//! write is accepted.
+//! take_over: claim the epoch in the manifest, open descriptors, recover the newest segment,
+//! restore producer state, roll to a fresh epoch-stamped segment and make the claim and the
+//! segment's name durable with one directory fsync, all before the first write is accepted.
 
 use kaas_shared::fs::{Fs, OpenMode};
 use kaas_shared::names::SegmentFileKind;
@@ -96,15 +96,23 @@ impl Partition {
         // after each fdatasync and acknowledges only while no newer epoch is there, so every
         // byte it acknowledged was durable before this rename, and is in the log read below.
         // Atomic (temp + fsync + rename), idempotent (the same epoch again), fenced (only an
-        // epoch at or above every epoch on the volume gets here).
-        if manifest.map(|m| m.epoch) != Some(epoch) {
+        // epoch at or above every epoch on the volume gets here). This is the manifest the
+        // take-over persists: it carries the old high watermark, which may lag the log (the
+        // log is authoritative; the next hand-over writes the recovered one).
+        // NB: the rename is made durable by the directory fsync of the roll below (or the one
+        // after it when there is nothing to roll). A crash of the volume before then can forget
+        // it, and the deposed leader, reading its own epoch again, may acknowledge more; the
+        // claim check after the roll then finds the claim gone and the take-over starts over,
+        // reading those records.
+        let claimed = manifest.map(|m| m.epoch) != Some(epoch);
+        if claimed {
             let claim = manifest::Manifest {
                 epoch,
                 high_watermark: manifest.map_or(0, |m| m.high_watermark),
                 log_start_offset: manifest.map_or(0, |m| m.log_start_offset),
                 cleaned_up_to: manifest.and_then(|m| m.cleaned_up_to),
             };
-            manifest::write(fs, dir, &claim)?;
+            manifest::replace_unsynced(fs, dir, &claim)?;
         }
         if let Some(tail) = unsynced_tail {
             tail.drop_from(fs, dir)?;
@@ -149,9 +157,13 @@ impl Partition {
         st.role = Role::Leader;
         st.cleaner.resume_from(manifest.and_then(|m| m.cleaned_up_to));
         st.restore_producers(&self.shared)?;
-        st.roll_for_epoch(&self.shared, epoch)?;
+        let rolled = st.roll_for_epoch(&self.shared, epoch)?;
+        if claimed && !rolled {
+            fs.sync_dir(dir).map_err(|e| Error::io("fsync dir", dir, e))?;
+        }
         // A deposed leader's DeleteRecords may have renamed its manifest over our claim while
-        // we read the log, and then acknowledged appends we did not read. Our new segment's
+        // we read the log (or a crash of the volume forgot the claim before the fsync above),
+        // and then acknowledged appends we did not read. Our new segment's
         // name now carries the epoch for good (that leader checks segment names once it has
         // rewritten the manifest); if the claim is gone, start over from the claim, with the
         // empty segment removed so the next read sees every byte it acknowledged.
@@ -165,7 +177,6 @@ impl Partition {
             return Err(Error::ClaimOverwritten { epoch, found });
         }
         st.rewrote_manifest = false;
-        manifest::write(fs, dir, &st.manifest())?;
         let removed = listing.garbage.len();
         Ok(st.report(
             epoch,
@@ -383,12 +394,14 @@ impl State {
     }
 
     /// The take-over roll: the new epoch writes to a fresh segment named with it, so a deposed
-    /// leader still appending to the old one can never interleave with us.
-    fn roll_for_epoch(&mut self, shared: &super::Shared, epoch: i32) -> Result<()> {
+    /// leader still appending to the old one can never interleave with us. Returns whether it
+    /// rolled (and so fsynced the directory): not when the newest segment is already an empty
+    /// one of this epoch.
+    fn roll_for_epoch(&mut self, shared: &super::Shared, epoch: i32) -> Result<bool> {
         let (fs, dir) = (&*shared.fs, &*shared.dir);
         if let Some(newest) = self.segments.last_mut() {
             if newest.size == 0 && newest.epoch == epoch {
-                return Ok(());
+                return Ok(false);
             }
             if newest.size == 0 {
                 // An empty segment of an older epoch at the same base: replace it.
@@ -396,7 +409,8 @@ impl State {
                 self.segments.pop();
             }
         }
-        self.roll(shared)
+        self.roll(shared)?;
+        Ok(true)
     }
 }
 

@@ -25,6 +25,9 @@ struct Tracked {
     unsynced: BTreeMap<PathBuf, BTreeSet<String>>,
     dir_syncs: BTreeMap<PathBuf, usize>,
     fail_renames_onto: Option<String>,
+    /// Opens by file name, and directories created (each `create_dir_all`'s path).
+    opens: BTreeMap<String, usize>,
+    created_dirs: Vec<PathBuf>,
 }
 
 impl NameTracking {
@@ -48,6 +51,14 @@ impl NameTracking {
         self.state.lock().unwrap().dir_syncs.get(dir).copied().unwrap_or(0)
     }
 
+    fn opens(&self, name: &str) -> usize {
+        self.state.lock().unwrap().opens.get(name).copied().unwrap_or(0)
+    }
+
+    fn created_dirs(&self) -> Vec<PathBuf> {
+        self.state.lock().unwrap().created_dirs.clone()
+    }
+
     fn fail_renames_onto(&self, name: Option<&str>) {
         self.state.lock().unwrap().fail_renames_onto = name.map(str::to_owned);
     }
@@ -63,6 +74,7 @@ impl Fs for NameTracking {
         }
         self.inner.create_dir_all(path)?;
         missing.iter().for_each(|p| self.changed(p));
+        self.state.lock().unwrap().created_dirs.push(path.to_owned());
         Ok(())
     }
     fn list_dir_sized(&self, path: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
@@ -72,6 +84,9 @@ impl Fs for NameTracking {
         self.inner.stat(path)
     }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+        if let Some(name) = path.file_name() {
+            *self.state.lock().unwrap().opens.entry(name.to_string_lossy().into_owned()).or_default() += 1;
+        }
         let file = self.inner.open(path, mode)?;
         if mode == OpenMode::CreateNew {
             self.changed(path);
@@ -194,3 +209,72 @@ fn the_topic_directory_is_synced_for_a_new_partition_only(v: &Volume) {
     assert_eq!(values(&read_all(&q)), vec!["a-0"]);
 }
 scenario!(the_topic_directory_is_synced_for_a_new_partition_only);
+
+/// A take-over's claim (the manifest with its epoch) and its new segment become durable with
+/// one fsync of the partition directory, the roll's, before the first write is accepted; the
+/// claim is the manifest the take-over leaves (it is not written a second time).
+fn a_take_over_makes_its_claim_durable_with_the_rolls_directory_fsync(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 3));
+    p.relinquish().unwrap();
+    let dir = v.partition_dir();
+    let (fs, q) = tracked(v, LogConfig::default());
+    let report = q.take_over(2).unwrap();
+    assert_eq!((report.previous_epoch, report.log_end_offset), (1, 3));
+    assert_eq!(fs.unsynced(&dir), BTreeSet::new(), "names a crash could take back");
+    assert_eq!(fs.dir_syncs(&dir), 1, "one directory fsync for the claim and the roll");
+    let manifest: kaas_shared::epochs::Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    assert_eq!((manifest.epoch, manifest.high_watermark), (2, 3));
+    append(&q, 2, batch("b", 1));
+    assert_eq!(values(&read_all(&q)), vec!["a-0", "a-1", "a-2", "b-0"]);
+}
+scenario!(a_take_over_makes_its_claim_durable_with_the_rolls_directory_fsync);
+
+/// When the newest segment is already an empty one of the epoch being taken over (a take-over
+/// at that epoch rolled, and its claim was then lost or overwritten), nothing is rolled, and the
+/// claim gets a directory fsync of its own.
+fn a_claim_without_a_roll_gets_its_own_directory_fsync(v: &Volume) {
+    let p = v.leader(2, LogConfig::default());
+    p.relinquish().unwrap();
+    let logs = v.logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    // The claim gone: the manifest says epoch 1 again.
+    let dir = v.partition_dir();
+    let old = kaas_shared::epochs::Manifest { epoch: 1, high_watermark: 0, log_start_offset: 0, cleaned_up_to: None };
+    kaas_shared::atomic_file::write_json(&*v.fs(), &dir.join("manifest.json"), &old).unwrap();
+    let (fs, q) = tracked(v, LogConfig::default());
+    q.take_over(2).unwrap();
+    assert_eq!(v.logs(), logs, "the empty segment of epoch 2 is kept, not rolled");
+    assert_eq!(fs.unsynced(&dir), BTreeSet::new(), "names a crash could take back");
+    let manifest: kaas_shared::epochs::Manifest = serde_json::from_slice(&v.read_file("manifest.json")).unwrap();
+    assert_eq!(manifest.epoch, 2);
+    append(&q, 2, batch("b", 1));
+    assert_eq!(values(&read_all(&q)), vec!["b-0"]);
+}
+scenario!(a_claim_without_a_roll_gets_its_own_directory_fsync);
+
+/// A broker opens every partition of every topic at start, on the shared volume: one read of the
+/// topic's identity stamp serves all its partitions, and a partition directory that exists is
+/// listed, not created again.
+fn opening_a_topics_partitions_reads_its_stamp_once_and_creates_only_missing_directories(v: &Volume) {
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 2));
+    p.relinquish().unwrap();
+    let fs = NameTracking::over(v.fs());
+    let root = v.engine().root().to_owned();
+    let engine = Engine::with_fs(fs.clone(), &root).unwrap();
+    let (opens, created) = (fs.opens("topic.id"), fs.created_dirs().len());
+    let opened = engine.open_partitions(TOPIC, v.topic_id, 0..3, LogConfig::default()).unwrap();
+    assert_eq!(opened.len(), 3);
+    assert_eq!(fs.opens("topic.id") - opens, 1, "one read of the stamp for three partitions");
+    let topic_dir = v.partition_dir().parent().unwrap().to_owned();
+    assert_eq!(fs.created_dirs()[created..], [topic_dir.join("1"), topic_dir.join("2")], "only the missing partition directories are created");
+    assert!(opened[0].size_bytes() > 0, "partition 0 is listed: its segments are known");
+    for q in &opened[1..] {
+        q.take_over(1).unwrap();
+    }
+    assert!(fs.stat(&topic_dir.join("2")).is_ok());
+    // Another incarnation's stamp refuses them all.
+    assert!(engine.open_partitions(TOPIC, uuid::Uuid::new_v4(), 0..3, LogConfig::default()).is_err());
+}
+scenario!(opening_a_topics_partitions_reads_its_stamp_once_and_creates_only_missing_directories);
