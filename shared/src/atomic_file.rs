@@ -8,33 +8,52 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::fs::{Fs, OpenMode, read_optional};
+use crate::fs::{Dir, File, Fs, OpenMode, read_optional};
 use crate::names::temp_file_name;
 use crate::{Error, Result};
 
 /// Replaces (or creates) `path` with `bytes` atomically: readers on any host see the old
-/// content or the new, never a mix.
+/// content or the new, never a mix. Through one handle of the directory ([`Fs::open_dir`]).
 pub fn write_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<()> {
-    let (dir, temp) = temp_beside(path)?;
-    write_temp(fs, &temp, bytes)?;
-    if let Err(e) = fs.rename(&temp, path) {
-        let _ = fs.remove_file(&temp);
-        return Err(Error::io("rename", path, e));
-    }
+    let (dir, name) = split(path)?;
+    let d = fs.open_dir(&dir).map_err(|e| Error::io("open dir", &dir, e))?;
+    replace_in(&*d, &name, bytes)?;
     // fsync the directory: without it a crash can forget the rename, and the previous version
     // of the file (or none) reappears after restart although the caller was told it is durable.
-    fs.sync_dir(&dir)
-        .map_err(|e| Error::io("fsync dir", &dir, e))
+    d.sync().map_err(|e| Error::io("fsync dir", &dir, e))
 }
 
-/// The first half of [`write_atomic`]: writes `bytes` to `path`'s temp name (exclusive create,
-/// fsynced) and returns that temp path, for the caller to rename over `path` when it is ready
-/// (a swap that renames several files in an order with one directory fsync). Until then the
-/// file is garbage to every reader of the directory by its name.
-pub fn stage(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<PathBuf> {
-    let (_, temp) = temp_beside(path)?;
-    write_temp(fs, &temp, bytes)?;
+/// [`write_atomic`] of the file `name` in a held directory, without the directory fsync: the
+/// new content is in place for every reader, but a crash may still forget the rename until
+/// the caller fsyncs the directory.
+pub fn replace_in(dir: &dyn Dir, name: &str, bytes: &[u8]) -> Result<()> {
+    let temp = stage_in(dir, name, bytes)?;
+    dir.rename(&temp, name).map_err(|e| {
+        let _ = dir.remove_file(&temp);
+        Error::io("rename", dir.path().join(name), e)
+    })
+}
+
+/// The first half of [`replace_in`]: writes `bytes` to `name`'s temp name in a held directory
+/// (exclusive create, fsynced) and returns that temp name, for the caller to rename over `name`
+/// when it is ready (a roll or a swap that renames several files in an order with one directory
+/// fsync). Until then the file is garbage to every reader of the directory by its name.
+pub fn stage_in(dir: &dyn Dir, name: &str, bytes: &[u8]) -> Result<String> {
+    let temp = temp_file_name(name);
+    let path = || dir.path().join(&temp);
+    let file = dir
+        .open(&temp, OpenMode::CreateNew)
+        .map_err(|e| Error::io("create", path(), e))?;
+    if let Err(e) = fill(&*file, bytes) {
+        let _ = dir.remove_file(&temp);
+        return Err(Error::io("write", path(), e));
+    }
     Ok(temp)
+}
+
+/// [`stage_in`] for a value written as pretty JSON.
+pub fn stage_json_in<T: Serialize>(dir: &dyn Dir, name: &str, value: &T) -> Result<String> {
+    stage_in(dir, name, &to_json(&dir.path().join(name), value)?)
 }
 
 /// Creates `path` holding `bytes` by exclusive create. Returns `true` if this call created it,
@@ -81,9 +100,9 @@ pub fn write_json<T: Serialize>(fs: &dyn Fs, path: &Path, value: &T) -> Result<(
     write_atomic(fs, path, &to_json(path, value)?)
 }
 
-/// [`stage`] for a value written as pretty JSON.
-pub fn stage_json<T: Serialize>(fs: &dyn Fs, path: &Path, value: &T) -> Result<PathBuf> {
-    stage(fs, path, &to_json(path, value)?)
+/// [`replace_in`] for a value written as pretty JSON.
+pub fn replace_json_in<T: Serialize>(dir: &dyn Dir, name: &str, value: &T) -> Result<()> {
+    replace_in(dir, name, &to_json(&dir.path().join(name), value)?)
 }
 
 fn to_json<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>> {
@@ -112,6 +131,14 @@ pub fn read_json<T: DeserializeOwned>(
         })
 }
 
+/// (directory, file name) of `path`.
+fn split(path: &Path) -> Result<(PathBuf, String)> {
+    let bad = || Error::io("name", path, io::Error::from(io::ErrorKind::InvalidInput));
+    let dir = path.parent().ok_or_else(bad)?.to_path_buf();
+    let name = path.file_name().ok_or_else(bad)?.to_str().ok_or_else(bad)?.to_owned();
+    Ok((dir, name))
+}
+
 fn temp_beside(path: &Path) -> Result<(PathBuf, PathBuf)> {
     let bad = || Error::io("name", path, io::Error::from(io::ErrorKind::InvalidInput));
     let dir = path.parent().ok_or_else(bad)?.to_path_buf();
@@ -124,14 +151,18 @@ fn write_temp(fs: &dyn Fs, temp: &Path, bytes: &[u8]) -> Result<()> {
     let file = fs
         .open(temp, OpenMode::CreateNew)
         .map_err(|e| Error::io("create", temp, e))?;
-    // fsync the temp file before it gets its real name: otherwise a crash can persist the
-    // rename/link but not the data, leaving an empty or torn file under the real name.
-    let written = file.write_all_at(bytes, 0).and_then(|()| file.sync_all());
-    if let Err(e) = written {
+    if let Err(e) = fill(&*file, bytes) {
         let _ = fs.remove_file(temp);
         return Err(Error::io("write", temp, e));
     }
     Ok(())
+}
+
+/// Writes a new temp file's bytes and fsyncs it: before it gets its real name, or a crash can
+/// persist the rename/link but not the data, leaving an empty or torn file under the real name.
+fn fill(file: &dyn File, bytes: &[u8]) -> std::io::Result<()> {
+    file.write_all_at(bytes, 0)?;
+    file.sync_all()
 }
 
 fn create_new_with(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<bool> {
@@ -166,9 +197,9 @@ mod tests {
         both(|fs, dir| {
             let p = dir.join("x.json");
             write_atomic(fs, &p, b"old").unwrap();
-            let temp = stage(fs, &p, b"new").unwrap();
-            assert_eq!(temp.parent(), Some(dir));
-            let name = temp.file_name().unwrap().to_string_lossy().into_owned();
+            let d = fs.open_dir(dir).unwrap();
+            let name = stage_in(&*d, "x.json", b"new").unwrap();
+            let temp = dir.join(&name);
             assert!(crate::names::parse_temp_file_name(&name).is_ok(), "{name} is a temp name, garbage to a take-over");
             assert_eq!(read_optional(fs, &p).unwrap().unwrap(), b"old");
             assert_eq!(read_optional(fs, &temp).unwrap().unwrap(), b"new");

@@ -75,6 +75,55 @@ pub trait Fs: Send + Sync + Debug {
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// fsyncs a directory, making the names created, renamed or removed in it durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Opens a directory for several operations on names in it (see [`Dir`]). By default each
+    /// of them goes by path through this filesystem.
+    fn open_dir(&self, path: &Path) -> io::Result<Box<dyn Dir + '_>> {
+        Ok(Box::new(PathDir { fs: self, dir: path.to_owned() }))
+    }
+}
+
+/// A directory held open for a sequence of operations on the names in it (a segment roll's
+/// renames, creation and fsync). Every name resolves against the directory opened, not its
+/// path: on an NFS or FUSE mount that is one lookup per name instead of one per path
+/// component, and the fsync is of the very directory the names changed in. The sequence acts
+/// on one directory even if that directory is renamed meanwhile (a deleted topic's directory
+/// renamed aside, a recreated one at its path): as if it had run just before the rename.
+pub trait Dir: Send + Sync + Debug {
+    /// The directory's path when it was opened (for messages).
+    fn path(&self) -> &Path;
+    /// Opens the file `name` in this directory.
+    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn File>>;
+    /// Renames `from` to `to`, both in this directory, replacing `to`.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+    /// Unlinks the file `name`.
+    fn remove_file(&self, name: &str) -> io::Result<()>;
+    /// fsyncs the directory, making the names created, renamed or removed in it durable.
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// [`Fs::open_dir`]'s default: each operation by path.
+#[derive(Debug)]
+struct PathDir<'a, F: Fs + ?Sized> {
+    fs: &'a F,
+    dir: std::path::PathBuf,
+}
+
+impl<F: Fs + ?Sized> Dir for PathDir<'_, F> {
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+        self.fs.open(&self.dir.join(name), mode)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.fs.rename(&self.dir.join(from), &self.dir.join(to))
+    }
+    fn remove_file(&self, name: &str) -> io::Result<()> {
+        self.fs.remove_file(&self.dir.join(name))
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.fs.sync_dir(&self.dir)
+    }
 }
 
 /// An open file. All I/O is positioned, so one handle is shared by writers, readers and the

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use kaas_shared::fs::{DirEntry, File, Fs, FsRef, OpenMode};
+use kaas_shared::fs::{Dir, DirEntry, File, Fs, FsRef, OpenMode};
 use kaas_shared::names;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -121,10 +121,7 @@ impl Fs for TimedFs {
     }
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn File>> {
         let inner = self.inner.open(path, mode)?;
-        if mode == OpenMode::Read {
-            return Ok(inner); // Never synced: no wrapper on the read path.
-        }
-        Ok(Arc::new(TimedFile { inner, kind: self.kind(path), metrics: self.metrics.clone(), unsynced: AtomicU64::new(0) }))
+        Ok(self.timed(inner, path, mode))
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.inner.remove_file(path)
@@ -139,10 +136,53 @@ impl Fs for TimedFs {
         self.inner.hard_link(from, to)
     }
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        self.timed_dir_sync(path, || self.inner.sync_dir(path))
+    }
+    fn open_dir(&self, path: &Path) -> io::Result<Box<dyn Dir + '_>> {
+        Ok(Box::new(TimedDir { fs: self, inner: self.inner.open_dir(path)? }))
+    }
+}
+
+impl TimedFs {
+    /// A file opened for writing, with its syncs observed.
+    fn timed(&self, inner: Arc<dyn File>, path: &Path, mode: OpenMode) -> Arc<dyn File> {
+        if mode == OpenMode::Read {
+            return inner; // Never synced: no wrapper on the read path.
+        }
+        Arc::new(TimedFile { inner, kind: self.kind(path), metrics: self.metrics.clone(), unsynced: AtomicU64::new(0) })
+    }
+
+    fn timed_dir_sync(&self, path: &Path, sync: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
         let started = Instant::now();
-        let synced = self.inner.sync_dir(path);
+        let synced = sync();
         self.metrics.observe(self.kind(path), "dir", started, None);
         synced
+    }
+}
+
+/// A held directory of a [`TimedFs`]: the same observations as by path.
+#[derive(Debug)]
+struct TimedDir<'a> {
+    fs: &'a TimedFs,
+    inner: Box<dyn Dir + 'a>,
+}
+
+impl Dir for TimedDir<'_> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+        let inner = self.inner.open(name, mode)?;
+        Ok(self.fs.timed(inner, &self.inner.path().join(name), mode))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, name: &str) -> io::Result<()> {
+        self.inner.remove_file(name)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.fs.timed_dir_sync(self.inner.path(), || self.inner.sync())
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kaas_shared::atomic_file::{stage_json, write_json};
+use kaas_shared::atomic_file::{replace_json_in, write_json};
 use kaas_shared::fs::Fs;
 use kaas_shared::names::MANIFEST_FILE;
 
@@ -28,10 +28,6 @@ pub(crate) fn write(fs: &dyn Fs, dir: &Path, manifest: &Manifest) -> Result<()> 
 /// acknowledged at the new epoch until then, and a claim lost to a crash is claimed again by the
 /// take-over that follows it.
 pub(crate) fn replace_unsynced(fs: &dyn Fs, dir: &Path, manifest: &Manifest) -> Result<()> {
-    let path = dir.join(MANIFEST_FILE);
-    let temp = stage_json(fs, &path, manifest)?;
-    fs.rename(&temp, &path).map_err(|e| {
-        let _ = fs.remove_file(&temp);
-        Error::io("rename", &path, e)
-    })
+    let d = fs.open_dir(dir).map_err(|e| Error::io("open dir", dir, e))?;
+    Ok(replace_json_in(&*d, MANIFEST_FILE, manifest)?)
 }

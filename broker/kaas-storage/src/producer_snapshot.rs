@@ -3,10 +3,10 @@
 //! by replaying the log after its offset. Without it, a leadership move would forget the
 //! sequence history and classify in-flight retries as out-of-order instead of duplicates.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use kaas_shared::atomic_file::{read_json, stage_json, write_json};
-use kaas_shared::fs::Fs;
+use kaas_shared::atomic_file::{read_json, stage_json_in, write_json};
+use kaas_shared::fs::{Dir, Fs};
 use kaas_shared::names::PRODUCER_SNAPSHOT_FILE;
 use serde::{Deserialize, Serialize};
 
@@ -42,19 +42,17 @@ pub(crate) fn write(
     Ok(write_json(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), &Snapshot::of(epoch, offset, states))?)
 }
 
-/// [`write`] without its rename: the snapshot under its temp name, fsynced, for a caller that
-/// renames it into place (returned as `(temp, final)`) together with other files and then
-/// fsyncs the directory once.
+/// [`write`] without its rename: the snapshot under its temp name in `dir`, fsynced, for a
+/// caller that renames it into place (returned as `(temp, final)` names) together with other
+/// files and then fsyncs the directory once.
 pub(crate) fn stage(
-    fs: &dyn Fs,
-    dir: &Path,
+    dir: &dyn Dir,
     epoch: i32,
     offset: i64,
     states: &ProducerStates,
-) -> Result<(PathBuf, PathBuf)> {
-    let path = dir.join(PRODUCER_SNAPSHOT_FILE);
-    let temp = stage_json(fs, &path, &Snapshot::of(epoch, offset, states))?;
-    Ok((temp, path))
+) -> Result<(String, String)> {
+    let temp = stage_json_in(dir, PRODUCER_SNAPSHOT_FILE, &Snapshot::of(epoch, offset, states))?;
+    Ok((temp, PRODUCER_SNAPSHOT_FILE.to_owned()))
 }
 
 impl Snapshot {

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kaas_shared::fs::{File, Fs, OpenMode, read_optional};
+use kaas_shared::fs::{Dir, File, Fs, OpenMode, read_optional};
 use kaas_shared::names::{SegmentFileKind, segment_file_name};
 
 use crate::batch::BatchHeader;
@@ -221,20 +221,20 @@ impl Segment {
     }
 
     /// Seals the segment (final time-index entry) and writes both index files to their temp
-    /// names (fsynced, not renamed), for the caller to rename into place: a roll renames them
-    /// with the new segment's creation under one directory fsync; the cleaner renames them
+    /// names in `dir` (fsynced, not renamed), for the caller to rename into place: a roll renames
+    /// them with the new segment's creation under one directory fsync; the cleaner renames them
     /// under the partition lock, after the log, having written them before it took the lock.
     /// Index files are hints (verified on use, rebuilt if inconsistent), but the rename keeps
-    /// them whole so a mapped file never changes under a reader. Returns (temp, final) paths.
-    pub(crate) fn stage_index_files(&mut self, fs: &dyn Fs, dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
+    /// them whole so a mapped file never changes under a reader. Returns (temp, final) names.
+    pub(crate) fn stage_index_files(&mut self, dir: &dyn Dir) -> Result<Vec<(String, String)>> {
         let mut staged = Vec::new();
         for (kind, bytes) in self.sealed_indexes() {
-            let path = self.path(dir, kind)?;
-            match kaas_shared::atomic_file::stage(fs, &path, &bytes) {
-                Ok(temp) => staged.push((temp, path)),
+            let name = segment_file_name(self.epoch, self.base_offset, kind)?;
+            match kaas_shared::atomic_file::stage_in(dir, &name, &bytes) {
+                Ok(temp) => staged.push((temp, name)),
                 Err(e) => {
                     for (temp, _) in &staged {
-                        let _ = fs.remove_file(temp);
+                        let _ = dir.remove_file(temp);
                     }
                     return Err(e.into());
                 }

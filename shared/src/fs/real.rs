@@ -3,10 +3,14 @@
 use std::fs::OpenOptions;
 use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{DirEntry, File, Fs, OpenMode};
+use nix::fcntl::{OFlag, openat, renameat};
+use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, unlinkat};
+
+use super::{Dir, DirEntry, File, Fs, OpenMode};
 
 /// The real filesystem (local disk, or an NFS mount).
 #[derive(Debug, Default, Clone, Copy)]
@@ -88,6 +92,55 @@ impl Fs for RealFs {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         std::fs::File::open(path)?.sync_all()
     }
+
+    fn open_dir(&self, path: &Path) -> io::Result<Box<dyn Dir + '_>> {
+        Ok(Box::new(RealDir { dir: std::fs::File::open(path)?, path: path.to_owned() }))
+    }
+}
+
+/// A directory descriptor; names resolve against it (`openat`, `renameat`, `unlinkat`).
+#[derive(Debug)]
+struct RealDir {
+    dir: std::fs::File,
+    path: PathBuf,
+}
+
+/// `name` as one path component: a name with a separator (or an absolute one, which `openat`
+/// would resolve from the root) is refused.
+fn component(name: &str) -> io::Result<&str> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("not a file name: {name:?}")));
+    }
+    Ok(name)
+}
+
+impl Dir for RealDir {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+        let flags = OFlag::O_CLOEXEC
+            | match mode {
+                OpenMode::Read => OFlag::O_RDONLY,
+                OpenMode::ReadWrite => OFlag::O_RDWR,
+                OpenMode::CreateNew => OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
+            };
+        let fd = openat(&self.dir, component(name)?, flags, Mode::from_bits_truncate(0o666))?;
+        Ok(Arc::new(RealFile(std::fs::File::from(fd))))
+    }
+
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        Ok(renameat(&self.dir, component(from)?, &self.dir, component(to)?)?)
+    }
+
+    fn remove_file(&self, name: &str) -> io::Result<()> {
+        Ok(unlinkat(&self.dir, component(name)?, UnlinkatFlags::NoRemoveDir)?)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.dir.sync_all()
+    }
 }
 
 #[derive(Debug)]
@@ -152,6 +205,37 @@ mod tests {
         file.write_all_vectored_at(&[b"", b""], 7)?;
         file.write_all_vectored_at(&[b"xy"], 0)?;
         assert_eq!(std::fs::read(&path)?, b"xyabcde");
+        Ok(())
+    }
+
+    /// A held directory's operations act on the directory opened, also once it has been
+    /// renamed and another one made at its path; names are single components.
+    #[test]
+    fn a_held_directory_acts_on_the_directory_opened() -> io::Result<()> {
+        let root = tempfile::tempdir()?;
+        let (live, aside) = (root.path().join("d"), root.path().join("d.aside"));
+        std::fs::create_dir(&live)?;
+        let dir = RealFs.open_dir(&live)?;
+        dir.open("a.tmp", OpenMode::CreateNew)?.write_all_at(b"x", 0)?;
+        dir.rename("a.tmp", "a")?;
+        assert_eq!(std::fs::read(live.join("a"))?, b"x");
+        std::fs::rename(&live, &aside)?;
+        std::fs::create_dir(&live)?;
+        dir.open("b", OpenMode::CreateNew)?;
+        dir.rename("a", "c")?;
+        dir.remove_file("b")?;
+        dir.sync()?;
+        let names = |d: &Path| -> io::Result<Vec<String>> {
+            let mut n: Vec<String> = std::fs::read_dir(d)?.map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned())).collect::<io::Result<_>>()?;
+            n.sort();
+            Ok(n)
+        };
+        assert_eq!(names(&aside)?, ["c"]);
+        assert!(names(&live)?.is_empty());
+        assert_eq!(dir.open("c", OpenMode::CreateNew).err().map(|e| e.kind()), Some(io::ErrorKind::AlreadyExists));
+        for bad in ["", ".", "..", "x/y", "/etc/passwd"] {
+            assert_eq!(dir.open(bad, OpenMode::Read).err().map(|e| e.kind()), Some(io::ErrorKind::InvalidInput), "{bad:?}");
+        }
         Ok(())
     }
 }

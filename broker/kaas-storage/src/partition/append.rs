@@ -3,7 +3,7 @@
 
 use kaas_shared::fs::OpenMode;
 use parking_lot::MutexGuard;
-use kaas_shared::names::SegmentFileKind;
+use kaas_shared::names::{SegmentFileKind, segment_file_name};
 
 use super::durability::Durable;
 use super::{Partition, Shared, State};
@@ -278,6 +278,10 @@ impl State {
                 current,
             });
         }
+        // Every name below is in the partition directory, held open for the roll: one lookup
+        // per name on an NFS mount instead of one per path component, and the fsync is of the
+        // directory the names changed in.
+        let d = fs.open_dir(dir).map_err(|e| Error::io("open dir", dir, e))?;
         // (temp, final) names of the sealed segment's index files and the new snapshot, each
         // written and fsynced under its temp name, renamed below.
         let mut staged = Vec::new();
@@ -291,37 +295,36 @@ impl State {
                 }
                 active.synced = active.size;
             }
-            staged = active.stage_index_files(fs, dir)?;
+            staged = active.stage_index_files(&*d)?;
         }
-        let path =
-            Segment::from_stat(self.leader_epoch, base, 0).path(dir, SegmentFileKind::Log)?;
-        let renamed = producer_snapshot::stage(fs, dir, self.leader_epoch, base, &self.producers)
+        let name = segment_file_name(self.leader_epoch, base, SegmentFileKind::Log)?;
+        let renamed = producer_snapshot::stage(&*d, self.leader_epoch, base, &self.producers)
             .and_then(|snapshot| {
                 staged.push(snapshot);
                 staged.iter().try_for_each(|(temp, name)| {
-                    fs.rename(temp, name).map_err(|e| Error::io("rename", name, e))
+                    d.rename(temp, name).map_err(|e| Error::io("rename", dir.join(name), e))
                 })
             });
         if let Err(e) = renamed {
             // NB: a temp left here (the removal failed) is garbage the next take-over removes.
             for (temp, _) in &staged {
-                let _ = fs.remove_file(temp);
+                let _ = d.remove_file(temp);
             }
             return Err(e);
         }
-        let file = fs
-            .open(&path, OpenMode::CreateNew)
-            .map_err(|e| Error::io("create", &path, e))?;
+        let file = d
+            .open(&name, OpenMode::CreateNew)
+            .map_err(|e| Error::io("create", dir.join(&name), e))?;
         // One fsync of the directory for every name above: the new segment's must survive a
         // crash before any acknowledged record lives in it, or recovery would not find those
         // records. The others may be lost with it without harm: index files are hints (rebuilt
         // when missing), and the previous snapshot stays valid (its offset is at or below this
         // epoch's end; a restore replays the log after it).
-        if let Err(e) = fs.sync_dir(dir) {
+        if let Err(e) = d.sync() {
             // The new segment is empty and this epoch's alone: removed, a later roll can create
             // it again. NB: if the removal fails too, that roll fails on the name until a
             // take-over adopts the empty segment (same epoch) or replaces it (a newer one).
-            let _ = fs.remove_file(&path);
+            let _ = d.remove_file(&name);
             return Err(Error::io("fsync dir", dir, e));
         }
         self.segments

@@ -427,8 +427,15 @@ impl Partition {
         cleaned.synced = cleaned.size;
         // The index files too, under temp names, fsynced: the swap only renames them, so the
         // partition lock it holds covers no fsync of theirs.
-        let staged = match cleaned.stage_index_files(fs, dir) {
-            Ok(staged) => Staged { log: temp, indexes: staged },
+        let indexes = fs
+            .open_dir(dir)
+            .map_err(|e| Error::io("open dir", dir, e))
+            .and_then(|d| cleaned.stage_index_files(&*d));
+        let staged = match indexes {
+            Ok(staged) => {
+                let indexes = staged.into_iter().map(|(temp, name)| (dir.join(temp), dir.join(name))).collect();
+                Staged { log: temp, indexes }
+            }
             Err(e) => {
                 discard(fs, &temp);
                 return Err(e);
