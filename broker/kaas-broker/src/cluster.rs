@@ -105,6 +105,9 @@ fn follow_round(broker: &Broker) -> Result<()> {
         // The topics already open stay as they are; the assignment is still applied.
         warn!(error = %e, "cannot read the topics on the volume this round; retrying next round");
     }
+    // What the controller had announced before this round read the volume: if the round does
+    // not find it there (not readable yet), it is not news that stops this round's take-overs.
+    let announced_before = cluster.link.control.announced_assignment();
     // Unchanged since the one applied: only its first bytes are read.
     let applied_stamp = Some(cluster.view.current().stamp()).filter(|s| s.assignment_version > 0);
     if let assignment::Read::Changed(candidate) = assignment::read_unless(&**broker.engine.fs(), broker.engine.layout(), applied_stamp)? {
@@ -119,7 +122,9 @@ fn follow_round(broker: &Broker) -> Result<()> {
         }
     }
     let current = cluster.view.current();
-    takeover_driver::reconcile(&broker.topics, &current, broker.config.node_id, &cluster.takeover_durations);
+    let known = announced_before.max((current.controller_epoch, current.assignment_version));
+    let superseded = || cluster.link.control.announced_assignment() > known;
+    takeover_driver::reconcile(&broker.topics, &current, broker.config.node_id, &cluster.takeover_durations, &superseded);
     let (me, durations) = (broker.config.node_id, &cluster.takeover_durations);
     takeover_driver::reconcile_shards(&*broker.groups, &current.consumer_groups, &current, me, &durations.group_shards);
     takeover_driver::reconcile_shards(&broker.txns, &current.transactions, &current, me, &durations.transaction_shards);

@@ -17,6 +17,9 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
     fn since_last_ack(&self) -> Option<Duration>;
     /// Woken when the controller pushes ASSIGNMENT_CHANGED.
     fn assignment_changed(&self) -> &Notify;
+    /// (controller epoch, assignment version) of the newest assignment the controller announced
+    /// (ASSIGNMENT_CHANGED); (0, 0) before the first.
+    fn announced_assignment(&self) -> (i64, i64);
     /// Asks the controller role (if this broker holds it) to recompute the placement now: a
     /// topic was created or deleted.
     fn topics_changed(&self);
@@ -46,6 +49,7 @@ pub(crate) struct FixedControlPlane {
     pub(crate) lease_epoch: std::sync::atomic::AtomicI64,
     pub(crate) last_ack: parking_lot::Mutex<Option<std::time::Instant>>,
     pub(crate) assignment_changed: Notify,
+    pub(crate) announced: parking_lot::Mutex<(i64, i64)>,
 }
 
 #[cfg(test)]
@@ -66,6 +70,9 @@ impl ControlPlane for FixedControlPlane {
     }
     fn assignment_changed(&self) -> &Notify {
         &self.assignment_changed
+    }
+    fn announced_assignment(&self) -> (i64, i64) {
+        *self.announced.lock()
     }
     fn topics_changed(&self) {}
     fn controller_files_written(&self) {}

@@ -18,8 +18,11 @@ use crate::topics::TopicRegistry;
 
 /// Converges the registry's leadership to `assignment` for broker `me`.
 ///
-/// Each take-over's duration (recovery scan included) is observed in `durations`.
-pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, durations: &TakeoverDurations) {
+/// Each take-over's duration (recovery scan included) is observed in `durations`. Once
+/// `superseded` says a newer assignment is out, the take-overs not started yet are left to the
+/// round that applies it: a broker taking over thousands of partitions would otherwise go on
+/// leading ones the controller has already given back to a restarted broker.
+pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, durations: &TakeoverDurations, superseded: &(dyn Fn() -> bool + Sync)) {
     let desired: BTreeMap<String, (Uuid, i32)> = assignment
         .led_by(me)
         .map(|(topic, partition, a)| (names::partition_key(topic, partition), (a.topic_id, a.leader_epoch)))
@@ -65,7 +68,18 @@ pub fn reconcile(registry: &TopicRegistry, assignment: &Assignment, me: i32, dur
     // Each take-over is its own fenced sequence of writes and fsyncs on one partition, so they
     // run side by side: one after another, a broker taking over thousands of partitions waits
     // thousands of fsyncs in turn (make bench-scale), while the volume syncs many files at once.
-    crate::side_by_side::map(&wanted, TAKEOVER_THREADS, |w| take_over(registry, assignment, w, durations));
+    let left = std::sync::atomic::AtomicUsize::new(0);
+    crate::side_by_side::map(&wanted, TAKEOVER_THREADS, |w| {
+        if superseded() {
+            left.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            take_over(registry, assignment, w, durations);
+        }
+    });
+    let left = left.into_inner();
+    if left > 0 {
+        info!(version, left, "a newer assignment was announced; the take-overs not started are left to the round that applies it");
+    }
 }
 
 /// Take-overs of one reconcile that run at once (sixteen measured slower than eight on the
@@ -183,6 +197,30 @@ mod tests {
         fn relinquish(&self, _: u32) -> kaas_coordinator::Result<()> {
             Ok(self.0.relinquish()?)
         }
+    }
+
+    /// Once a newer assignment is announced, the take-overs not started are left to the round
+    /// that applies it; the round after that takes the rest over.
+    #[test]
+    fn take_overs_not_started_when_a_newer_assignment_is_announced_wait_for_the_next_round() -> crate::Result<()> {
+        use kaas_shared::assignment::PartitionAssignment;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let registry = TopicRegistry::open(kaas_storage::Engine::in_memory(), None, crate::topics::Leadership::Cluster, kaas_storage::LogConfig::default())?;
+        let topic = registry.create(crate::topics::NewTopic { name: "t".into(), partitions: 40, configs: BTreeMap::new() })?;
+        let mut assignment = Assignment { controller_epoch: 1, assignment_version: 7, ..Assignment::default() };
+        for p in 0..40 {
+            assignment.partitions.insert(names::partition_key("t", p), PartitionAssignment { topic_id: topic.id, leader: 1, leader_epoch: 2 });
+        }
+        let durations = TakeoverDurations::default();
+        // The announcement arrives after the third take-over has been asked about.
+        let asked = AtomicUsize::new(0);
+        let announced_after_three = || asked.fetch_add(1, Ordering::SeqCst) >= 3;
+        reconcile(&registry, &assignment, 1, &durations, &announced_after_three);
+        assert_eq!(registry.led().len(), 3, "only the take-overs started before the announcement");
+        reconcile(&registry, &assignment, 1, &durations, &|| false);
+        assert_eq!(registry.led().len(), 40);
+        Ok(())
     }
 
     fn entry(key: &str) -> Vec<Entry> {

@@ -15,7 +15,7 @@ use tonic::transport::Endpoint;
 use tracing::{debug, info, warn};
 
 use crate::proto::heartbeat_client::HeartbeatClient;
-use crate::proto::{Ack, BrokerBeat, BrokerTotals, GroupSummary, controller_message};
+use crate::proto::{Ack, AssignmentChanged, BrokerBeat, BrokerTotals, GroupSummary, controller_message};
 use crate::stats::{self, DeltaSender, MAX_PARTITION_STATS, PartitionId, PartitionStats, RemotePartition};
 
 /// How often a broker beats.
@@ -58,6 +58,8 @@ pub struct HeartbeatStatus {
     in_flight: Mutex<VecDeque<(u64, Instant)>>,
     /// Woken on every ASSIGNMENT_CHANGED push.
     pub assignment_changed: Notify,
+    /// (controller epoch, assignment version) of the newest ASSIGNMENT_CHANGED push.
+    announced: Mutex<(i64, i64)>,
     /// Woken on every CONTROLLER_FILES_CHANGED push.
     pub controller_files_changed: Notify,
     /// Beat to acknowledgement, for `/metrics`.
@@ -73,6 +75,7 @@ impl HeartbeatStatus {
             last_ack: Mutex::new(None),
             in_flight: Mutex::new(VecDeque::new()),
             assignment_changed: Notify::new(),
+            announced: Mutex::new((0, 0)),
             controller_files_changed: Notify::new(),
             // 100 µs to ~3 s.
             round_trip: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
@@ -179,6 +182,22 @@ impl HeartbeatStatus {
     /// Time since the newest acknowledged beat was sent (fencing, metrics, logs).
     pub fn since_last_ack(&self) -> Option<Duration> {
         self.last_ack.lock().map(|t| t.elapsed())
+    }
+
+    /// The controller wrote a new assignment: remembered (the newest by controller epoch, then
+    /// version) and the assignment follower woken.
+    pub fn announce(&self, changed: &AssignmentChanged) {
+        {
+            let mut announced = self.announced.lock();
+            *announced = (*announced).max((changed.controller_epoch, changed.assignment_version));
+        }
+        self.assignment_changed.notify_one();
+    }
+
+    /// (controller epoch, assignment version) of the newest assignment the controller announced;
+    /// (0, 0) before the first.
+    pub fn announced(&self) -> (i64, i64) {
+        *self.announced.lock()
     }
 }
 
@@ -328,7 +347,7 @@ async fn beat_session(me: &Beater<'_>, address: &str, seq: &mut u64) -> crate::R
                         acknowledged_any = true;
                         status.acknowledged(ack.seq, ack.own_fresh_as_of_unix_micros);
                     }
-                    Some(controller_message::Kind::AssignmentChanged(_)) => status.assignment_changed.notify_one(),
+                    Some(controller_message::Kind::AssignmentChanged(changed)) => status.announce(&changed),
                     Some(controller_message::Kind::ControllerFilesChanged(_)) => status.controller_files_changed.notify_one(),
                     None => {}
                 },

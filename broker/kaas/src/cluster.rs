@@ -300,6 +300,9 @@ impl ControlPlane for Runtime {
     fn assignment_changed(&self) -> &Notify {
         &self.heartbeat.assignment_changed
     }
+    fn announced_assignment(&self) -> (i64, i64) {
+        self.heartbeat.announced()
+    }
     fn topics_changed(&self) {
         self.controller.recompute.notify_one();
     }
