@@ -63,17 +63,18 @@ pub fn stage_json_in<T: Serialize>(dir: &dyn Dir, name: &str, value: &T) -> Resu
 /// never appears with partial content; a filesystem without hard links falls back to
 /// `O_CREAT|O_EXCL` plus write.
 pub fn create_exclusive(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<bool> {
-    let (dir, temp) = temp_beside(path)?;
+    let (dir, name) = split(path)?;
+    let d = fs.open_dir(&dir).map_err(|e| Error::io("open dir", &dir, e))?;
     let created = if bytes.is_empty() {
-        match fs.open(path, OpenMode::CreateNew) {
+        match d.open(&name, OpenMode::CreateNew) {
             Ok(_) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(Error::io("create", path, e)),
         }
     } else {
-        write_temp(fs, &temp, bytes)?;
-        let linked = fs.hard_link(&temp, path);
-        let _ = fs.remove_file(&temp);
+        let temp = stage_in(&*d, &name, bytes)?;
+        let linked = fs.hard_link(&dir.join(&temp), path);
+        let _ = d.remove_file(&temp);
         match linked {
             Ok(()) => true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
@@ -90,8 +91,7 @@ pub fn create_exclusive(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<bool> 
     };
     // fsync the directory: the new name must survive a crash, or a second creator could win
     // the same name after restart and two parties would both believe they own it.
-    fs.sync_dir(&dir)
-        .map_err(|e| Error::io("fsync dir", &dir, e))?;
+    d.sync().map_err(|e| Error::io("fsync dir", &dir, e))?;
     Ok(created)
 }
 
@@ -137,25 +137,6 @@ fn split(path: &Path) -> Result<(PathBuf, String)> {
     let dir = path.parent().ok_or_else(bad)?.to_path_buf();
     let name = path.file_name().ok_or_else(bad)?.to_str().ok_or_else(bad)?.to_owned();
     Ok((dir, name))
-}
-
-fn temp_beside(path: &Path) -> Result<(PathBuf, PathBuf)> {
-    let bad = || Error::io("name", path, io::Error::from(io::ErrorKind::InvalidInput));
-    let dir = path.parent().ok_or_else(bad)?.to_path_buf();
-    let name = path.file_name().ok_or_else(bad)?.to_string_lossy();
-    let temp = dir.join(temp_file_name(&name));
-    Ok((dir, temp))
-}
-
-fn write_temp(fs: &dyn Fs, temp: &Path, bytes: &[u8]) -> Result<()> {
-    let file = fs
-        .open(temp, OpenMode::CreateNew)
-        .map_err(|e| Error::io("create", temp, e))?;
-    if let Err(e) = fill(&*file, bytes) {
-        let _ = fs.remove_file(temp);
-        return Err(Error::io("write", temp, e));
-    }
-    Ok(())
 }
 
 /// Writes a new temp file's bytes and fsyncs it: before it gets its real name, or a crash can
