@@ -83,10 +83,7 @@ pub fn balance(
     shards: ShardCounts,
     stored: &dyn StoredEpochs,
 ) -> Placement {
-    let mut eligible: BTreeSet<i32> = alive.difference(draining).copied().collect();
-    if eligible.is_empty() {
-        eligible = alive.clone();
-    }
+    let eligible = eligible(alive, draining);
     if eligible.is_empty() {
         // Nobody to place anything on: keep what was, never an empty assignment.
         return previous.clone();
@@ -116,6 +113,39 @@ pub fn balance(
     let consumer_groups = place_shards(&coordinators, &previous.consumer_groups, shards.groups, |s| stored.group_shard(s));
     let transactions = place_shards(&coordinators, &previous.transactions, shards.transactions, |s| stored.txn_shard(s));
     Placement { partitions, consumer_groups, transactions }
+}
+
+/// The brokers that take work: the alive ones not draining, or all alive ones if every one is
+/// draining (they keep leading rather than nobody).
+pub fn eligible(alive: &BTreeSet<i32>, draining: &BTreeSet<i32>) -> BTreeSet<i32> {
+    let eligible: BTreeSet<i32> = alive.difference(draining).copied().collect();
+    if eligible.is_empty() { alive.clone() } else { eligible }
+}
+
+/// Holds back all but `budget` of the partitions `next` moves between two brokers that both
+/// stay in `eligible` (evening out onto a broker that joined or came back): those stay with
+/// their previous leader at its epoch this round, and the balancer moves them in later rounds.
+/// A hand-over makes a partition unavailable until its new leader has taken it over, and one
+/// broker takes a few hundred partitions a second at most, so handing a restarted broker its
+/// whole share at once would leave the last of thousands unavailable for that long. Partitions
+/// whose leader left `eligible` (gone or draining) and new ones are never held back: nobody
+/// serves them. Returns the placement and how many moves it held back.
+pub fn pace(previous: &Placement, mut next: Placement, eligible: &BTreeSet<i32>, budget: usize) -> (Placement, usize) {
+    let mut allowed = budget;
+    let mut held = 0;
+    for (key, p) in next.partitions.iter_mut() {
+        let Some(before) = previous.partitions.get(key).filter(|b| b.topic_id == p.topic_id) else { continue };
+        if before.leader == p.leader || !eligible.contains(&before.leader) {
+            continue;
+        }
+        if allowed > 0 {
+            allowed -= 1;
+        } else {
+            *p = *before;
+            held += 1;
+        }
+    }
+    (next, held)
 }
 
 /// Shards `0..count`, each on its previous coordinator when eligible.
@@ -279,6 +309,48 @@ mod tests {
         let p = balance(&before, &[recreated], &brokers(&[0]), &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored);
         assert!(p.partitions.values().all(|a| a.topic_id == Uuid::from_u128(99) && a.leader_epoch == 0));
         assert!(balance(&before, &[], &brokers(&[0]), &BTreeSet::new(), &BTreeSet::new(), counts(1), &NothingStored).partitions.is_empty());
+    }
+
+    #[test]
+    fn a_broker_that_comes_back_gets_its_share_in_paced_steps() {
+        let all = brokers(&[0, 1, 2]);
+        let t = [topic("a", 60)];
+        let full = balance(&Placement::default(), &t, &all, &BTreeSet::new(), &BTreeSet::new(), counts(0), &NothingStored);
+        // Broker 2 dies: its 20 partitions have nobody, and move at once whatever the budget.
+        let survivors = brokers(&[0, 1]);
+        let (without, held) = pace(&full, balance(&full, &t, &survivors, &BTreeSet::new(), &BTreeSet::new(), counts(0), &NothingStored), &survivors, 5);
+        assert_eq!(held, 0);
+        assert_eq!(loads(&without), BTreeMap::from([(0, 30), (1, 30)]));
+        // It comes back: five partitions a step.
+        let mut current = without;
+        let mut steps = 0;
+        loop {
+            let (next, held) = pace(&current, balance(&current, &t, &all, &BTreeSet::new(), &BTreeSet::new(), counts(0), &NothingStored), &all, 5);
+            let moved = next.partitions.iter().filter(|(k, a)| current.partitions[*k].leader != a.leader).count();
+            for (k, a) in &next.partitions {
+                let was = current.partitions[k];
+                if a.leader == was.leader {
+                    assert_eq!(a.leader_epoch, was.leader_epoch, "{k} stayed, at its epoch");
+                } else {
+                    assert_eq!((a.leader, a.leader_epoch), (2, was.leader_epoch + 1), "{k} moved to the broker that came back");
+                }
+            }
+            current = next;
+            if moved == 0 {
+                assert_eq!(held, 0);
+                break;
+            }
+            steps += 1;
+            assert_eq!(moved, 5, "step {steps}");
+            assert_eq!(held, 20 - 5 * steps, "step {steps}");
+        }
+        assert_eq!(steps, 4);
+        assert_eq!(loads(&current), BTreeMap::from([(0, 20), (1, 20), (2, 20)]));
+        // A draining broker's partitions are never held back.
+        let draining = brokers(&[1]);
+        let (drained, held) = pace(&current, balance(&current, &t, &all, &draining, &BTreeSet::new(), counts(0), &NothingStored), &eligible(&all, &draining), 0);
+        assert_eq!(held, 0);
+        assert!(drained.partitions.values().all(|a| a.leader != 1));
     }
 
     /// Epochs on the volume from an earlier life of the cluster; partition 1 cannot be read.

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::Result;
 use crate::balancer::{self, Placement};
-use crate::heartbeat_server::{HeartbeatHub, Role};
+use crate::heartbeat_server::{BrokerSession, HeartbeatHub, Role};
 use crate::lease::{LeaseAction, LeaseState, LeaseStore, decide};
 use crate::readdress::Readdressing;
 use crate::topics::TopicSource;
@@ -37,6 +37,10 @@ pub struct ControllerConfig {
     pub recompute_interval: Duration,
     /// How many group and transaction shards to place.
     pub shards: crate::balancer::ShardCounts,
+    /// At most this many partitions move per step between brokers that both keep leading
+    /// (evening out onto a broker that joined or came back); the next step waits until every
+    /// broker leads what it was given (see [`balancer::pace`]).
+    pub leader_moves_per_step: usize,
     /// Where each written assignment is mirrored for humans (KafkaClusterAssignments).
     pub mirror: Option<Arc<dyn crate::mirror::AssignmentMirror>>,
     /// Which brokers' endpoints are serving (EndpointSlices); narrows the heartbeat alive set.
@@ -76,6 +80,9 @@ pub struct Controller {
     on_volume: parking_lot::Mutex<Option<Arc<Assignment>>>,
     /// When the Lease another broker holds expires, as the last round saw it (followers only).
     lease_expires: parking_lot::Mutex<Option<SystemTime>>,
+    /// When this controller last wrote an assignment that moved partitions (or first
+    /// recomputed): the patience of a paced step counts from it.
+    moved_at: parking_lot::Mutex<Option<Instant>>,
 }
 
 /// A freshly elected controller's grace for the previous assignment's brokers.
@@ -96,6 +103,11 @@ struct Grace {
 /// a refused connection; one 2 s round was sometimes too short under load). When the shards
 /// come back, the id changes again and the client takes the broker's current address.
 const READDRESS_HANDOFF: Duration = Duration::from_secs(20);
+
+/// How long a paced step of leader moves waits at most for every broker to lead what it was
+/// given: a partition a broker cannot take over (a damaged directory, a volume error it keeps
+/// retrying) must not hold the cluster's balance up for ever.
+const LEADER_MOVES_PATIENCE: Duration = Duration::from_secs(30);
 
 impl Controller {
     pub fn new(
@@ -120,6 +132,7 @@ impl Controller {
             grace_until: Default::default(),
             on_volume: Default::default(),
             lease_expires: Default::default(),
+            moved_at: Default::default(),
         })
     }
 
@@ -415,6 +428,11 @@ impl Controller {
             book.readdressed(&alive, &addresses, Instant::now(), READDRESS_HANDOFF)
         };
         let placement = balancer::balance(&before, &topics, &alive, &draining, &readdressed, self.config.shards, &stored);
+        let eligible = balancer::eligible(&alive, &draining);
+        let (placement, held_back) = balancer::pace(&before, placement, &eligible, self.leader_move_budget(&previous, &sessions, &eligible));
+        if held_back > 0 {
+            info!(epoch, held_back, step = self.config.leader_moves_per_step, "evening out in steps: the other moves wait until every broker leads what it was given");
+        }
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
             .iter()
             .filter(|id| !draining.contains(id) || placement.partitions.values().any(|p| p.leader == **id))
@@ -439,6 +457,9 @@ impl Controller {
         }
         log_moves(&previous, &next, &alive, &draining);
         assignment::write(&*self.fs, &self.layout, &next)?;
+        if next.partitions != previous.partitions {
+            *self.moved_at.lock() = Some(Instant::now());
+        }
         let next = Arc::new(next);
         *self.on_volume.lock() = Some(next.clone());
         self.readdressing.lock().published(&next.brokers);
@@ -448,6 +469,24 @@ impl Controller {
             mirror.publish(&next);
         }
         Ok(())
+    }
+
+    /// How many partitions may move this round between brokers that both keep leading: the
+    /// configured step once every eligible broker leads as many partitions as the assignment on
+    /// the volume gives it, by its beats to this controller (one that has not beaten it yet has
+    /// not), and none while one is still taking its last ones over — unless the last moves are
+    /// [`LEADER_MOVES_PATIENCE`] old.
+    fn leader_move_budget(&self, previous: &Assignment, sessions: &BTreeMap<i32, BrokerSession>, eligible: &BTreeSet<i32>) -> usize {
+        let moved_at = *self.moved_at.lock().get_or_insert_with(Instant::now);
+        let mut given: BTreeMap<i32, usize> = BTreeMap::new();
+        for p in previous.partitions.values() {
+            *given.entry(p.leader).or_default() += 1;
+        }
+        let settled = eligible.iter().all(|id| match given.get(id) {
+            None => true,
+            Some(n) => sessions.get(id).is_some_and(|s| s.assignment_version >= previous.assignment_version && s.partitions_led >= *n),
+        });
+        if settled || moved_at.elapsed() >= LEADER_MOVES_PATIENCE { self.config.leader_moves_per_step } else { 0 }
     }
 
     /// Gives the Lease up (holder cleared, epoch kept) so a successor need not wait it out.

@@ -73,6 +73,7 @@ async fn steps_down_before_the_lease_can_expire(outage: &[u8]) -> Result<(), Box
         session_timeout: Duration::from_secs(1),
         recompute_interval: Duration::from_millis(200),
         shards: kaas_controller::balancer::ShardCounts { groups: 0, transactions: 0 },
+        leader_moves_per_step: 200,
         mirror: None,
         ready_brokers: None,
     };

@@ -34,6 +34,7 @@ fn config(identity: &str, id: i32) -> ControllerConfig {
         session_timeout: Duration::from_secs(1),
         recompute_interval: Duration::from_millis(200),
         shards: kaas_controller::balancer::ShardCounts { groups: 2, transactions: 2 },
+        leader_moves_per_step: 200,
         mirror: None,
         ready_brokers: None,
     }

@@ -35,6 +35,11 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+/// Partitions moved per step onto a broker that joined or came back. One broker takes a
+/// couple of hundred partitions a second over on the e2e cluster's volume (docs/performance.md),
+/// so a handed-back partition is unavailable for about a second at most.
+pub const DEFAULT_LEADER_MOVES_PER_STEP: usize = 200;
+
 /// Everything the cluster runtime of one broker is configured with.
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -59,6 +64,8 @@ pub struct ClusterSettings {
     pub session_timeout: Duration,
     /// How long SIGTERM waits for the controller to move partitions away before relinquishing.
     pub drain_timeout: Duration,
+    /// How many partitions move per step onto a broker that joined or came back.
+    pub leader_moves_per_step: usize,
     /// The topics' source of truth (KafkaTopic resources); `None`: the volume is (brokers
     /// create topic directories themselves, as in-process clusters do).
     pub catalog: Option<Arc<dyn TopicCatalog>>,
@@ -91,6 +98,7 @@ impl ClusterSettings {
             fence_timeout: Duration::from_secs(2),
             session_timeout: Duration::from_secs(4),
             drain_timeout: Duration::from_secs(10),
+            leader_moves_per_step: DEFAULT_LEADER_MOVES_PER_STEP,
             catalog: None,
             mirror: None,
             ready_brokers: None,
@@ -135,6 +143,7 @@ impl Runtime {
             session_timeout: settings.session_timeout,
             recompute_interval: Duration::from_secs(2),
             shards: ShardCounts { groups: kaas_coordinator::SHARD_COUNT, transactions: kaas_coordinator::SHARD_COUNT },
+            leader_moves_per_step: settings.leader_moves_per_step,
             mirror: settings.mirror.clone(),
             ready_brokers: settings.ready_brokers.clone(),
         };

@@ -230,6 +230,11 @@ struct Args {
     /// Cluster mode: how long SIGTERM waits for partitions to move away before relinquishing them.
     #[arg(long, env = "KAAS_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
     drain_timeout_ms: u64,
+    /// Cluster mode: at most this many partitions move per step onto a broker that joined or
+    /// came back (each is unavailable from its hand-over until the broker has taken it over);
+    /// the next step waits until every broker leads what it was given, or 30 s.
+    #[arg(long, env = "KAAS_LEADER_MOVES_PER_STEP", default_value_t = kaas::cluster::DEFAULT_LEADER_MOVES_PER_STEP, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    leader_moves_per_step: usize,
     /// Cluster mode: how often a broker reads the ACLs, client quotas, group configs and
     /// KafkaUsers on the volume again. The controller also tells every broker at once when it
     /// changed the first three.
@@ -489,6 +494,7 @@ async fn cluster_settings(args: &Args, pod: &str) -> anyhow::Result<ClusterSetti
         fence_timeout: ms(args.fence_timeout_ms),
         session_timeout: ms(args.session_timeout_ms),
         drain_timeout: ms(args.drain_timeout_ms),
+        leader_moves_per_step: args.leader_moves_per_step,
         catalog,
         mirror,
         ready_brokers: args.headless_service.as_deref().map(|service| {

@@ -77,19 +77,28 @@ fn controller_0() -> ControllerConfig {
         session_timeout: SESSION,
         recompute_interval: Duration::from_millis(200),
         shards: ShardCounts { groups: 0, transactions: 0 },
+        leader_moves_per_step: 200,
         mirror: None,
         ready_brokers: None,
     }
 }
 
 /// Broker 0 beats now (so the first recompute after a win knows it is alive) and every 50 ms
-/// until `stop`.
-fn beat_as_broker_0(hub: &Arc<HeartbeatHub>, mut stop: watch::Receiver<bool>) -> tokio::task::JoinHandle<()> {
-    hub.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
+/// until `stop`, saying it leads what `leads` returns, as of an assignment version.
+fn beat_as_broker_0(
+    hub: &Arc<HeartbeatHub>,
+    leads: impl Fn() -> (Vec<String>, i64) + Send + 'static,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let beat = move || {
+        let (partitions_led, assignment_version) = leads();
+        BrokerBeat { broker_id: 0, incarnation: "0".into(), partitions_led, assignment_version, ..Default::default() }
+    };
+    hub.record(&beat());
     let hub = hub.clone();
     tokio::spawn(async move {
         loop {
-            hub.record(&BrokerBeat { broker_id: 0, incarnation: "0".into(), ..Default::default() });
+            hub.record(&beat());
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 _ = stop.changed() => return,
@@ -139,7 +148,7 @@ async fn leaders_after_the_win(
     setup(&mut config, &hub);
     let controller = Controller::new(config, fs.clone(), layout.clone(), lease, Arc::new(OneTopic), hub.clone());
     let (stop, stop_rx) = watch::channel(false);
-    let beats = beat_as_broker_0(&hub, stop_rx.clone());
+    let beats = beat_as_broker_0(&hub, || (Vec::new(), 0), stop_rx.clone());
     let task = tokio::spawn(controller.run(stop_rx));
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut leaders: Vec<i32> = Vec::new();
@@ -237,6 +246,12 @@ async fn a_silent_broker_s_partitions_move_when_its_session_ends_not_at_the_next
     Ok(())
 }
 
+/// The partitions the assignment on the volume gives broker `id`, and its version.
+fn given(fs: &FsRef, layout: &Layout, id: i32) -> (Vec<String>, i64) {
+    let Ok(Some(a)) = assignment::read(&**fs, layout) else { return (Vec::new(), 0) };
+    (a.partitions.iter().filter(|(_, p)| p.leader == id).map(|(k, _)| k.clone()).collect(), a.assignment_version)
+}
+
 /// Topics a test adds to.
 #[derive(Debug, Default)]
 struct Topics(parking_lot::Mutex<Vec<TopicInfo>>);
@@ -274,11 +289,18 @@ impl Running {
         topics.0.lock().push(TopicInfo { name: "t".into(), id: TOPIC_ID, partitions: 1 });
         let controller = Controller::new(config, fs.clone(), layout.clone(), lease.clone(), topics.clone(), hub.clone());
         let (stop, stop_rx) = watch::channel(false);
-        let beats = beat_as_broker_0(&hub, stop_rx.clone());
+        // Broker 0 leads whatever the assignment on the volume gives it.
+        let (volume_fs, volume_layout) = (fs.clone(), layout.clone());
+        let beats = beat_as_broker_0(&hub, move || given(&volume_fs, &volume_layout, 0), stop_rx.clone());
         let task = tokio::spawn(controller.clone().run(stop_rx));
         let running = Running { _volume: volume, fs, layout, hub, lease, topics, controller, stop, task, beats };
         running.until("t placed", |r| r.placed("t")).await?;
         Ok(running)
+    }
+
+    /// How many partitions the assignment on the volume gives broker `id`.
+    fn given_to(&self, id: i32) -> usize {
+        given(&self.fs, &self.layout, id).0.len()
     }
 
     fn written(&self) -> Option<Assignment> {
@@ -369,4 +391,45 @@ async fn a_slow_volume_does_not_hold_up_the_renewals() -> TestResult {
     running.until("u placed after the stall", |r| r.placed("u")).await?;
     assert_eq!(running.hub.role(), role, "the role was given up and taken again over the stall");
     running.stop().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_joins_gets_its_share_one_step_at_a_time_each_once_the_last_is_led() -> TestResult {
+    // Eight partitions on broker 0, two moves a step. Broker 1 joins and gets two; while its
+    // beats do not show them led, nothing more moves over many rounds; once they do, the next
+    // two come. A hand-over leaves a partition unavailable until its new leader has taken it
+    // over: a restarted broker given its whole share at once left thousands so for seconds.
+    let config = ControllerConfig { leader_moves_per_step: 2, ..controller_0() };
+    let running = Running::start(config, |fs| fs).await?;
+    running.topics.0.lock().push(TopicInfo { name: "u".into(), id: Uuid::from_u128(8), partitions: 7 });
+    running.controller.recompute.notify_one();
+    running.until("all eight on broker 0", |r| r.given_to(0) == 8).await?;
+
+    register(&running.fs, &running.layout, &[1])?;
+    let leads_1 = Arc::new(parking_lot::Mutex::new((Vec::<String>::new(), 0_i64)));
+    let (hub, reported, mut stop) = (running.hub.clone(), leads_1.clone(), running.stop.subscribe());
+    let beats_1 = tokio::spawn(async move {
+        loop {
+            let (partitions_led, assignment_version) = reported.lock().clone();
+            hub.record(&BrokerBeat { broker_id: 1, incarnation: "1".into(), partitions_led, assignment_version, ..Default::default() });
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    });
+    running.until("a first step to broker 1", |r| r.given_to(1) > 0).await?;
+    assert_eq!(running.given_to(1), 2, "one step");
+    // Ten recompute intervals while broker 1 has led nothing of it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(running.given_to(1), 2, "the next step came before broker 1 led the first");
+    *leads_1.lock() = given(&running.fs, &running.layout, 1);
+    running.until("a second step", |r| r.given_to(1) > 2).await?;
+    assert_eq!(running.given_to(1), 4, "one more step, and even");
+    *leads_1.lock() = given(&running.fs, &running.layout, 1);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!((running.given_to(0), running.given_to(1)), (4, 4), "balanced: nothing more moves");
+    running.stop().await?;
+    beats_1.await?;
+    Ok(())
 }
