@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::fs::{Dir, File, Fs, OpenMode, read_optional};
+use crate::fs::{Dir, File, Fs, OpenMode, read_optional, read_optional_in};
 use crate::names::temp_file_name;
 use crate::{Error, Result};
 
@@ -119,7 +119,16 @@ pub fn read_json<T: DeserializeOwned>(
     path: &Path,
     what: &'static str,
 ) -> Result<Option<T>> {
-    let Some(bytes) = read_optional(fs, path).map_err(|e| Error::io("read", path, e))? else {
+    parse_json(read_optional(fs, path), path, what)
+}
+
+/// [`read_json`] of the file `name` in a held directory.
+pub fn read_json_in<T: DeserializeOwned>(dir: &dyn Dir, name: &str, what: &'static str) -> Result<Option<T>> {
+    parse_json(read_optional_in(dir, name), &dir.path().join(name), what)
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: io::Result<Option<Vec<u8>>>, path: &Path, what: &'static str) -> Result<Option<T>> {
+    let Some(bytes) = bytes.map_err(|e| Error::io("read", path, e))? else {
         return Ok(None);
     };
     serde_json::from_slice(&bytes)

@@ -12,8 +12,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_file::read_json;
-use crate::fs::Fs;
+use crate::atomic_file::{read_json, read_json_in};
+use crate::fs::{Dir, Fs};
 use crate::names::{self, GroupShardEntry, MANIFEST_FILE, PartitionEntry};
 use crate::{Error, Result};
 
@@ -41,20 +41,36 @@ pub fn read_manifest(fs: &dyn Fs, partition_dir: &Path) -> Result<Option<Manifes
     read_json(fs, &partition_dir.join(MANIFEST_FILE), "manifest.json")
 }
 
+/// [`read_manifest`] of a held partition directory.
+pub fn read_manifest_in(partition_dir: &dyn Dir) -> Result<Option<Manifest>> {
+    read_json_in(partition_dir, MANIFEST_FILE, "manifest.json")
+}
+
 /// The newest epoch in a partition directory (segment names and the manifest); -1 if it has
 /// none or does not exist. Names that are not segments carry no epoch and are passed over.
 pub fn stored_partition_epoch(fs: &dyn Fs, partition_dir: &Path) -> Result<i32> {
     let Some(entries) = list_optional(fs, partition_dir)? else { return Ok(-1) };
-    let in_names = entries
+    let in_manifest = read_manifest(fs, partition_dir)?.map_or(-1, |m| m.epoch);
+    Ok(newest_segment_epoch(&entries).max(in_manifest))
+}
+
+/// [`stored_partition_epoch`] of a held partition directory.
+pub fn stored_partition_epoch_in(partition_dir: &dyn Dir) -> Result<i32> {
+    let entries = partition_dir.list_sized(&|_| false).map_err(|e| Error::io("list", partition_dir.path(), e))?;
+    let names: Vec<String> = entries.into_iter().map(|e| e.name).collect();
+    let in_manifest = read_manifest_in(partition_dir)?.map_or(-1, |m| m.epoch);
+    Ok(newest_segment_epoch(&names).max(in_manifest))
+}
+
+fn newest_segment_epoch(names: &[String]) -> i32 {
+    names
         .iter()
         .filter_map(|name| match names::parse_partition_entry(name) {
             Ok(PartitionEntry::Segment(s)) => Some(s.epoch),
             _ => None,
         })
         .max()
-        .unwrap_or(-1);
-    let in_manifest = read_manifest(fs, partition_dir)?.map_or(-1, |m| m.epoch);
-    Ok(in_names.max(in_manifest))
+        .unwrap_or(-1)
 }
 
 /// The newest epoch in a group or transaction shard directory; -1 if it has none or does not

@@ -99,6 +99,11 @@ pub trait Dir: Send + Sync + Debug {
     fn remove_file(&self, name: &str) -> io::Result<()>;
     /// fsyncs the directory, making the names created, renamed or removed in it durable.
     fn sync(&self) -> io::Result<()>;
+    /// Lists this directory as [`Fs::list_dir_sized`] does, sorted by name.
+    fn list_sized(&self, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>>;
+    /// The directory this one is in now (a partition's topic directory, also after the topic
+    /// directory was renamed aside): what is read there describes the directory held.
+    fn parent(&self) -> io::Result<Box<dyn Dir + '_>>;
 }
 
 /// [`Fs::open_dir`]'s default: each operation by path.
@@ -123,6 +128,13 @@ impl<F: Fs + ?Sized> Dir for PathDir<'_, F> {
     }
     fn sync(&self) -> io::Result<()> {
         self.fs.sync_dir(&self.dir)
+    }
+    fn list_sized(&self, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
+        self.fs.list_dir_sized(&self.dir, sized)
+    }
+    fn parent(&self) -> io::Result<Box<dyn Dir + '_>> {
+        let parent = self.dir.parent().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the root has no parent"))?;
+        Ok(Box::new(PathDir { fs: self.fs, dir: parent.to_owned() }))
     }
 }
 
@@ -176,7 +188,16 @@ pub trait File: Send + Sync + Debug {
 
 /// Reads a whole file; `Ok(None)` if it does not exist.
 pub fn read_optional(fs: &dyn Fs, path: &Path) -> io::Result<Option<Vec<u8>>> {
-    let file = match fs.open(path, OpenMode::Read) {
+    read_whole(fs.open(path, OpenMode::Read))
+}
+
+/// [`read_optional`] of the file `name` in a held directory.
+pub fn read_optional_in(dir: &dyn Dir, name: &str) -> io::Result<Option<Vec<u8>>> {
+    read_whole(dir.open(name, OpenMode::Read))
+}
+
+fn read_whole(opened: io::Result<Arc<dyn File>>) -> io::Result<Option<Vec<u8>>> {
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),

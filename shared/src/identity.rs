@@ -7,7 +7,7 @@ use std::path::Path;
 use uuid::Uuid;
 
 use crate::atomic_file::create_exclusive;
-use crate::fs::{Fs, read_optional};
+use crate::fs::{Dir, Fs, read_optional, read_optional_in};
 use crate::names::TOPIC_ID_FILE;
 use crate::{Error, Result};
 
@@ -24,7 +24,11 @@ pub fn stamp(fs: &dyn Fs, topic_dir: &Path, id: Uuid) -> Result<()> {
 /// Reads the stamp; `Ok(None)` if the directory has none.
 pub fn read(fs: &dyn Fs, topic_dir: &Path) -> Result<Option<Uuid>> {
     let path = topic_dir.join(TOPIC_ID_FILE);
-    let Some(bytes) = read_optional(fs, &path).map_err(|e| Error::io("read", &path, e))? else {
+    parse(read_optional(fs, &path), path)
+}
+
+fn parse(bytes: std::io::Result<Option<Vec<u8>>>, path: std::path::PathBuf) -> Result<Option<Uuid>> {
+    let Some(bytes) = bytes.map_err(|e| Error::io("read", &path, e))? else {
         return Ok(None);
     };
     let text = std::str::from_utf8(&bytes).map_err(|e| Error::BadStamp {
@@ -41,7 +45,18 @@ pub fn read(fs: &dyn Fs, topic_dir: &Path) -> Result<Option<Uuid>> {
 
 /// Checks that `topic_dir` is stamped with `expected`.
 pub fn verify(fs: &dyn Fs, topic_dir: &Path, expected: Uuid) -> Result<()> {
-    match read(fs, topic_dir)? {
+    check(read(fs, topic_dir)?, topic_dir, expected)
+}
+
+/// [`verify`] of a held topic directory: the directory held, wherever it is now, is the one
+/// checked (a partition directory's [`Dir::parent`]).
+pub fn verify_in(topic_dir: &dyn Dir, expected: Uuid) -> Result<()> {
+    let path = topic_dir.path().join(TOPIC_ID_FILE);
+    check(parse(read_optional_in(topic_dir, TOPIC_ID_FILE), path)?, topic_dir.path(), expected)
+}
+
+fn check(found: Option<Uuid>, topic_dir: &Path, expected: Uuid) -> Result<()> {
+    match found {
         Some(found) if found == expected => Ok(()),
         Some(found) => Err(Error::IdentityMismatch {
             dir: topic_dir.to_owned(),

@@ -184,6 +184,12 @@ impl Dir for TimedDir<'_> {
     fn sync(&self) -> io::Result<()> {
         self.fs.timed_dir_sync(self.inner.path(), || self.inner.sync())
     }
+    fn list_sized(&self, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
+        self.inner.list_sized(sized)
+    }
+    fn parent(&self) -> io::Result<Box<dyn Dir + '_>> {
+        Ok(Box::new(TimedDir { fs: self.fs, inner: self.inner.parent()? }))
+    }
 }
 
 #[derive(Debug)]

@@ -5,16 +5,21 @@
 use std::path::Path;
 
 use kaas_shared::atomic_file::{replace_json_in, write_json};
-use kaas_shared::fs::Fs;
+use kaas_shared::fs::{Dir, Fs};
 use kaas_shared::names::MANIFEST_FILE;
 
-use crate::{Error, Result};
+use crate::Result;
 
 pub use kaas_shared::epochs::Manifest;
 
 /// Reads a partition directory's manifest, if any.
 pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Result<Option<Manifest>> {
     Ok(kaas_shared::epochs::read_manifest(fs, dir)?)
+}
+
+/// [`read`] of a held partition directory.
+pub(crate) fn read_in(d: &dyn Dir) -> Result<Option<Manifest>> {
+    Ok(kaas_shared::epochs::read_manifest_in(d)?)
 }
 
 /// Writes it atomically (temp + fsync + rename + directory fsync).
@@ -27,7 +32,6 @@ pub(crate) fn write(fs: &dyn Fs, dir: &Path, manifest: &Manifest) -> Result<()> 
 /// whose roll fsyncs the same directory before the first write is accepted: nothing is
 /// acknowledged at the new epoch until then, and a claim lost to a crash is claimed again by the
 /// take-over that follows it.
-pub(crate) fn replace_unsynced(fs: &dyn Fs, dir: &Path, manifest: &Manifest) -> Result<()> {
-    let d = fs.open_dir(dir).map_err(|e| Error::io("open dir", dir, e))?;
-    Ok(replace_json_in(&*d, MANIFEST_FILE, manifest)?)
+pub(crate) fn replace_unsynced(d: &dyn Dir, manifest: &Manifest) -> Result<()> {
+    Ok(replace_json_in(d, MANIFEST_FILE, manifest)?)
 }

@@ -50,6 +50,18 @@ impl Shared {
         let topic_dir = self.dir.parent().unwrap_or(&self.dir);
         Ok(kaas_shared::identity::verify(&*self.fs, topic_dir, self.topic_id)?)
     }
+
+    /// The partition directory held open, checked to be in this topic's incarnation through
+    /// the topic directory it is in now: every name used through it is of this incarnation
+    /// (a check by path, then an open by path, could open a recreated topic's directory).
+    fn open_checked_dir(&self) -> Result<Box<dyn kaas_shared::fs::Dir + '_>> {
+        let d = self.fs.open_dir(&self.dir).map_err(|e| Error::io("open dir", &self.dir, e))?;
+        {
+            let topic_dir = d.parent().map_err(|e| Error::io("open dir", self.dir.join(".."), e))?;
+            kaas_shared::identity::verify_in(&*topic_dir, self.topic_id)?;
+        }
+        Ok(d)
+    }
 }
 
 #[derive(Debug)]

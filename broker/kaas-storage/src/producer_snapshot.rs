@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use kaas_shared::atomic_file::{read_json, stage_json_in, write_json};
+use kaas_shared::atomic_file::{read_json_in, stage_json_in, write_json};
 use kaas_shared::fs::{Dir, Fs};
 use kaas_shared::names::PRODUCER_SNAPSHOT_FILE;
 use serde::{Deserialize, Serialize};
@@ -69,8 +69,9 @@ impl Snapshot {
 
 /// Reads the snapshot: `(epoch, offset, states)`. A missing, unreadable or unknown-version snapshot
 /// yields `None` and the caller rebuilds the state from the whole log instead.
-pub(crate) fn read(fs: &dyn Fs, dir: &Path) -> Option<(i32, i64, ProducerStates)> {
-    match read_json::<Snapshot>(fs, &dir.join(PRODUCER_SNAPSHOT_FILE), "producer snapshot") {
+pub(crate) fn read(d: &dyn Dir) -> Option<(i32, i64, ProducerStates)> {
+    let dir = d.path();
+    match read_json_in::<Snapshot>(d, PRODUCER_SNAPSHOT_FILE, "producer snapshot") {
         Ok(Some(s)) if s.version == VERSION => Some((
             s.epoch,
             s.offset,

@@ -85,14 +85,21 @@ impl Segment {
         dir: &Path,
         mode: OpenMode,
     ) -> Result<Arc<dyn File>> {
+        self.open_by(dir, |name| fs.open(&dir.join(name), mode))
+    }
+
+    /// [`Segment::open`] in a held partition directory.
+    pub(crate) fn open_in(&mut self, d: &dyn Dir, mode: OpenMode) -> Result<Arc<dyn File>> {
+        self.open_by(d.path(), |name| d.open(name, mode))
+    }
+
+    fn open_by(&mut self, dir: &Path, open: impl FnOnce(&str) -> std::io::Result<Arc<dyn File>>) -> Result<Arc<dyn File>> {
         self.used = true;
         if let Some(f) = &self.file {
             return Ok(f.clone());
         }
-        let path = self.path(dir, SegmentFileKind::Log)?;
-        let file = fs
-            .open(&path, mode)
-            .map_err(|e| Error::io("open", path, e))?;
+        let name = segment_file_name(self.epoch, self.base_offset, SegmentFileKind::Log)?;
+        let file = open(&name).map_err(|e| Error::io("open", dir.join(&name), e))?;
         self.file = Some(file.clone());
         Ok(file)
     }
@@ -260,13 +267,22 @@ impl Segment {
     /// index (rebuilt on use) rather than an index without log. Missing files are fine
     /// (idempotent, re-driven by the next housekeeping).
     pub(crate) fn unlink(&mut self, fs: &dyn Fs, dir: &Path) -> Result<()> {
+        self.unlink_by(dir, |name| fs.remove_file(&dir.join(name)))
+    }
+
+    /// [`Segment::unlink`] in a held partition directory.
+    pub(crate) fn unlink_in(&mut self, d: &dyn Dir) -> Result<()> {
+        self.unlink_by(d.path(), |name| d.remove_file(name))
+    }
+
+    fn unlink_by(&mut self, dir: &Path, remove: impl Fn(&str) -> std::io::Result<()>) -> Result<()> {
         self.file = None;
         for kind in SegmentFileKind::ALL {
-            let path = self.path(dir, kind)?;
-            match fs.remove_file(&path) {
+            let name = segment_file_name(self.epoch, self.base_offset, kind)?;
+            match remove(&name) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("unlink", path, e)),
+                Err(e) => return Err(Error::io("unlink", dir.join(&name), e)),
             }
         }
         Ok(())

@@ -6,8 +6,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use nix::fcntl::{OFlag, openat, renameat};
-use nix::sys::stat::Mode;
+use nix::fcntl::{AtFlags, OFlag, openat, renameat};
+use nix::sys::stat::{Mode, SFlag, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::{Dir, DirEntry, File, Fs, OpenMode};
@@ -141,6 +141,52 @@ impl Dir for RealDir {
     fn sync(&self) -> io::Result<()> {
         self.dir.sync_all()
     }
+
+    fn list_sized(&self, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut listing = nix::dir::Dir::openat(&self.dir, ".", flags, Mode::empty())?;
+        let mut out = Vec::new();
+        for entry in listing.iter() {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().to_str() else {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a name that is not UTF-8 in {}", self.path.display())));
+            };
+            if name == "." || name == ".." {
+                continue;
+            }
+            // NB: as in `RealFs::list_dir_sized`, a stat racing an unlink leaves the entry out;
+            // the kind comes with the name where the filesystem reports it.
+            let stat = |name: &str| match fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Ok(Some(st)),
+                Err(nix::errno::Errno::ENOENT) => Ok(None),
+                Err(e) => Err(io::Error::from(e)),
+            };
+            let is_dir = match entry.file_type() {
+                Some(kind) => kind == nix::dir::Type::Directory,
+                None => match stat(name)? {
+                    Some(st) => SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR,
+                    None => continue,
+                },
+            };
+            let len = if !is_dir && sized(name) {
+                match stat(name)? {
+                    Some(st) => u64::try_from(st.st_size).unwrap_or(0),
+                    None => continue,
+                }
+            } else {
+                0
+            };
+            out.push(DirEntry { name: name.to_owned(), len, is_dir });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn parent(&self) -> io::Result<Box<dyn Dir + '_>> {
+        let fd = openat(&self.dir, "..", OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+        let path = self.path.parent().unwrap_or(&self.path).to_owned();
+        Ok(Box::new(RealDir { dir: std::fs::File::from(fd), path }))
+    }
 }
 
 #[derive(Debug)]
@@ -236,6 +282,32 @@ mod tests {
         for bad in ["", ".", "..", "x/y", "/etc/passwd"] {
             assert_eq!(dir.open(bad, OpenMode::Read).err().map(|e| e.kind()), Some(io::ErrorKind::InvalidInput), "{bad:?}");
         }
+        Ok(())
+    }
+
+    #[test]
+    fn a_held_directory_lists_itself_and_reaches_the_parent_it_is_in_now() -> io::Result<()> {
+        // A partition directory held while its topic directory is renamed aside and recreated:
+        // its listing and its parent are those of the directory held, not of the path.
+        let root = tempfile::tempdir()?;
+        let (topic, aside) = (root.path().join("t"), root.path().join("t.aside"));
+        std::fs::create_dir_all(topic.join("p"))?;
+        std::fs::write(topic.join("stamp"), b"old")?;
+        std::fs::write(topic.join("p/a.log"), b"12345")?;
+        std::fs::write(topic.join("p/a.index"), b"123")?;
+        std::fs::create_dir(topic.join("p/sub"))?;
+        let held = RealFs.open_dir(&topic.join("p"))?;
+        std::fs::rename(&topic, &aside)?;
+        std::fs::create_dir_all(topic.join("p"))?;
+        std::fs::write(topic.join("stamp"), b"new")?;
+        std::fs::write(topic.join("p/b.log"), b"1")?;
+        let listed = held.list_sized(&|name| name.ends_with(".log"))?;
+        let seen: Vec<(&str, u64, bool)> = listed.iter().map(|e| (e.name.as_str(), e.len, e.is_dir)).collect();
+        assert_eq!(seen, [("a.index", 0, false), ("a.log", 5, false), ("sub", 0, true)]);
+        assert_eq!(seen, RealFs.list_dir_sized(&aside.join("p"), &|name| name.ends_with(".log"))?.iter().map(|e| (e.name.as_str(), e.len, e.is_dir)).collect::<Vec<_>>(), "as the listing by path");
+        let parent = held.parent()?;
+        assert_eq!(crate::fs::read_optional_in(&*parent, "stamp")?, Some(b"old".to_vec()));
+        assert_eq!(crate::fs::read_optional_in(&*parent, "missing")?, None);
         Ok(())
     }
 }

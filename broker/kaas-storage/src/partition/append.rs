@@ -1,7 +1,7 @@
 //! The append path: validate, check idempotent producers, assign offsets in place, write to the
 //! active segment's page cache. No fsync here (see `durability`).
 
-use kaas_shared::fs::OpenMode;
+use kaas_shared::fs::{Dir, OpenMode};
 use parking_lot::MutexGuard;
 use kaas_shared::names::{SegmentFileKind, segment_file_name};
 
@@ -265,23 +265,26 @@ impl State {
     /// Seals the active segment and starts a new one at the log end offset, named with the
     /// current epoch. Also writes the producer snapshot (its offset is the new base).
     pub(super) fn roll(&mut self, shared: &Shared) -> Result<()> {
-        let (fs, dir) = (&*shared.fs, &*shared.dir);
-        shared.check_incarnation()?;
+        // Every name below is in the partition directory, held open for the roll: one lookup
+        // per name on an NFS mount instead of one per path component, and the fsync is of the
+        // directory the names changed in.
+        let d = shared.open_checked_dir()?;
+        self.roll_in(shared, &*d)
+    }
+
+    /// [`State::roll`] through `d`, the partition directory held open and checked to be in
+    /// this topic's incarnation (`Shared::open_checked_dir`).
+    pub(super) fn roll_in(&mut self, shared: &Shared, d: &dyn Dir) -> Result<()> {
+        let dir = &*shared.dir;
         let base = self.log_end_offset;
         // A deposed leader learns it here at the latest: rolling would write a producer
         // snapshot over the new leader's.
-        if let Some(current) =
-            super::durability::newer_epoch_on_disk(shared, self.leader_epoch, self.rewrote_manifest)?
-        {
+        if let Some(current) = super::durability::newer_epoch_in(d, self.leader_epoch, self.rewrote_manifest)? {
             return Err(Error::FencedLeaderEpoch {
                 requested: self.leader_epoch,
                 current,
             });
         }
-        // Every name below is in the partition directory, held open for the roll: one lookup
-        // per name on an NFS mount instead of one per path component, and the fsync is of the
-        // directory the names changed in.
-        let d = fs.open_dir(dir).map_err(|e| Error::io("open dir", dir, e))?;
         // (temp, final) names of the sealed segment's index files and the new snapshot, each
         // written and fsynced under its temp name, renamed below.
         let mut staged = Vec::new();
@@ -295,10 +298,10 @@ impl State {
                 }
                 active.synced = active.size;
             }
-            staged = active.stage_index_files(&*d)?;
+            staged = active.stage_index_files(d)?;
         }
         let name = segment_file_name(self.leader_epoch, base, SegmentFileKind::Log)?;
-        let renamed = producer_snapshot::stage(&*d, self.leader_epoch, base, &self.producers)
+        let renamed = producer_snapshot::stage(d, self.leader_epoch, base, &self.producers)
             .and_then(|snapshot| {
                 staged.push(snapshot);
                 staged.iter().try_for_each(|(temp, name)| {

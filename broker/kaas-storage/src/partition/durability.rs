@@ -269,3 +269,13 @@ pub(super) fn newer_epoch_on_disk(shared: &Shared, epoch: i32, list_segments: bo
     };
     Ok((on_disk > epoch).then_some(on_disk))
 }
+
+/// [`newer_epoch_on_disk`] of the held partition directory `d`.
+pub(super) fn newer_epoch_in(d: &dyn kaas_shared::fs::Dir, epoch: i32, list_segments: bool) -> Result<Option<i32>> {
+    let on_disk = if list_segments {
+        kaas_shared::epochs::stored_partition_epoch_in(d)?
+    } else {
+        crate::manifest::read_in(d)?.map_or(-1, |m| m.epoch)
+    };
+    Ok((on_disk > epoch).then_some(on_disk))
+}

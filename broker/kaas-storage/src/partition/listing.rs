@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use kaas_shared::fs::Fs;
+use kaas_shared::fs::{Dir, DirEntry, Fs};
 use kaas_shared::names::{PartitionEntry, SegmentFileKind, parse_partition_entry};
 
 use crate::segment::Segment;
@@ -29,23 +29,28 @@ impl Listing {
     }
 }
 
-/// Lists `dir` (no descriptors opened); a directory that does not exist has no log. A name that
-/// is not part of the layout is an error.
-pub(super) fn list(fs: &dyn Fs, dir: &Path) -> Result<Listing> {
-    Ok(list_existing(fs, dir)?.unwrap_or_else(Listing::empty))
+/// Lists a held partition directory (no descriptors opened on its files). A name that is not
+/// part of the layout is an error.
+pub(super) fn list_in(d: &dyn Dir) -> Result<Listing> {
+    let entries = d.list_sized(&is_log).map_err(|e| Error::io("list", d.path(), e))?;
+    of_entries(entries)
 }
 
-/// [`list`], or `None` if `dir` does not exist.
+/// Lists `dir` by path, or `None` if it does not exist (see [`list_in`]).
 pub(super) fn list_existing(fs: &dyn Fs, dir: &Path) -> Result<Option<Listing>> {
-    // Only a log's length is read (its extent before the indexes are loaded).
-    let is_log = |name: &str| {
-        matches!(parse_partition_entry(name), Ok(PartitionEntry::Segment(n)) if n.kind == SegmentFileKind::Log)
-    };
-    let entries = match fs.list_dir_sized(dir, &is_log) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("list", dir, e)),
-    };
+    match fs.list_dir_sized(dir, &is_log) {
+        Ok(entries) => of_entries(entries).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io("list", dir, e)),
+    }
+}
+
+/// Only a log's length is read (its extent before the indexes are loaded).
+fn is_log(name: &str) -> bool {
+    matches!(parse_partition_entry(name), Ok(PartitionEntry::Segment(n)) if n.kind == SegmentFileKind::Log)
+}
+
+fn of_entries(entries: Vec<DirEntry>) -> Result<Listing> {
     // (base offset, epoch) → (log length, name)
     let mut logs = BTreeMap::new();
     let mut indexes = Vec::new();
@@ -90,9 +95,9 @@ pub(super) fn list_existing(fs: &dyn Fs, dir: &Path) -> Result<Option<Listing>> 
             garbage.push(name);
         }
     }
-    Ok(Some(Listing {
+    Ok(Listing {
         segments,
         garbage,
         max_epoch,
-    }))
+    })
 }

@@ -2,8 +2,8 @@
 //! restore producer state, roll to a fresh epoch-stamped segment and make the claim and the
 //! segment's name durable with one directory fsync, all before the first write is accepted.
 
-use kaas_shared::fs::{Fs, OpenMode};
-use kaas_shared::names::SegmentFileKind;
+use kaas_shared::fs::{Dir, OpenMode};
+use kaas_shared::names::{SegmentFileKind, segment_file_name};
 
 use super::{Partition, Role, State, listing};
 use crate::producer_state::ProducerStates;
@@ -80,11 +80,16 @@ impl Partition {
     }
 
     fn recover_and_lead(&self, st: &mut State, epoch: i32, unsynced_tail: Option<UnsyncedTail>) -> Result<TakeoverReport> {
-        let (fs, dir) = (&*self.shared.fs, &*self.shared.dir);
+        let dir = &*self.shared.dir;
         let config = self.config();
-        self.shared.check_incarnation()?;
-        let manifest = manifest::read(fs, dir)?;
-        let listing = listing::list(fs, dir)?;
+        // Every name below is in the partition directory, held open for the whole take-over and
+        // checked to be in this topic's incarnation: one lookup per name on an NFS mount instead
+        // of one per path component, and the claim, the roll and their fsync all land in the
+        // directory whose log was read.
+        let d = self.shared.open_checked_dir()?;
+        let d = &*d;
+        let manifest = manifest::read_in(d)?;
+        let listing = listing::list_in(d)?;
         let previous_epoch = listing.max_epoch.max(manifest.map_or(-1, |m| m.epoch));
         if epoch < previous_epoch {
             return Err(Error::FencedLeaderEpoch {
@@ -112,36 +117,35 @@ impl Partition {
                 log_start_offset: manifest.map_or(0, |m| m.log_start_offset),
                 cleaned_up_to: manifest.and_then(|m| m.cleaned_up_to),
             };
-            manifest::replace_unsynced(fs, dir, &claim)?;
+            manifest::replace_unsynced(d, &claim)?;
         }
         if let Some(tail) = unsynced_tail {
-            tail.drop_from(fs, dir)?;
+            tail.drop_from(d)?;
         }
         // Listed again: the deposed leader may have rolled a segment since the first look.
-        let listing = listing::list(fs, dir)?;
+        let listing = listing::list_in(d)?;
         for name in &listing.garbage {
-            let path = dir.join(name);
-            match fs.remove_file(&path) {
+            match d.remove_file(name) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("unlink", path, e)),
+                Err(e) => return Err(Error::io("unlink", dir.join(name), e)),
             }
         }
-        if let Some(topic_dir) = dir.parent()
-            && listing.segments.is_empty()
-        {
+        if listing.segments.is_empty() {
             // fsync the topic directory: the partition directory may have just been created, and
             // its name must survive a power loss before acknowledged records live inside it.
             // Once a segment is there, the take-over that created it (every leader's first
             // segment comes from its take-over's roll, below) made that name durable already.
-            fs.sync_dir(topic_dir)
+            let topic_dir = dir.join("..");
+            d.parent()
+                .and_then(|t| t.sync())
                 .map_err(|e| Error::io("fsync dir", topic_dir, e))?;
         }
         st.segments = listing.segments;
         st.poisoned = None;
         let manifest_start = manifest.map_or(0, |m| m.log_start_offset);
         let truncated = match st.segments.last_mut() {
-            Some(newest) => recover_newest(fs, dir, newest, config.index_interval_bytes)?,
+            Some(newest) => recover_newest(d, newest, config.index_interval_bytes)?,
             None => 0,
         };
         let log_end = st
@@ -156,10 +160,10 @@ impl Partition {
         st.leader_epoch = epoch;
         st.role = Role::Leader;
         st.cleaner.resume_from(manifest.and_then(|m| m.cleaned_up_to));
-        st.restore_producers(&self.shared)?;
-        let rolled = st.roll_for_epoch(&self.shared, epoch)?;
+        st.restore_producers(&self.shared, d)?;
+        let rolled = st.roll_for_epoch(&self.shared, d, epoch)?;
         if claimed && !rolled {
-            fs.sync_dir(dir).map_err(|e| Error::io("fsync dir", dir, e))?;
+            d.sync().map_err(|e| Error::io("fsync dir", dir, e))?;
         }
         // A deposed leader's DeleteRecords may have renamed its manifest over our claim while
         // we read the log (or a crash of the volume forgot the claim before the fsync above),
@@ -167,12 +171,12 @@ impl Partition {
         // name now carries the epoch for good (that leader checks segment names once it has
         // rewritten the manifest); if the claim is gone, start over from the claim, with the
         // empty segment removed so the next read sees every byte it acknowledged.
-        let found = manifest::read(fs, dir)?.map_or(-1, |m| m.epoch);
+        let found = manifest::read_in(d)?.map_or(-1, |m| m.epoch);
         if found != epoch {
             if st.segments.last().is_some_and(|s| s.epoch == epoch && s.size == 0)
                 && let Some(mut newest) = st.segments.pop()
             {
-                newest.unlink(fs, dir)?;
+                newest.unlink_in(d)?;
             }
             return Err(Error::ClaimOverwritten { epoch, found });
         }
@@ -222,9 +226,11 @@ impl UnsyncedTail {
     /// claimed its epoch (at or above the one that wrote the segment, which was this broker's):
     /// no other leader writes the segment, and the bytes cut were never acknowledged (the high
     /// watermark is the fsynced end). Idempotent.
-    fn drop_from(&self, fs: &dyn Fs, dir: &std::path::Path) -> Result<()> {
-        let path = Segment::from_stat(self.epoch, self.base_offset, 0).path(dir, SegmentFileKind::Log)?;
-        let file = match fs.open(&path, OpenMode::ReadWrite) {
+    fn drop_from(&self, d: &dyn Dir) -> Result<()> {
+        let dir = d.path();
+        let name = segment_file_name(self.epoch, self.base_offset, SegmentFileKind::Log)?;
+        let path = dir.join(&name);
+        let file = match d.open(&name, OpenMode::ReadWrite) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::io("open", path, e)),
@@ -243,14 +249,10 @@ impl UnsyncedTail {
 /// Recovery of the newest segment: scan it forward verifying every batch's CRC and offset
 /// continuity, truncate a torn or scribbled tail at the last valid byte, rebuild its indexes,
 /// and make what remains durable. Returns the bytes cut.
-fn recover_newest(
-    fs: &dyn Fs,
-    dir: &std::path::Path,
-    seg: &mut Segment,
-    index_interval: usize,
-) -> Result<u64> {
+fn recover_newest(d: &dyn Dir, seg: &mut Segment, index_interval: usize) -> Result<u64> {
+    let dir = d.path();
     let path = seg.path(dir, SegmentFileKind::Log)?;
-    let file = seg.open(fs, dir, OpenMode::ReadWrite)?;
+    let file = seg.open_in(d, OpenMode::ReadWrite)?;
     let io = |op| {
         let path = path.clone();
         move |e| Error::io(op, path, e)
@@ -309,11 +311,11 @@ impl State {
 
     /// Restores the producer snapshot and replays the log after its offset; without a usable
     /// snapshot (missing, or ahead of a truncated log) the whole log is replayed.
-    fn restore_producers(&mut self, shared: &super::Shared) -> Result<()> {
-        let (fs, dir) = (&*shared.fs, &*shared.dir);
+    fn restore_producers(&mut self, shared: &super::Shared, d: &dyn Dir) -> Result<()> {
+        let dir = &*shared.dir;
         // A snapshot is usable only if its writer's epoch really reached its offset: a deposed
         // leader's snapshot claims offsets the log gave to the next epoch.
-        let (from, states) = match producer_snapshot::read(fs, dir) {
+        let (from, states) = match producer_snapshot::read(d) {
             Some((epoch, offset, states)) if offset <= self.epoch_end(epoch) => (offset, states),
             _ => (i64::MIN, ProducerStates::default()),
         };
@@ -397,19 +399,18 @@ impl State {
     /// leader still appending to the old one can never interleave with us. Returns whether it
     /// rolled (and so fsynced the directory): not when the newest segment is already an empty
     /// one of this epoch.
-    fn roll_for_epoch(&mut self, shared: &super::Shared, epoch: i32) -> Result<bool> {
-        let (fs, dir) = (&*shared.fs, &*shared.dir);
+    fn roll_for_epoch(&mut self, shared: &super::Shared, d: &dyn Dir, epoch: i32) -> Result<bool> {
         if let Some(newest) = self.segments.last_mut() {
             if newest.size == 0 && newest.epoch == epoch {
                 return Ok(false);
             }
             if newest.size == 0 {
                 // An empty segment of an older epoch at the same base: replace it.
-                newest.unlink(fs, dir)?;
+                newest.unlink_in(d)?;
                 self.segments.pop();
             }
         }
-        self.roll(shared)?;
+        self.roll_in(shared, d)?;
         Ok(true)
     }
 }

@@ -1,6 +1,13 @@
 //! take_over / relinquish / abandon, epoch fencing, zombie leaders and identity.
 
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kaas_shared::fs::{Dir, DirEntry, File, Fs, OpenMode, RealFs};
 use kaas_storage::{Error, LogConfig, Manifest};
+use uuid::Uuid;
 
 use super::support::*;
 
@@ -306,3 +313,114 @@ fn a_leader_that_rewrote_its_manifest_is_deposed_by_segment_names(v: &Volume) {
     assert_eq!(values(&read_all(&new)), vec!["a-1", "a-2", "b-0"]);
 }
 scenario!(a_leader_that_rewrote_its_manifest_is_deposed_by_segment_names);
+
+/// The real filesystem, recreating the topic (its directory renamed aside, a new incarnation
+/// stamped at its path) right after the topic's identity stamp is next read once armed: the
+/// worst moment for a take-over, whose check passed for the old incarnation.
+#[derive(Debug)]
+struct RecreatedAfterStampRead {
+    root: PathBuf,
+    old: Uuid,
+    new: Uuid,
+    armed: AtomicBool,
+}
+
+impl RecreatedAfterStampRead {
+    fn read(&self, name: Option<&str>) {
+        if name == Some(kaas_shared::names::TOPIC_ID_FILE) && self.armed.swap(false, Ordering::SeqCst) {
+            let fs = RealFs;
+            kaas_shared::reclaim::rename_aside(&fs, &self.root, TOPIC, self.old).unwrap();
+            kaas_shared::identity::stamp(&fs, &self.root.join(TOPIC), self.new).unwrap();
+            fs.create_dir_all(&self.root.join(TOPIC).join("0")).unwrap();
+        }
+    }
+}
+
+/// A held directory of [`RecreatedAfterStampRead`] (and its parent).
+#[derive(Debug)]
+struct HookedDir<'a> {
+    inner: Box<dyn Dir + 'a>,
+    hook: &'a RecreatedAfterStampRead,
+}
+
+impl Dir for HookedDir<'_> {
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+        let file = self.inner.open(name, mode)?;
+        self.hook.read(Some(name));
+        Ok(file)
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        self.inner.rename(from, to)
+    }
+    fn remove_file(&self, name: &str) -> io::Result<()> {
+        self.inner.remove_file(name)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+    fn list_sized(&self, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
+        self.inner.list_sized(sized)
+    }
+    fn parent(&self) -> io::Result<Box<dyn Dir + '_>> {
+        Ok(Box::new(HookedDir { inner: self.inner.parent()?, hook: self.hook }))
+    }
+}
+
+impl Fs for RecreatedAfterStampRead {
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        RealFs.create_dir_all(path)
+    }
+    fn list_dir_sized(&self, path: &Path, sized: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
+        RealFs.list_dir_sized(path, sized)
+    }
+    fn stat(&self, path: &Path) -> io::Result<DirEntry> {
+        RealFs.stat(path)
+    }
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+        let file = RealFs.open(path, mode)?;
+        self.read(path.file_name().and_then(|n| n.to_str()));
+        Ok(file)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        RealFs.remove_file(path)
+    }
+    fn remove_dir(&self, path: &Path) -> io::Result<()> {
+        RealFs.remove_dir(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFs.rename(from, to)
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        RealFs.hard_link(from, to)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        RealFs.sync_dir(path)
+    }
+    fn open_dir(&self, path: &Path) -> io::Result<Box<dyn Dir + '_>> {
+        Ok(Box::new(HookedDir { inner: RealFs.open_dir(path)?, hook: self }))
+    }
+}
+
+/// On disk only: that a held directory stays the directory opened is the operating system's
+/// doing (an in-memory volume goes by path).
+#[test]
+fn a_take_over_racing_a_recreated_topic_claims_nothing_in_the_new_incarnation() {
+    let v = Volume::disk();
+    let p = v.leader(1, LogConfig::default());
+    append(&p, 1, batch("a", 2));
+    p.relinquish().unwrap();
+    let root = v.engine().root().to_owned();
+    let fs = Arc::new(RecreatedAfterStampRead { root: root.clone(), old: v.topic_id, new: Uuid::new_v4(), armed: AtomicBool::new(false) });
+    let engine = kaas_storage::Engine::with_fs(fs.clone(), &root).unwrap();
+    let q = engine.open_partitions(TOPIC, v.topic_id, 0..1, LogConfig::default()).unwrap().remove(0);
+    // The take-over reads the stamp (the old incarnation's: it passes), then the topic is
+    // recreated; whatever it does next lands in the directory it checked.
+    fs.armed.store(true, Ordering::SeqCst);
+    let _ = q.take_over(2);
+    assert!(!fs.armed.load(Ordering::SeqCst), "the take-over never read the stamp");
+    let fresh = RealFs.list_dir(&root.join(TOPIC).join("0")).unwrap();
+    assert!(fresh.is_empty(), "the take-over wrote into the recreated topic's directory: {fresh:?}");
+}
