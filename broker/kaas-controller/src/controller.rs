@@ -83,6 +83,9 @@ pub struct Controller {
     /// When this controller last wrote an assignment that moved partitions (or first
     /// recomputed): the patience of a paced step counts from it.
     moved_at: parking_lot::Mutex<Option<Instant>>,
+    /// Whether the last recompute held leader moves back for a later step: beats that show
+    /// progress then wake the loop, so the next step follows the last one's take-overs.
+    stepping: std::sync::atomic::AtomicBool,
 }
 
 /// A freshly elected controller's grace for the previous assignment's brokers.
@@ -133,6 +136,7 @@ impl Controller {
             on_volume: Default::default(),
             lease_expires: Default::default(),
             moved_at: Default::default(),
+            stepping: Default::default(),
         })
     }
 
@@ -223,6 +227,7 @@ impl Controller {
                     _ = tokio::time::sleep_until(next_round) => break,
                     _ = deadline => recomputes.wanted(Want::Now),
                     _ = self.recompute.notified() => recomputes.wanted(Want::Now),
+                    _ = self.hub.progress.notified(), if self.stepping.load(std::sync::atomic::Ordering::Relaxed) => recomputes.wanted(Want::Now),
                     _ = recomputes.finished() => {}
                     _ = stop.changed() => break 'rounds,
                 }
@@ -430,9 +435,7 @@ impl Controller {
         let placement = balancer::balance(&before, &topics, &alive, &draining, &readdressed, self.config.shards, &stored);
         let eligible = balancer::eligible(&alive, &draining);
         let (placement, held_back) = balancer::pace(&before, placement, &eligible, self.leader_move_budget(&previous, &sessions, &eligible));
-        if held_back > 0 {
-            info!(epoch, held_back, step = self.config.leader_moves_per_step, "evening out in steps: the other moves wait until every broker leads what it was given");
-        }
+        self.stepping.store(held_back > 0, std::sync::atomic::Ordering::Relaxed);
         let endpoints: BTreeMap<i32, BrokerEndpoint> = alive
             .iter()
             .filter(|id| !draining.contains(id) || placement.partitions.values().any(|p| p.leader == **id))
@@ -456,6 +459,9 @@ impl Controller {
             return Ok(());
         }
         log_moves(&previous, &next, &alive, &draining);
+        if held_back > 0 {
+            info!(epoch, held_back, step = self.config.leader_moves_per_step, "evening out in steps: the other moves wait until every broker leads what it was given");
+        }
         assignment::write(&*self.fs, &self.layout, &next)?;
         if next.partitions != previous.partitions {
             *self.moved_at.lock() = Some(Instant::now());

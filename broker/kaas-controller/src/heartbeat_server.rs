@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::Stream;
 use parking_lot::Mutex;
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{Notify, broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, warn};
@@ -74,6 +74,9 @@ pub struct HeartbeatHub {
     /// What the own broker's acknowledgements are fresh as of.
     own_fresh_as_of: Mutex<Option<SystemTime>>,
     sessions: Mutex<BTreeMap<i32, BrokerSession>>,
+    /// Notified when a beat changes what its broker leads or has applied: a paced step of
+    /// leader moves may then go on (the controller listens only while a step is pending).
+    pub progress: Notify,
     reports: Mutex<BTreeMap<i32, BrokerReport>>,
     /// What the controller tells every connected broker without being asked.
     pushes: broadcast::Sender<controller_message::Kind>,
@@ -87,6 +90,7 @@ impl Default for HeartbeatHub {
             own_broker: None,
             own_fresh_as_of: Mutex::new(None),
             sessions: Mutex::new(BTreeMap::new()),
+            progress: Notify::new(),
             reports: Mutex::new(BTreeMap::new()),
             pushes: broadcast::channel(16).0,
         }
@@ -234,6 +238,9 @@ impl HeartbeatHub {
             assignment_version: beat.assignment_version,
         };
         let previous = self.sessions.lock().insert(beat.broker_id, session);
+        if previous.as_ref().is_none_or(|p| (p.partitions_led, p.assignment_version) != (beat.partitions_led.len(), beat.assignment_version)) {
+            self.progress.notify_one();
+        }
         match previous {
             None => info!(broker = beat.broker_id, incarnation = %beat.incarnation, "broker joined"),
             Some(p) if p.incarnation != beat.incarnation => {

@@ -399,7 +399,14 @@ async fn a_broker_that_joins_gets_its_share_one_step_at_a_time_each_once_the_las
     // beats do not show them led, nothing more moves over many rounds; once they do, the next
     // two come. A hand-over leaves a partition unavailable until its new leader has taken it
     // over: a restarted broker given its whole share at once left thousands so for seconds.
-    let config = ControllerConfig { leader_moves_per_step: 2, ..controller_0() };
+    // Rounds a minute apart: each step follows the beats that show the last one led.
+    let config = ControllerConfig {
+        leader_moves_per_step: 2,
+        renew_interval: Duration::from_secs(60),
+        lease_duration: Duration::from_secs(120),
+        recompute_interval: Duration::from_secs(60),
+        ..controller_0()
+    };
     let running = Running::start(config, |fs| fs).await?;
     running.topics.0.lock().push(TopicInfo { name: "u".into(), id: Uuid::from_u128(8), partitions: 7 });
     running.controller.recompute.notify_one();
@@ -418,10 +425,13 @@ async fn a_broker_that_joins_gets_its_share_one_step_at_a_time_each_once_the_las
             }
         }
     });
+    running.controller.recompute.notify_one();
     running.until("a first step to broker 1", |r| r.given_to(1) > 0).await?;
     assert_eq!(running.given_to(1), 2, "one step");
-    // Ten recompute intervals while broker 1 has led nothing of it.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Beats meanwhile, and a recompute asked for: broker 1 has led nothing of it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    running.controller.recompute.notify_one();
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(running.given_to(1), 2, "the next step came before broker 1 led the first");
     *leads_1.lock() = given(&running.fs, &running.layout, 1);
     running.until("a second step", |r| r.given_to(1) > 2).await?;
