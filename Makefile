@@ -46,8 +46,10 @@ deps:
 dev-build:
 	$(DEV_BUILD)
 
+# The release builds the benchmarks run, in one invocation: a `-p` set of its own would unify
+# features differently and compile the shared crates again.
 build:
-	$(CARGO) build --release --locked -p kaas -p kaas-bench
+	$(CARGO) build --release --locked -p kaas -p kaas-bench -p kaas-nfsfs
 
 ## Benchmark figures: a release broker on a temp dir, driven by kaas-bench (librdkafka).
 bench: deps build

@@ -12,7 +12,7 @@
 
 E2E_DIR := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 E2E_GOTEST_FLAGS ?= -count=1 -timeout=20m
-# Where the cluster benchmarks find the release builds they run (`make build`, and kaas-nfsfs).
+# Where the cluster benchmarks find the release builds they run (`make build`: kaas, kaas-nfsfs).
 E2E_RELEASE = $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)/release
 
 .PHONY: e2e-bins e2e-selftest e2e-scenarios conformance-cluster bench-failover bench-scaleout bench-scale-cluster e2e-up e2e-down
@@ -48,7 +48,6 @@ conformance-cluster: e2e-bins conformance-deps
 # SIGSTOP and SIGTERM drain of a leader, and after kill -9 with a 1 GiB active segment.
 bench-failover: e2e-bins build
 	$(DEV_BUILD)
-	$(CARGO) build --release --locked -p kaas-nfsfs
 	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(E2E_RELEASE)/kaas \
 		KAAS_NFSFS_BIN=$(E2E_RELEASE)/kaas-nfsfs \
 		go test -count=1 -timeout 30m -run '^$$' -bench Failover -benchtime 1x .
@@ -68,7 +67,6 @@ bench-scaleout: e2e-bins build
 # broker); sizes from KAAS_SCALE_TOPICS, KAAS_SCALE_PARTITIONS, KAAS_SCALE_RATE, KAAS_SCALE_SECONDS.
 bench-scale-cluster: e2e-bins build
 	$(DEV_BUILD)
-	$(CARGO) build --release --locked -p kaas-nfsfs
 	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(E2E_RELEASE)/kaas \
 		KAAS_NFSFS_BIN=$(E2E_RELEASE)/kaas-nfsfs \
 		go test -count=1 -timeout 60m -run '^$$' -bench ScaleCluster -benchtime 1x .

@@ -7,7 +7,7 @@
 #
 #   scripts/bench-zero-copy.sh [SIZE=16384] [PARTITIONS=8] [ROUNDS=8]
 #
-# Build first: cargo build --release -p kaas -p kaas-bench. About 10 s a round.
+# Build first: make build. About 10 s a round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size="${1:-16384}"; parts="${2:-8}"; rounds="${3:-8}"

@@ -8,7 +8,7 @@
 #   scripts/profile.sh produce-flat [SIZE=16384] [PARTITIONS=8] profile producing flat out, acks=all
 #
 # Needs perf (and strace for the syscall counts) and root or kernel.perf_event_paranoid <= 0.
-# Build first with `cargo build --release -p kaas -p kaas-bench` (the release profile carries
+# Build first with `make build` (the release profile carries
 # line tables, so perf's DWARF unwinding names inlined frames). Output: target/profile/<load>/.
 # The broker and the load generator share the machine: quote proportions, not absolute rates.
 set -euo pipefail

@@ -9,7 +9,7 @@
 #   scripts/takeover-ops.sh [PARTITIONS=100]
 #
 # Needs root (FUSE), strace and the test venv's confluent-kafka ($PYTHON, see `make deps`).
-# Build first: cargo build --release -p kaas -p kaas-nfsfs. About 30 s.
+# Build first: make build. About 30 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 partitions="${1:-100}"
