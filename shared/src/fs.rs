@@ -188,12 +188,35 @@ pub trait File: Send + Sync + Debug {
 
 /// Reads a whole file; `Ok(None)` if it does not exist.
 pub fn read_optional(fs: &dyn Fs, path: &Path) -> io::Result<Option<Vec<u8>>> {
-    read_whole(fs.open(path, OpenMode::Read))
+    read_fresh(|| fs.open(path, OpenMode::Read))
 }
 
 /// [`read_optional`] of the file `name` in a held directory.
 pub fn read_optional_in(dir: &dyn Dir, name: &str) -> io::Result<Option<Vec<u8>>> {
-    read_whole(dir.open(name, OpenMode::Read))
+    read_fresh(|| dir.open(name, OpenMode::Read))
+}
+
+/// How many times a whole-file read opens the name again after ESTALE.
+const STALE_REOPENS: usize = 3;
+
+/// Opens and reads a whole file. Over NFS a file another host replaces by rename between the
+/// open and the read answers ESTALE (the handle names the file replaced); opening the name again
+/// gets the new one, the close-to-open freshness the volume promises, so that is retried a few
+/// times before the error is returned (a take-over reading a manifest the previous leader is
+/// just rewriting would otherwise wait for its next round).
+fn read_fresh(open: impl Fn() -> io::Result<Arc<dyn File>>) -> io::Result<Option<Vec<u8>>> {
+    let mut reopens = 0;
+    loop {
+        match read_whole(open()) {
+            Err(e) if is_stale(&e) && reopens < STALE_REOPENS => reopens += 1,
+            read => return read,
+        }
+    }
+}
+
+/// ESTALE: a file handle the NFS server no longer knows.
+fn is_stale(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StaleNetworkFileHandle
 }
 
 fn read_whole(opened: io::Result<Arc<dyn File>>) -> io::Result<Option<Vec<u8>>> {
@@ -206,4 +229,99 @@ fn read_whole(opened: io::Result<Arc<dyn File>>) -> io::Result<Option<Vec<u8>>> 
     let mut buf = vec![0; len];
     file.read_exact_at(&mut buf, 0)?;
     Ok(Some(buf))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A handle to a file another host has since replaced by rename: NFS answers ESTALE.
+    #[derive(Debug)]
+    struct Replaced;
+
+    fn stale() -> io::Error {
+        io::Error::from_raw_os_error(116)
+    }
+
+    impl File for Replaced {
+        fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<usize> {
+            Err(stale())
+        }
+        fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+            Err(stale())
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Err(stale())
+        }
+        fn sync_all(&self) -> io::Result<()> {
+            Err(stale())
+        }
+        fn len(&self) -> io::Result<u64> {
+            Ok(3)
+        }
+        fn set_len(&self, _: u64) -> io::Result<()> {
+            Err(stale())
+        }
+        fn as_std(&self) -> Option<&std::fs::File> {
+            None
+        }
+    }
+
+    /// A directory whose first `stale` opens of a name give handles to replaced files, then the
+    /// name's current file.
+    #[derive(Debug)]
+    struct BeingReplaced {
+        fs: MemFs,
+        stale: usize,
+        opens: AtomicUsize,
+    }
+
+    impl Dir for BeingReplaced {
+        fn path(&self) -> &Path {
+            Path::new("/d")
+        }
+        fn open(&self, name: &str, mode: OpenMode) -> io::Result<Arc<dyn File>> {
+            if self.opens.fetch_add(1, Ordering::SeqCst) < self.stale {
+                return Ok(Arc::new(Replaced));
+            }
+            self.fs.open(&self.path().join(name), mode)
+        }
+        fn rename(&self, _: &str, _: &str) -> io::Result<()> {
+            Err(io::Error::other("not in this test"))
+        }
+        fn remove_file(&self, _: &str) -> io::Result<()> {
+            Err(io::Error::other("not in this test"))
+        }
+        fn sync(&self) -> io::Result<()> {
+            Ok(())
+        }
+        fn list_sized(&self, _: &dyn Fn(&str) -> bool) -> io::Result<Vec<DirEntry>> {
+            Err(io::Error::other("not in this test"))
+        }
+        fn parent(&self) -> io::Result<Box<dyn Dir + '_>> {
+            Err(io::Error::other("not in this test"))
+        }
+    }
+
+    fn being_replaced(stale: usize) -> BeingReplaced {
+        let fs = MemFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        fs.open(Path::new("/d/m"), OpenMode::CreateNew).unwrap().write_all_at(b"new", 0).unwrap();
+        BeingReplaced { fs, stale, opens: AtomicUsize::new(0) }
+    }
+
+    #[test]
+    fn a_whole_file_read_opens_the_name_again_after_estale() {
+        // Replaced twice while being read: the third open reads the current file.
+        let dir = being_replaced(2);
+        assert_eq!(read_optional_in(&dir, "m").unwrap(), Some(b"new".to_vec()));
+        assert_eq!(dir.opens.load(Ordering::SeqCst), 3);
+        // A handle that stays stale (a server that lost its handles) is an error, after a bound.
+        let dir = being_replaced(usize::MAX);
+        assert_eq!(read_optional_in(&dir, "m").unwrap_err().raw_os_error(), Some(116));
+        assert_eq!(dir.opens.load(Ordering::SeqCst), 1 + STALE_REOPENS);
+    }
 }
