@@ -148,35 +148,36 @@ impl Dir for RealDir {
         let mut out = Vec::new();
         for entry in listing.iter() {
             let entry = entry?;
-            let Ok(name) = entry.file_name().to_str() else {
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("a name that is not UTF-8 in {}", self.path.display())));
-            };
+            // As by path: a name that is not UTF-8 is listed lossily, and refused by whoever
+            // parses it (naming it); the stat goes by the name as it is.
+            let raw = entry.file_name();
+            let name = raw.to_string_lossy();
             if name == "." || name == ".." {
                 continue;
             }
             // NB: as in `RealFs::list_dir_sized`, a stat racing an unlink leaves the entry out;
             // the kind comes with the name where the filesystem reports it.
-            let stat = |name: &str| match fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            let stat = || match fstatat(&self.dir, raw, AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => Ok(Some(st)),
                 Err(nix::errno::Errno::ENOENT) => Ok(None),
                 Err(e) => Err(io::Error::from(e)),
             };
             let is_dir = match entry.file_type() {
                 Some(kind) => kind == nix::dir::Type::Directory,
-                None => match stat(name)? {
+                None => match stat()? {
                     Some(st) => SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR,
                     None => continue,
                 },
             };
-            let len = if !is_dir && sized(name) {
-                match stat(name)? {
+            let len = if !is_dir && sized(&name) {
+                match stat()? {
                     Some(st) => u64::try_from(st.st_size).unwrap_or(0),
                     None => continue,
                 }
             } else {
                 0
             };
-            out.push(DirEntry { name: name.to_owned(), len, is_dir });
+            out.push(DirEntry { name: name.into_owned(), len, is_dir });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -238,6 +239,8 @@ impl File for RealFile {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::ffi::OsStrExt;
+
     use super::*;
 
     /// Pieces land one after another, empty ones anywhere are nothing, and a write of only empty
@@ -305,6 +308,14 @@ mod tests {
         let seen: Vec<(&str, u64, bool)> = listed.iter().map(|e| (e.name.as_str(), e.len, e.is_dir)).collect();
         assert_eq!(seen, [("a.index", 0, false), ("a.log", 5, false), ("sub", 0, true)]);
         assert_eq!(seen, RealFs.list_dir_sized(&aside.join("p"), &|name| name.ends_with(".log"))?.iter().map(|e| (e.name.as_str(), e.len, e.is_dir)).collect::<Vec<_>>(), "as the listing by path");
+        // A name that is not UTF-8 is listed as by path (lossily), sized by its real name.
+        let odd = aside.join("p").join(std::ffi::OsStr::from_bytes(b"x\xff.log"));
+        std::fs::write(&odd, b"123456")?;
+        let by_path = RealFs.list_dir_sized(&aside.join("p"), &|name| name.ends_with(".log"))?;
+        let held_listing = held.list_sized(&|name| name.ends_with(".log"))?;
+        let as_tuples = |l: &[DirEntry]| l.iter().map(|e| (e.name.clone(), e.len, e.is_dir)).collect::<Vec<_>>();
+        assert_eq!(as_tuples(&held_listing), as_tuples(&by_path));
+        assert!(held_listing.iter().any(|e| e.name == "x\u{fffd}.log" && e.len == 6), "{held_listing:?}");
         let parent = held.parent()?;
         assert_eq!(crate::fs::read_optional_in(&*parent, "stamp")?, Some(b"old".to_vec()));
         assert_eq!(crate::fs::read_optional_in(&*parent, "missing")?, None);
