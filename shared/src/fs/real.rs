@@ -26,25 +26,10 @@ impl Fs for RealFs {
         for entry in std::fs::read_dir(path)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            // NB: a stat may race an unlink by another host; such an entry is simply gone.
-            let gone = |e: &io::Error| e.kind() == io::ErrorKind::NotFound;
             // The kind comes with the name (d_type); only a filesystem that does not report it
             // costs a stat here.
-            let is_dir = match entry.file_type() {
-                Ok(kind) => kind.is_dir(),
-                Err(e) if gone(&e) => continue,
-                Err(e) => return Err(e),
-            };
-            let len = if !is_dir && sized(&name) {
-                match entry.metadata() {
-                    Ok(m) => m.len(),
-                    Err(e) if gone(&e) => continue,
-                    Err(e) => return Err(e),
-                }
-            } else {
-                0
-            };
-            out.push(DirEntry { name, len, is_dir });
+            let listed = listed_entry(name, sized, || unless_gone(entry.file_type().map(|k| k.is_dir())), || unless_gone(entry.metadata().map(|m| m.len())))?;
+            out.extend(listed);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -95,6 +80,33 @@ impl Fs for RealFs {
 
     fn open_dir(&self, path: &Path) -> io::Result<Box<dyn Dir + '_>> {
         Ok(Box::new(RealDir { dir: std::fs::File::open(path)?, path: path.to_owned() }))
+    }
+}
+
+/// One listed name as a [`DirEntry`]: its kind, and its length if `sized` accepts it; `None` if
+/// it was unlinked (by another host) between the listing and a stat.
+fn listed_entry(
+    name: String,
+    sized: &dyn Fn(&str) -> bool,
+    is_dir: impl FnOnce() -> io::Result<Option<bool>>,
+    len: impl FnOnce() -> io::Result<Option<u64>>,
+) -> io::Result<Option<DirEntry>> {
+    let Some(is_dir) = is_dir()? else { return Ok(None) };
+    let len = if !is_dir && sized(&name) {
+        let Some(len) = len()? else { return Ok(None) };
+        len
+    } else {
+        0
+    };
+    Ok(Some(DirEntry { name, len, is_dir }))
+}
+
+/// `None` for a file that is gone (NotFound), the value otherwise.
+fn unless_gone<T>(result: io::Result<T>) -> io::Result<Option<T>> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -155,29 +167,14 @@ impl Dir for RealDir {
             if name == "." || name == ".." {
                 continue;
             }
-            // NB: as in `RealFs::list_dir_sized`, a stat racing an unlink leaves the entry out;
-            // the kind comes with the name where the filesystem reports it.
-            let stat = || match fstatat(&self.dir, raw, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(st) => Ok(Some(st)),
-                Err(nix::errno::Errno::ENOENT) => Ok(None),
-                Err(e) => Err(io::Error::from(e)),
+            // The kind comes with the name where the filesystem reports it.
+            let stat = || unless_gone(fstatat(&self.dir, raw, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io::Error::from));
+            let is_dir = || match entry.file_type() {
+                Some(kind) => Ok(Some(kind == nix::dir::Type::Directory)),
+                None => Ok(stat()?.map(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)),
             };
-            let is_dir = match entry.file_type() {
-                Some(kind) => kind == nix::dir::Type::Directory,
-                None => match stat()? {
-                    Some(st) => SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR,
-                    None => continue,
-                },
-            };
-            let len = if !is_dir && sized(&name) {
-                match stat()? {
-                    Some(st) => u64::try_from(st.st_size).unwrap_or(0),
-                    None => continue,
-                }
-            } else {
-                0
-            };
-            out.push(DirEntry { name: name.into_owned(), len, is_dir });
+            let len = || Ok(stat()?.map(|st| u64::try_from(st.st_size).unwrap_or(0)));
+            out.extend(listed_entry(name.into_owned(), sized, is_dir, len)?);
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
