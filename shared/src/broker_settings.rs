@@ -265,6 +265,16 @@ pub const SETTINGS: &[BrokerSetting] = &[
     ),
     // Keep it below the pod's termination grace period (derived from spec.timeouts).
     setting("drain.timeout.ms", "KAAS_DRAIN_TIMEOUT_MS", at_least(0)),
+    // How many partitions the controller moves at a time onto a broker that joined or came
+    // back (each step once the last is led); read by whichever broker holds the Lease.
+    setting(
+        "leader.moves.per.step",
+        "KAAS_LEADER_MOVES_PER_STEP",
+        ValueKind::Whole {
+            min: 1,
+            max: 1_000_000,
+        },
+    ),
 ];
 
 /// Keys the operator sets itself (Kafka's name and kaas's flag name), with the KafkaCluster

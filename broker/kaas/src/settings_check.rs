@@ -18,18 +18,21 @@ fn every_settable_key_reaches_a_flag() {
 #[test]
 fn every_value_the_operator_accepts_parses() {
     use kaas_shared::broker_settings::ValueKind;
-    // The smallest value the operator accepts for each setting, as the broker parses it.
+    // The smallest and largest values the operator accepts for each setting, as the broker
+    // parses them (a bound of its own narrower than the operator's would refuse a rolled-out pod).
     for setting in kaas_shared::broker_settings::SETTINGS {
-        let value = match setting.kind {
-            ValueKind::Whole { min, .. } => min.to_string(),
-            ValueKind::Bool => "false".to_owned(),
-            ValueKind::OneOf(words) => words[0].to_owned(),
+        let values = match setting.kind {
+            ValueKind::Whole { min, max } => vec![min.to_string(), max.to_string()],
+            ValueKind::Bool => vec!["false".to_owned()],
+            ValueKind::OneOf(words) => words.iter().map(|w| (*w).to_owned()).collect(),
             ValueKind::Text => continue,
         };
         let command = Args::command();
         let flag = command.get_arguments().find(|a| a.get_env().is_some_and(|e| e == setting.env)).and_then(|a| a.get_long());
         let Some(flag) = flag else { panic!("{} ({}) is no flag of kaas", setting.key, setting.env) };
-        let parsed = Args::command().try_get_matches_from(["kaas", &format!("--{flag}={value}")]);
-        assert!(parsed.is_ok(), "{}={value} (--{flag}): {:?}", setting.key, parsed.err());
+        for value in values {
+            let parsed = Args::command().try_get_matches_from(["kaas", &format!("--{flag}={value}")]);
+            assert!(parsed.is_ok(), "{}={value} (--{flag}): {:?}", setting.key, parsed.err());
+        }
     }
 }
