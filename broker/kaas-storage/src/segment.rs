@@ -300,6 +300,16 @@ impl Segment {
         }
     }
 
+    /// Releases the descriptor now, unless bytes await their fsync through it: for a segment
+    /// whose descriptor was opened for a job that is done (a take-over's recovery), not for a
+    /// reader or writer. The next read opens the file again.
+    pub(crate) fn release_if_synced(&mut self) {
+        if self.synced >= self.size {
+            self.file = None;
+            self.used = false;
+        }
+    }
+
     /// Drops the descriptor and in-memory indexes (relinquish).
     pub(crate) fn close(&mut self) {
         self.file = None;

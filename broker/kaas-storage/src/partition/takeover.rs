@@ -181,6 +181,14 @@ impl Partition {
             return Err(Error::ClaimOverwritten { epoch, found });
         }
         st.rewrote_manifest = false;
+        // The recovered segment is sealed now (the roll made a new active one): its descriptor
+        // was for the recovery scan, so it goes, and a partition just taken over holds one
+        // descriptor (its active segment) instead of two until housekeeping's second round. A
+        // consumer catching up opens it again.
+        let sealed = st.segments.len().saturating_sub(1);
+        for seg in &mut st.segments[..sealed] {
+            seg.release_if_synced();
+        }
         let removed = listing.garbage.len();
         Ok(st.report(
             epoch,

@@ -270,8 +270,13 @@ fn only_the_leader_holds_descriptors() {
         "a stat-only open holds nothing"
     );
     q.take_over(2).unwrap();
+    assert_eq!(
+        (q.open_descriptors(), open_descriptors_in(&dir)),
+        (1, 1),
+        "a partition just taken over holds its new active segment only, not the one it recovered"
+    );
     assert_eq!(read_all(&q).len(), 20);
-    assert!(open_descriptors_in(&dir) > 0);
+    assert!(open_descriptors_in(&dir) > 1, "a read opens the sealed segments again");
     q.abandon();
     assert_eq!(open_descriptors_in(&dir), 0, "abandon closes everything");
 }
