@@ -1,7 +1,12 @@
 #![allow(clippy::unwrap_used)]
-use super::*;
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
 use kaas_shared::crd::KafkaUserSpec;
 use kaas_shared::fs::MemFs;
+
+use super::*;
+use crate::resources::LABEL_MANAGED_BY;
 
 fn user(name: &str, spec: serde_json::Value) -> KafkaUser {
     let spec: KafkaUserSpec = serde_json::from_value(spec).unwrap();
