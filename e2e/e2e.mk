@@ -54,10 +54,12 @@ bench-failover: e2e-bins build
 
 # Aggregate produce throughput as the load spreads over 1, 2 and 3 brokers of that cluster, with
 # each broker's durable bytes and syncs per second on the shared volume (BenchmarkScaleOut). The
-# brokers run the release build (`make build`); KAAS_SCALEOUT_SECONDS per step (default 20).
+# brokers and kaas-nfsfs run their release builds (`make build`); KAAS_SCALEOUT_SECONDS per
+# step (default 20).
 bench-scaleout: e2e-bins build
 	$(DEV_BUILD)
 	cd $(E2E_DIR)/scenarios && KAAS_BIN=$(E2E_RELEASE)/kaas \
+		KAAS_NFSFS_BIN=$(E2E_RELEASE)/kaas-nfsfs \
 		go test -count=1 -timeout 30m -run '^$$' -bench ScaleOut -benchtime 1x .
 
 # 10,000 partitions on that cluster (BenchmarkScaleCluster): creation through the operator, each

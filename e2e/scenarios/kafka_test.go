@@ -256,14 +256,20 @@ func adminClient(t testing.TB, seeds []string) *kadm.Client {
 // the outcome (nil only when acknowledged).
 func produceOnce(ctx context.Context, t testing.TB, seeds []string, topic string, partition int32) error {
 	t.Helper()
+	return produceWithin(ctx, seeds, topic, partition, 5*time.Second)
+}
+
+// produceWithin is one producer's whole life: a franz-go client (idempotent, acks=all), one
+// record to topic/partition acknowledged or given up after deliveryTimeout, and its close.
+func produceWithin(ctx context.Context, seeds []string, topic string, partition int32, deliveryTimeout time.Duration) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(seeds...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RecordDeliveryTimeout(5*time.Second),
+		kgo.RecordDeliveryTimeout(deliveryTimeout),
 	)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer cl.Close()
 	return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Value: []byte(fmt.Sprintf("probe-%d", time.Now().UnixNano()))}).FirstErr()

@@ -18,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"kaas/e2e/kaastest"
 )
 
 // BenchmarkScaleCluster prints what many partitions cost on the scenarios' cluster (three
@@ -27,9 +29,13 @@ import (
 // provisions), until every partition is led; each broker's memory and descriptors then; the
 // assignment's size and the controller's recompute time; Metadata for all topics; produce
 // latency at KAAS_SCALE_RATE (10,000) msg/s spread over every partition for
-// KAAS_SCALE_SECONDS (10); and how long the other two brokers take to lead a third of the
-// partitions after a broker pauses (SIGSTOP), and after a broker is killed (kill -9, restarted
-// by the kubelet) until every partition is led again and until it leads its share again.
+// KAAS_SCALE_SECONDS (10); KAAS_SCALE_GROUPS (1,000) consumer groups committing offsets,
+// KAAS_SCALE_PRODUCERS (1,000) idempotent producers and KAAS_SCALE_CONNECTIONS (10,000) idle
+// client connections with what each costs a broker; and how long the other two brokers take
+// to lead a third of the partitions after a broker pauses (SIGSTOP), and after a broker is
+// killed (kill -9, restarted by the kubelet) until every partition is led again and until it
+// leads its share again. The cluster has the defaults but for max.connections.per.ip, raised
+// because every connection comes from this process's one address.
 //
 //	make bench-scale-cluster    (go test -run '^$' -bench ScaleCluster -benchtime 1x ./e2e/scenarios)
 func BenchmarkScaleCluster(b *testing.B) {
@@ -37,6 +43,9 @@ func BenchmarkScaleCluster(b *testing.B) {
 	partitions := positiveEnv(b, "KAAS_SCALE_PARTITIONS", 5)
 	rate := positiveEnv(b, "KAAS_SCALE_RATE", 10000)
 	seconds := positiveEnv(b, "KAAS_SCALE_SECONDS", 10)
+	groups := positiveEnv(b, "KAAS_SCALE_GROUPS", 1000)
+	producers := positiveEnv(b, "KAAS_SCALE_PRODUCERS", 1000)
+	connections := positiveEnv(b, "KAAS_SCALE_CONNECTIONS", 10000)
 	const brokers = 3
 	total := topics * partitions
 	var report []string
@@ -47,7 +56,9 @@ func BenchmarkScaleCluster(b *testing.B) {
 		report = append(report, line)
 	}
 	say("bench-scale-cluster: %d broker pods on kaas-nfsfs, %d topics × %d partitions = %d", brokers, topics, partitions, total)
-	e := startClusterWith(b, defaultsYAML)
+	// The held connections, and the clients' own, all from this process's address.
+	perIP := connections/brokers + 1000
+	e := startClusterWith(b, kaastest.Cluster(fmt.Sprintf("  config:\n    max.connections.per.ip: \"%d\"\n", perIP)+onePodANode))
 	names := make([]string, topics)
 	for t := range names {
 		names[t] = fmt.Sprintf("scale-%05d", t)
@@ -78,6 +89,13 @@ func BenchmarkScaleCluster(b *testing.B) {
 		say("produce 1 KiB at %d msg/s over %d partitions (franz-go, acks=all): %s", rate, total, produced)
 		written := footprints(b, e, brokers)
 		say("after writing: %s", written)
+
+		say("%d consumer groups: %s", groups, groupFigures(b, e, groups, names))
+		say("%d idempotent producers (a franz-go client each, 20 at a time: metadata, InitProducerId, one record with acks=all): %s",
+			producers, producerFigures(b, e, producers, names, int32(partitions)))
+		unconnected := footprints(b, e, brokers)
+		opened, holding := connectionFigures(b, e, connections, brokers)
+		say("%d client connections: %s; holding them: %s; per connection %s", connections, opened, holding, holding.perUnit(unconnected, connections/brokers))
 
 		// A broker pauses: the other two take its third over after the session timeout. It
 		// leads its third first (a broker that fell out under the load above gets its share

@@ -36,13 +36,16 @@ var clusterYAML = kaastest.Cluster(`  timeouts: {fenceTimeoutMs: 3000, sessionTi
 // defaultsYAML is clusterYAML with the default timeouts, Lease and housekeeping interval: a
 // user's cluster, for figures a user can expect (the short test timings are tuned for an idle
 // machine, and at thousands of partitions this 2-core machine is anything but).
-var defaultsYAML = kaastest.Cluster(`  podTemplate:
+var defaultsYAML = kaastest.Cluster(onePodANode)
+
+// onePodANode is the spec's podTemplate that puts each broker pod on a node of its own.
+const onePodANode = `  podTemplate:
     affinity:
       podAntiAffinity:
         requiredDuringSchedulingIgnoredDuringExecution:
         - labelSelector: {matchLabels: {app.kubernetes.io/component: broker}}
           topologyKey: kubernetes.io/hostname
-`)
+`
 
 // namesWith lists the names in dir that match(name, pattern) (strings.HasPrefix/HasSuffix).
 func namesWith(dir string, match func(string, string) bool, pattern string) ([]string, error) {
