@@ -73,8 +73,10 @@ pub async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<b
         was_fenced = fenced;
         let round = broker.clone();
         let outcome = tokio::task::spawn_blocking(move || follow_round(&round)).await;
-        if let Ok(Err(e)) = outcome {
-            warn!(error = %e, "following the assignment failed; retrying");
+        match outcome {
+            Ok(Ok(true)) => cluster.link.control.report_now(),
+            Ok(Ok(false)) | Err(_) => {}
+            Ok(Err(e)) => warn!(error = %e, "following the assignment failed; retrying"),
         }
         let topics_changed = async {
             match &cluster.link.catalog {
@@ -91,8 +93,11 @@ pub async fn follow_assignments(broker: Arc<Broker>, mut stop: watch::Receiver<b
     }
 }
 
-fn follow_round(broker: &Broker) -> Result<()> {
-    let Some(cluster) = broker.cluster.as_ref() else { return Ok(()) };
+/// One round of following the assignment: the topics on the volume, the assignment if it
+/// changed, and the take-overs and hand-overs it asks of this broker. Returns whether it applied
+/// a new assignment (its take-overs have run by then).
+fn follow_round(broker: &Broker) -> Result<bool> {
+    let Some(cluster) = broker.cluster.as_ref() else { return Ok(false) };
     let started = Instant::now();
     let mut applied = false;
     let refreshed = match cluster.link.catalog.as_ref().map(|c| c.live()) {
@@ -131,7 +136,7 @@ fn follow_round(broker: &Broker) -> Result<()> {
     if applied {
         cluster.runtime_metrics.assignment_apply_seconds.observe(started.elapsed().as_secs_f64());
     }
-    Ok(())
+    Ok(applied)
 }
 
 /// SIGTERM drain (seed 000): announce it on the heartbeat, wait (bounded) for the controller to
@@ -149,5 +154,36 @@ pub async fn drain(broker: &Broker) {
         info!(broker = broker.config.node_id, "drained: every partition moved away");
     } else {
         warn!(broker = broker.config.node_id, remaining = left.len(), "drain timed out; relinquishing the rest");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::follow_round;
+    use crate::api::leadership_tests::placed;
+    use crate::broker::Broker;
+    use crate::config::BrokerConfig;
+    use crate::control_plane::FixedControlPlane;
+    use crate::topics::NewTopic;
+
+    /// A round says it applied a new assignment only once the assignment's take-overs have run
+    /// (the follower then has the heartbeat report at once), and only for a new one.
+    #[test]
+    fn a_round_says_it_applied_a_new_assignment_once_its_take_overs_have_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let control = Arc::new(FixedControlPlane::default());
+        let broker = Broker::open(BrokerConfig::cluster_for_tests(tmp.path(), control.clone())).unwrap();
+        let topic = broker.topics.create(NewTopic { name: "t".into(), partitions: 1, configs: BTreeMap::new() }).unwrap();
+        control.acknowledged_now();
+        assert!(!follow_round(&broker).unwrap(), "no assignment on the volume yet");
+        kaas_shared::assignment::write(&**broker.engine.fs(), broker.engine.layout(), &placed(topic.id, 0, 1, 1)).unwrap();
+        assert!(follow_round(&broker).unwrap(), "the new assignment applied");
+        assert!(broker.topics.partition("t", 0).unwrap().is_leader(), "its take-over ran before the round said so");
+        assert!(!follow_round(&broker).unwrap(), "the same assignment again is no news");
     }
 }

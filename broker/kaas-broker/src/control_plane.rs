@@ -23,6 +23,10 @@ pub trait ControlPlane: Send + Sync + std::fmt::Debug {
     /// Asks the controller role (if this broker holds it) to recompute the placement now: a
     /// topic was created or deleted.
     fn topics_changed(&self);
+    /// This broker applied a new assignment and ran its take-overs: the heartbeat tells the
+    /// controller now, not at its next beat, so a controller handing partitions out in steps
+    /// (each once the last is led) gives the next without waiting for a beat.
+    fn report_now(&self);
     /// This broker, as controller, changed a file it writes for every broker (the ACLs, the
     /// client quotas, the group configs) and fsynced it: the others read them again now.
     fn controller_files_written(&self);
@@ -50,6 +54,8 @@ pub(crate) struct FixedControlPlane {
     pub(crate) last_ack: parking_lot::Mutex<Option<std::time::Instant>>,
     pub(crate) assignment_changed: Notify,
     pub(crate) announced: parking_lot::Mutex<(i64, i64)>,
+    /// How many times the broker asked for a report now.
+    pub(crate) reports_asked: std::sync::atomic::AtomicUsize,
 }
 
 #[cfg(test)]
@@ -75,6 +81,9 @@ impl ControlPlane for FixedControlPlane {
         *self.announced.lock()
     }
     fn topics_changed(&self) {}
+    fn report_now(&self) {
+        self.reports_asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
     fn controller_files_written(&self) {}
     fn remote_high_watermark(&self, _: &str, _: i32) -> Option<i64> {
         None

@@ -62,6 +62,13 @@ pub struct HeartbeatStatus {
     announced: Mutex<(i64, i64)>,
     /// Woken on every CONTROLLER_FILES_CHANGED push.
     pub controller_files_changed: Notify,
+    /// Woken when the broker has news the controller waits for (it applied a new assignment and
+    /// ran its take-overs): the next beat goes at once instead of at the next tick, so a
+    /// controller handing out partitions in steps sees this step led and gives the next without
+    /// waiting up to a beat interval.
+    pub beat_now: Notify,
+    /// How often beats go without news ([`BEAT_INTERVAL`]; tests set it).
+    beat_interval: Duration,
     /// Beat to acknowledgement, for `/metrics`.
     pub round_trip: Histogram,
     /// What the controller handed back of partitions other brokers lead, as of their leaders'
@@ -71,12 +78,20 @@ pub struct HeartbeatStatus {
 
 impl HeartbeatStatus {
     pub fn new() -> Arc<HeartbeatStatus> {
+        Self::beating_every(BEAT_INTERVAL)
+    }
+
+    /// A status whose beats go every `beat_interval` (tests: an interval longer than the test
+    /// shows what goes without a tick).
+    pub(crate) fn beating_every(beat_interval: Duration) -> Arc<HeartbeatStatus> {
         Arc::new(HeartbeatStatus {
             last_ack: Mutex::new(None),
             in_flight: Mutex::new(VecDeque::new()),
             assignment_changed: Notify::new(),
             announced: Mutex::new((0, 0)),
             controller_files_changed: Notify::new(),
+            beat_now: Notify::new(),
+            beat_interval,
             // 100 µs to ~3 s.
             round_trip: Histogram::new(exponential_buckets(0.0001, 2.0, 15)),
             remote: Mutex::new(HashMap::new()),
@@ -216,7 +231,7 @@ pub async fn run(
     let me = Beater { broker_id, key: &key, incarnation: &incarnation, source: &*source, reports, status: &status };
     // One task: the refresh ends with the beats (it never returns on its own).
     tokio::select! {
-        _ = refresh_reports(source.clone(), reports_tx) => {}
+        _ = refresh_reports(source.clone(), reports_tx, status.beat_interval) => {}
         _ = beat_sessions(&me, controller, stop) => {}
     }
 }
@@ -238,13 +253,13 @@ struct Reports {
     groups: (Vec<GroupSummary>, u32),
 }
 
-/// Keeps `reports` at what `source` says of its partitions and groups, once a beat interval.
+/// Keeps `reports` at what `source` says of its partitions and groups, once a beat `interval`.
 /// Those answers take partition and group locks, which volume I/O holds for as long as the volume
 /// takes (a take-over's fsyncs under its partition's lock): asked on a blocking thread, off the
 /// beat, a slow volume delays the statistics and never the beat that the broker's session and
 /// fence hang on. (Built on the beat, a broker taking over thousands of partitions on a slow
 /// volume stopped beating for longer than its session, lost it, and the cluster flapped.)
-async fn refresh_reports(source: Arc<dyn BeatSource>, reports: watch::Sender<Arc<Reports>>) {
+async fn refresh_reports(source: Arc<dyn BeatSource>, reports: watch::Sender<Arc<Reports>>, interval: Duration) {
     loop {
         let asked = source.clone();
         match tokio::task::spawn_blocking(move || Reports { partitions: asked.partition_stats(), groups: asked.groups() }).await {
@@ -253,7 +268,7 @@ async fn refresh_reports(source: Arc<dyn BeatSource>, reports: watch::Sender<Arc
             }
             Err(e) => warn!(error = %e, "computing the heartbeat's partition and group reports failed; keeping the last ones"),
         }
-        tokio::time::sleep(BEAT_INTERVAL).await;
+        tokio::time::sleep(interval).await;
     }
 }
 
@@ -307,51 +322,61 @@ async fn beat_session(me: &Beater<'_>, address: &str, seq: &mut u64) -> crate::R
         token.parse().map_err(|_| tonic::Status::internal("a heartbeat token that is not ASCII"))?,
     );
     let mut inbound = HeartbeatClient::new(channel).stream(request).await?.into_inner();
-    let mut tick = tokio::time::interval(BEAT_INTERVAL);
+    let mut tick = tokio::time::interval(status.beat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // What this stream has told the controller: beats carry only what changed.
     let mut reported = DeltaSender::default();
     let mut groups_sent: Option<(Vec<GroupSummary>, u32)> = None;
     let mut acknowledged_any = false;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                *seq += 1;
-                let current = reports.borrow().clone();
-                let groups = current.groups.clone();
-                let groups_changed = groups_sent.as_ref() != Some(&groups);
-                let beat = BrokerBeat {
-                    broker_id,
-                    incarnation: incarnation.to_string(),
-                    draining: source.draining(),
-                    partitions_led: source.partitions_led(),
-                    seq: *seq,
-                    assignment_version: source.assignment_version(),
-                    totals: Some(source.totals()),
-                    partition_stats: reported.changes(&current.partitions, MAX_PARTITION_STATS),
-                    groups: if groups_changed { groups.0.clone() } else { Vec::new() },
-                    groups_reported: groups_changed,
-                    group_count: groups.1,
-                };
-                groups_sent = Some(groups);
-                status.sent(*seq);
-                if tx.send(beat).await.is_err() {
-                    return Ok(());
-                }
+        let beat_due = tokio::select! {
+            _ = tick.tick() => true,
+            _ = status.beat_now.notified() => {
+                // The next tick a whole interval after this beat.
+                tick.reset();
+                true
             }
             message = inbound.message() => match message? {
                 None => return Ok(()),
-                Some(m) => match m.kind {
-                    Some(controller_message::Kind::Ack(ack)) => {
-                        status.handed_back(&ack, !acknowledged_any);
-                        acknowledged_any = true;
-                        status.acknowledged(ack.seq, ack.own_fresh_as_of_unix_micros);
+                Some(m) => {
+                    match m.kind {
+                        Some(controller_message::Kind::Ack(ack)) => {
+                            status.handed_back(&ack, !acknowledged_any);
+                            acknowledged_any = true;
+                            status.acknowledged(ack.seq, ack.own_fresh_as_of_unix_micros);
+                        }
+                        Some(controller_message::Kind::AssignmentChanged(changed)) => status.announce(&changed),
+                        Some(controller_message::Kind::ControllerFilesChanged(_)) => status.controller_files_changed.notify_one(),
+                        None => {}
                     }
-                    Some(controller_message::Kind::AssignmentChanged(changed)) => status.announce(&changed),
-                    Some(controller_message::Kind::ControllerFilesChanged(_)) => status.controller_files_changed.notify_one(),
-                    None => {}
-                },
+                    false
+                }
             },
+        };
+        if !beat_due {
+            continue;
+        }
+        *seq += 1;
+        let current = reports.borrow().clone();
+        let groups = current.groups.clone();
+        let groups_changed = groups_sent.as_ref() != Some(&groups);
+        let beat = BrokerBeat {
+            broker_id,
+            incarnation: incarnation.to_string(),
+            draining: source.draining(),
+            partitions_led: source.partitions_led(),
+            seq: *seq,
+            assignment_version: source.assignment_version(),
+            totals: Some(source.totals()),
+            partition_stats: reported.changes(&current.partitions, MAX_PARTITION_STATS),
+            groups: if groups_changed { groups.0.clone() } else { Vec::new() },
+            groups_reported: groups_changed,
+            group_count: groups.1,
+        };
+        groups_sent = Some(groups);
+        status.sent(*seq);
+        if tx.send(beat).await.is_err() {
+            return Ok(());
         }
     }
 }

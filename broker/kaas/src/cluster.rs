@@ -315,6 +315,9 @@ impl ControlPlane for Runtime {
     fn topics_changed(&self) {
         self.controller.recompute.notify_one();
     }
+    fn report_now(&self) {
+        self.heartbeat.beat_now.notify_one();
+    }
     fn controller_files_written(&self) {
         self.hub.push_controller_files_changed();
     }

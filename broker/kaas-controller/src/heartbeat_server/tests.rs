@@ -235,3 +235,54 @@ async fn beats_go_on_while_the_partition_statistics_wait_for_a_lock() -> TestRes
     let _ = stop.send(true);
     Ok(())
 }
+
+/// A broker leading as many partitions as it is told.
+#[derive(Debug, Default)]
+struct Counted(std::sync::atomic::AtomicUsize);
+
+impl crate::heartbeat_client::BeatSource for Counted {
+    fn partitions_led(&self) -> Vec<String> {
+        (0..self.0.load(std::sync::atomic::Ordering::SeqCst)).map(|p| format!("t/{p}")).collect()
+    }
+    fn assignment_version(&self) -> i64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst) as i64
+    }
+    fn draining(&self) -> bool {
+        false
+    }
+}
+
+/// A broker with news for the controller (it applied an assignment and ran its take-overs)
+/// beats at once rather than at its next tick, so a controller handing out partitions in steps
+/// sees each step led without waiting for a beat. The ticks here are an hour apart: after the
+/// first beat, only the news can reach the controller within the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_with_news_beats_at_once_not_at_its_next_tick() -> TestResult {
+    let key = InterBrokerKey::from_bytes([7; 32]);
+    let hub = HeartbeatHub::new();
+    hub.set_role(Role::Controller { epoch: 1 });
+    let address = serve(&hub, &key).await?;
+    let (_controller, controller_rx) = tokio::sync::watch::channel(Some(address));
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let source = Arc::new(Counted::default());
+    source.0.store(1, std::sync::atomic::Ordering::SeqCst);
+    let status = HeartbeatStatus::beating_every(Duration::from_secs(3600));
+    tokio::spawn(crate::heartbeat_client::run(1, key, "i1".into(), source.clone(), controller_rx, status.clone(), stop_rx));
+
+    let led = || hub.alive(Duration::from_secs(3600)).get(&1).map(|s| (s.partitions_led, s.assignment_version));
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while led() != Some((1, 1)) {
+        assert!(tokio::time::Instant::now() < until, "the first beat arrived: {:?}", led());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for news in 2..=4 {
+        source.0.store(news, std::sync::atomic::Ordering::SeqCst);
+        status.beat_now.notify_one();
+        while led() != Some((news, news as i64)) {
+            assert!(tokio::time::Instant::now() < until, "the news reached the controller: {:?}", led());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let _ = stop.send(true);
+    Ok(())
+}
