@@ -300,14 +300,11 @@ impl Segment {
         }
     }
 
-    /// Releases the descriptor now, unless bytes await their fsync through it: for a segment
-    /// whose descriptor was opened for a job that is done (a take-over's recovery), not for a
-    /// reader or writer. The next read opens the file again.
-    pub(crate) fn release_if_synced(&mut self) {
-        if self.synced >= self.size {
-            self.file = None;
-            self.used = false;
-        }
+    /// Clears the mark of a descriptor opened for a job that is done (a take-over's recovery),
+    /// not for a reader or writer, so the next housekeeping round releases it rather than the
+    /// one after.
+    pub(crate) fn mark_unused(&mut self) {
+        self.used = false;
     }
 
     /// Drops the descriptor and in-memory indexes (relinquish).

@@ -192,21 +192,35 @@ impl crate::heartbeat_client::BeatSource for HeldStats {
     }
 }
 
+/// A controller's hub on a local port and broker 1 beating to it with `source` and `status`
+/// until the returned sender says stop.
+async fn broker_1_beating(
+    source: Arc<dyn crate::heartbeat_client::BeatSource>,
+    status: Arc<HeartbeatStatus>,
+) -> Result<(Arc<HeartbeatHub>, tokio::sync::watch::Sender<bool>), Box<dyn std::error::Error>> {
+    let key = InterBrokerKey::from_bytes([7; 32]);
+    let hub = HeartbeatHub::new();
+    hub.set_role(Role::Controller { epoch: 1 });
+    let address = serve(&hub, &key).await?;
+    let (controller, controller_rx) = tokio::sync::watch::channel(Some(address));
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        // The controller's address stays put for as long as the broker beats.
+        let _controller = controller;
+        crate::heartbeat_client::run(1, key, "i1".into(), source, controller_rx, status, stop_rx).await;
+    });
+    Ok((hub, stop))
+}
+
 /// The beat the broker's session and fence hang on goes on while its partition statistics wait
 /// for a lock (held open here for three fence timeouts); the statistics follow once they come.
 /// Built on the beat, a broker taking over thousands of partitions on a slow volume stopped
 /// beating, lost its session and made the cluster flap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beats_go_on_while_the_partition_statistics_wait_for_a_lock() -> TestResult {
-    let key = InterBrokerKey::from_bytes([7; 32]);
-    let hub = HeartbeatHub::new();
-    hub.set_role(Role::Controller { epoch: 1 });
-    let address = serve(&hub, &key).await?;
-    let (_controller, controller_rx) = tokio::sync::watch::channel(Some(address));
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let source = Arc::new(HeldStats::default());
     let status = HeartbeatStatus::new();
-    tokio::spawn(crate::heartbeat_client::run(1, key, "i1".into(), source.clone(), controller_rx, status.clone(), stop_rx));
+    let (hub, stop) = broker_1_beating(source.clone(), status.clone()).await?;
 
     let fence = Duration::from_secs(1);
     let until = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -258,16 +272,10 @@ impl crate::heartbeat_client::BeatSource for Counted {
 /// first beat, only the news can reach the controller within the test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_with_news_beats_at_once_not_at_its_next_tick() -> TestResult {
-    let key = InterBrokerKey::from_bytes([7; 32]);
-    let hub = HeartbeatHub::new();
-    hub.set_role(Role::Controller { epoch: 1 });
-    let address = serve(&hub, &key).await?;
-    let (_controller, controller_rx) = tokio::sync::watch::channel(Some(address));
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let source = Arc::new(Counted::default());
     source.0.store(1, std::sync::atomic::Ordering::SeqCst);
     let status = HeartbeatStatus::beating_every(Duration::from_secs(3600));
-    tokio::spawn(crate::heartbeat_client::run(1, key, "i1".into(), source.clone(), controller_rx, status.clone(), stop_rx));
+    let (hub, stop) = broker_1_beating(source.clone(), status.clone()).await?;
 
     let led = || hub.alive(Duration::from_secs(3600)).get(&1).map(|s| (s.partitions_led, s.assignment_version));
     let until = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -182,12 +182,12 @@ impl Partition {
         }
         st.rewrote_manifest = false;
         // The recovered segment is sealed now (the roll made a new active one): its descriptor
-        // was for the recovery scan, so it goes, and a partition just taken over holds one
-        // descriptor (its active segment) instead of two until housekeeping's second round. A
-        // consumer catching up opens it again.
+        // was for the recovery scan, so the next housekeeping round releases it rather than the
+        // one after (its close is a round trip to the volume: not here, while the partition is
+        // unavailable). A consumer catching up opens it again.
         let sealed = st.segments.len().saturating_sub(1);
         for seg in &mut st.segments[..sealed] {
-            seg.release_if_synced();
+            seg.mark_unused();
         }
         let removed = listing.garbage.len();
         Ok(st.report(
