@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -413,11 +413,16 @@ func metadataTimes(b *testing.B, e *seedsEnv, total int) string {
 			took = append(took, time.Since(start))
 		}
 	}
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
-	return fmt.Sprintf("p50 %.1f ms, max %.1f ms", ms(took[len(took)/2]), ms(took[len(took)-1]))
+	slices.Sort(took)
+	return fmt.Sprintf("p50 %.1f ms, max %.1f ms", quantile(took, 0.5), quantile(took, 1))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// quantile is the p quantile (1: the largest) of sorted durations, in milliseconds.
+func quantile(sorted []time.Duration, p float64) float64 {
+	return ms(sorted[min(len(sorted)-1, int(p*float64(len(sorted))))])
+}
 
 // produceAtRate sends 1 KiB records at rate msg/s, round robin over every partition of the
 // topics, for d; a record's latency counts from its due time to its acknowledgement. Every
@@ -465,7 +470,7 @@ func produceAtRate(b *testing.B, e *seedsEnv, names []string, partitions int32, 
 	if len(latencies) != sent {
 		b.Fatalf("%d of %d records acknowledged", len(latencies), sent)
 	}
-	sort.Slice(latencies, func(i, j int) bool { return latencies[i] < latencies[j] })
-	at := func(p float64) float64 { return ms(latencies[min(len(latencies)-1, int(p*float64(len(latencies))))]) }
+	slices.Sort(latencies)
+	at := func(p float64) float64 { return quantile(latencies, p) }
 	return fmt.Sprintf("%d records, p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms", sent, at(0.5), at(0.99), at(0.999), at(1))
 }

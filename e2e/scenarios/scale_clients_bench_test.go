@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -84,9 +84,9 @@ func groupFigures(b *testing.B, e *seedsEnv, groups int, topics []string) string
 	if listed != groups {
 		b.Fatalf("ListGroups listed %d of %d groups", listed, groups)
 	}
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	slices.Sort(took)
 	return fmt.Sprintf("OffsetCommit (each a fenced fsync) p50 %.1f ms, p99 %.1f ms, max %.1f ms; ListGroups on every broker listed all %d in %.1f ms",
-		ms(took[len(took)/2]), ms(took[len(took)*99/100]), ms(took[len(took)-1]), listed, ms(listTook))
+		quantile(took, 0.5), quantile(took, 0.99), quantile(took, 1), listed, ms(listTook))
 }
 
 // producerFigures starts producers idempotent franz-go producers, 20 at a time, each a client of
@@ -129,9 +129,9 @@ func producerFigures(b *testing.B, e *seedsEnv, producers int, topics []string, 
 	if failed != nil {
 		b.Fatalf("an idempotent producer: %v", failed)
 	}
-	sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
+	slices.Sort(took)
 	return fmt.Sprintf("%.1f s in all; each from its client's start to its first acknowledgement p50 %.0f ms, p99 %.0f ms",
-		all.Seconds(), ms(took[len(took)/2]), ms(took[len(took)*99/100]))
+		all.Seconds(), quantile(took, 0.5), quantile(took, 0.99))
 }
 
 // connectionFigures opens connections client connections, spread evenly over the brokers' Kafka

@@ -54,8 +54,6 @@ pub(crate) struct FixedControlPlane {
     pub(crate) last_ack: parking_lot::Mutex<Option<std::time::Instant>>,
     pub(crate) assignment_changed: Notify,
     pub(crate) announced: parking_lot::Mutex<(i64, i64)>,
-    /// How many times the broker asked for a report now.
-    pub(crate) reports_asked: std::sync::atomic::AtomicUsize,
 }
 
 #[cfg(test)]
@@ -81,9 +79,7 @@ impl ControlPlane for FixedControlPlane {
         *self.announced.lock()
     }
     fn topics_changed(&self) {}
-    fn report_now(&self) {
-        self.reports_asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
+    fn report_now(&self) {}
     fn controller_files_written(&self) {}
     fn remote_high_watermark(&self, _: &str, _: i32) -> Option<i64> {
         None
